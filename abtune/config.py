@@ -1,0 +1,203 @@
+"""The run configuration: one typed tree, validated once when it is loaded.
+
+Every section forbids unknown keys, so a typo fails before any process starts, with the YAML path
+of the bad field in the message. `flatten()` turns the resolved tree into the flat dict that
+trackers record as parameters.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from abtune.errors import ConfigError
+
+Fraction = Annotated[float, Field(gt=0.0, lt=1.0)]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class ModelConfig(StrictModel):
+    """The network. `vit` is torchvision's VisionTransformer with the sizes below (default: the
+    paper's mini ViT: patch 8, depth 6, 6 heads, hidden 768, MLP 3072); the other names are
+    torchvision's reference models."""
+
+    arch: Literal["vit", "vit_b_16", "resnet18", "resnet50", "vgg16", "small_cnn"] = "vit"
+    patch_size: int = Field(8, ge=1)
+    num_layers: int = Field(6, ge=1)
+    num_heads: int = Field(6, ge=1)
+    hidden_dim: int = Field(768, ge=1)
+    mlp_dim: int = Field(3072, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    init: Literal["default", "orthogonal"] = "default"
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> ModelConfig:
+        if self.arch == "vit" and self.hidden_dim % self.num_heads:
+            raise ValueError(
+                f"hidden_dim ({self.hidden_dim}) must be divisible by num_heads ({self.num_heads})"
+            )
+        return self
+
+
+class DataConfig(StrictModel):
+    """The data set. `digits` is scikit-learn's offline digits (8x8, 10 classes) for quick runs;
+    CIFAR is read by torchvision (downloaded into `root` when `download` is true); ImageNet is a
+    folder tree `root/train/<class>/*.JPEG`, `root/val/<class>/*.JPEG`."""
+
+    name: Literal["digits", "cifar10", "cifar100", "imagenet"] = "digits"
+    root: Path | None = None
+    download: bool = False
+    verify_checksums: bool = True
+    image_size: int | None = Field(None, ge=1, description="resize/crop size; default per data set")
+    augment: bool = True
+    num_workers: int = Field(0, ge=0)
+    val_fraction: Fraction = 0.2
+
+    @model_validator(mode="after")
+    def _root_where_needed(self) -> DataConfig:
+        if self.name != "digits" and self.root is None:
+            raise ValueError(f"data set '{self.name}' needs data.root: the folder that holds (or will hold) it")
+        return self
+
+
+class TrainConfig(StrictModel):
+    steps: int = Field(300, ge=1, description="optimizer steps in the whole run")
+    local_batch_size: int = Field(32, ge=1, description="samples per rank per step")
+    eval_every: int | None = Field(None, ge=1, description="steps between evaluations; default once per epoch")
+    log_every: int = Field(10, ge=1)
+    checkpoint_every: int = Field(0, ge=0, description="steps between checkpoints; 0 writes only the final one")
+    keep_checkpoints: int = Field(2, ge=1)
+    grad_clip: float | None = Field(None, gt=0.0)
+    pg_timeout_s: int = Field(600, ge=10, description="seconds a collective may wait before the run fails")
+
+
+class OptimizerConfig(StrictModel):
+    name: Literal["adamw", "sgd"] = "adamw"
+    lr: float = Field(1e-3, gt=0.0)
+    weight_decay: float = Field(0.05, ge=0.0)
+    momentum: float = Field(0.9, ge=0.0, lt=1.0, description="SGD only")
+    betas: tuple[float, float] = (0.9, 0.999)
+
+
+class ScheduleConfig(StrictModel):
+    """The base learning-rate schedule; AB's LR rebound multiplies it."""
+
+    name: Literal["cosine", "constant"] = "cosine"
+    warmup_frac: float = Field(0.05, ge=0.0, lt=1.0, description="linear LR warmup, fraction of steps")
+    min_lr_frac: float = Field(0.0, ge=0.0, le=1.0, description="cosine floor as a fraction of lr")
+
+
+class DdpConfig(StrictModel):
+    """Traditional full-rank data parallelism (PyTorch DDP)."""
+
+    name: Literal["ddp"] = "ddp"
+
+
+class AbConfig(StrictModel):
+    """AB-training. Step counts are fractions so a configuration transfers between step budgets;
+    the defaults are the paper's guideline (section 4.3)."""
+
+    name: Literal["ab", "ab-nogroups"] = "ab"
+    warmup_frac: float = Field(0.20, ge=0.0, lt=1.0, description="full-rank warmup, fraction of all steps")
+    ab_frac: Fraction = Field(1 / 30, description="numABSteps as a fraction of all steps")
+    rebound_frac: float = Field(0.25, ge=0.0, le=10.0, description="fullRankReboundSteps / numABSteps")
+    lr_rebound_frac: float = Field(0.5, ge=0.0, le=10.0, description="LR rebound steps / numABSteps")
+    sigma_cutoff: Fraction = Field(0.1, description="keep singular values > cutoff * largest")
+    group_size: int | None = Field(None, ge=1, description="ranks per independent group; default ranks per node")
+    sync_mode: Literal["with-stale", "only-learned", "full"] = "with-stale"
+    keep_full_rank: tuple[str, ...] = Field(
+        (), description="extra module-name globs kept full rank (head and first layer always are)"
+    )
+
+
+MethodConfig = Annotated[DdpConfig | AbConfig, Field(discriminator="name")]
+
+
+class RunConfig(StrictModel):
+    name: str = Field("run", pattern=r"^[A-Za-z0-9_.-]+$")
+    seed: int = 0
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    train: TrainConfig = TrainConfig()
+    optimizer: OptimizerConfig = OptimizerConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    method: MethodConfig = Field(default_factory=DdpConfig)
+
+
+def _format_location(loc: tuple[int | str, ...]) -> str:
+    # Pydantic puts the discriminator's tag into the path (method.ab.sigma_cutoff); the user wrote method.sigma_cutoff.
+    parts = [str(p) for p in loc if p not in ("ddp", "ab", "ab-nogroups", "sbc", "powersgd", "fp16")]
+    return ".".join(parts) or "(top level)"
+
+
+def describe_validation_error(error: ValidationError, source: str) -> str:
+    """One line per problem: `source: path.to.field: what is wrong (got value)`."""
+    lines = []
+    for item in error.errors():
+        where = _format_location(item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown key (check the spelling; see `abtune config show` for valid keys)"
+        got = f" (got {item['input']!r})" if item["type"] not in ("extra_forbidden", "missing") else ""
+        lines.append(f"{source}: {where}: {message}{got}")
+    return "\n".join(lines)
+
+
+def parse_run_config(raw: dict[str, Any], source: str = "config") -> RunConfig:
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as error:
+        raise ConfigError(describe_validation_error(error, source)) from None
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections at the top level, got {type(raw).__name__}")
+    return raw
+
+
+def load_run_config(path: Path, overrides: dict[str, Any] | None = None) -> RunConfig:
+    raw = read_yaml(path)
+    if overrides:
+        raw = apply_overrides(raw, overrides)
+    return parse_run_config(raw, str(path))
+
+
+def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Return a copy of `raw` with dotted keys (`method.sigma_cutoff`) set."""
+    result = yaml.safe_load(yaml.safe_dump(raw))  # deep copy of plain data
+    for dotted, value in overrides.items():
+        node = result
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            child = node.setdefault(key, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {dotted}: {key} is not a section")
+            node = child
+        node[leaf] = value
+    return result
+
+
+def flatten(config: BaseModel | dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """The resolved tree as `{"method.sigma_cutoff": 0.1, ...}` with plain values."""
+    data = config.model_dump(mode="json") if isinstance(config, BaseModel) else config
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
