@@ -1,0 +1,26 @@
+"""Training methods: one module each, looked up by the `method.name` of the run config."""
+
+from __future__ import annotations
+
+from abtune.methods.base import Method, MethodContext
+
+_REGISTRY: dict[str, str] = {
+    "ddp": "abtune.methods.ddp:DDP",
+    "ab": "abtune.methods.ab:ABTraining",
+    "ab-nogroups": "abtune.methods.ab:ABTraining",
+}
+
+
+def method_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def build_method(config: object, ctx: MethodContext) -> Method:
+    import importlib
+
+    module_name, class_name = _REGISTRY[config.name].split(":")  # type: ignore[attr-defined]
+    cls = getattr(importlib.import_module(module_name), class_name)
+    return cls(config, ctx)
+
+
+__all__ = ["Method", "MethodContext", "build_method", "method_names"]

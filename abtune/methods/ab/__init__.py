@@ -1,0 +1,150 @@
+"""AB-training (Coquelin et al., arXiv 2405.01067, Algorithm 1), with and without groups.
+
+`ab`: after a full-rank warmup, every eligible weight is factored W = A.B; the first half of the
+groups trains A, the second half B (the other factor frozen), data-parallel inside the group and
+nothing exchanged between groups; then the factors are averaged over all ranks, W is rebuilt and
+full-rank DDP runs for the rebound steps. Repeat until the step budget is spent.
+`ab-nogroups` (the paper's "No Group" variant): A frozen, B trained with DDP over all ranks.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from abtune.config import AbConfig
+from abtune.methods.ab import lowrank
+from abtune.methods.ab.groups import ABGroups, Target, build_groups, resolve_group_size
+from abtune.methods.ab.schedule import ABSchedule, Phase
+from abtune.methods.ab.sync import merged_state
+from abtune.methods.base import Method, MethodContext
+from abtune.methods.ddp import DataParallel, average_buffers_
+
+
+class ABTraining(Method):
+    name = "ab"
+
+    def __init__(self, config: AbConfig, ctx: MethodContext) -> None:
+        super().__init__(config, ctx)
+        self.schedule = ABSchedule.from_config(config, ctx.total_steps)
+        self.grouped = config.name == "ab"
+        self.refs: list[lowrank.WeightRef] = []
+        self.groups: ABGroups | None = None
+        self.ranks: dict[str, int] = {}
+        self.in_ab = False
+        self.decompositions: list[dict[str, Any]] = []
+        self.spectra: dict[str, list[float]] = {}
+        self._phase = Phase.WARMUP
+        self._eval_model: nn.Module | None = None
+
+    # --- set-up -------------------------------------------------------------------------
+    def _setup(self) -> None:
+        self.refs = lowrank.eligible_weights(self.model, self.config.keep_full_rank)
+        if self.grouped:
+            topology = self.meter.topology
+            size = resolve_group_size(
+                self.config.group_size, topology.world_size, topology.ranks_per_node, topology.num_nodes
+            )
+            self.groups = build_groups(self.meter, self.ctx.env.rank, size)
+        self._wrap_full_rank()
+
+    def _wrap_full_rank(self, keep_optimizer_state: bool = True) -> None:
+        for param in self.model.parameters():
+            param.requires_grad_(True)
+        self.module = DataParallel(self.model, self.world, self.meter)
+        self.rebuild_optimizer(list(self.model.parameters()), keep_state=keep_optimizer_state)
+
+    def _wrap_low_rank(self) -> None:
+        trains_a = self.groups is not None and self.groups.target is Target.A
+        for ref in self.refs:
+            a, b = lowrank.factors(self.model, ref)
+            a.requires_grad_(trains_a)
+            b.requires_grad_(not trains_a)
+        group = self.groups.group if self.groups is not None else self.world
+        self.module = DataParallel(self.model, group, self.meter)
+        self.rebuild_optimizer([p for p in self.model.parameters() if p.requires_grad])
+
+    # --- the phases ---------------------------------------------------------------------
+    def begin_step(self, step: int) -> None:
+        segment = self.schedule.segment_at(step)
+        if self.in_ab and (segment.phase is not Phase.AB or step == segment.start):
+            self._sync()
+        if segment.phase is Phase.AB and not self.in_ab:
+            self._decompose(step)
+        self._phase = segment.phase
+        self.meter.phase = segment.phase.value
+
+    def _decompose(self, step: int) -> None:
+        self.meter.phase = Phase.AB.value
+        started = time.perf_counter()
+        sigmas = [lowrank.singular_values(getattr(ref.module(self.model), ref.attr)) for ref in self.refs]
+        wanted = torch.tensor([lowrank.rank_for_cutoff(s, self.config.sigma_cutoff) for s in sigmas])
+        self.meter.all_reduce(wanted, self.world, op=dist.ReduceOp.MAX)  # every rank must factor alike
+        self._factor_all(dict(zip([r.key for r in self.refs], wanted.tolist(), strict=True)))
+        seconds = time.perf_counter() - started
+        self.spectra = {ref.key: s.tolist() for ref, s in zip(self.refs, sigmas, strict=True)}
+        counts = self.parameter_counts()
+        self.decompositions.append(
+            {"step": step, "svd_seconds": seconds, "params": counts.current, "trainable": counts.trainable,
+             "compression": counts.compression, "ranks": dict(self.ranks)}
+        )
+
+    def _factor_all(self, ranks: dict[str, int]) -> None:
+        for ref in self.refs:
+            lowrank.factor(self.model, ref, ranks[ref.key])
+        self.ranks = ranks
+        self.in_ab = True
+        self._wrap_low_rank()
+
+    def _merged_state(self) -> dict[str, torch.Tensor]:
+        if self.groups is None:
+            average_buffers_(self.model, self.meter, self.world)  # the only thing ranks do not share
+            return merged_state(self.model, self.refs, None, None, self.meter, self.world)
+        return merged_state(self.model, self.refs, self.config.sync_mode, self.groups, self.meter, self.world)
+
+    def _sync(self) -> None:
+        self.meter.phase = "sync"
+        state = self._merged_state()
+        for ref in self.refs:
+            lowrank.merge(self.model, ref)
+        self.model.load_state_dict(state)
+        self.in_ab = False
+        # With groups, every parameter's optimizer moments diverged between groups (even those not
+        # factored): start fresh on all ranks; the LR rebound that follows is made for this.
+        self._wrap_full_rank(keep_optimizer_state=self.groups is None)
+
+    def lr_factor(self, step: int) -> float:
+        return self.schedule.lr_factor(step)
+
+    @property
+    def phase(self) -> str:
+        return self._phase.value
+
+    def eval_module(self) -> nn.Module:
+        self.meter.phase = "eval"
+        if not self.in_ab:
+            average_buffers_(self.model, self.meter, self.world)
+            return self.model
+        if self._eval_model is None:
+            self._eval_model = self.ctx.make_dense_model()
+        self._eval_model.load_state_dict(self._merged_state())
+        return self._eval_model
+
+    def finish(self) -> None:
+        if self.in_ab:
+            self._sync()
+
+    # --- checkpoints --------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"in_ab": self.in_ab, "ranks": dict(self.ranks), "decompositions": self.decompositions,
+                "spectra": self.spectra}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.decompositions = list(state["decompositions"])
+        self.spectra = dict(state["spectra"])
+        if state["in_ab"]:
+            self._factor_all(dict(state["ranks"]))  # the saved factors are loaded into these shapes next

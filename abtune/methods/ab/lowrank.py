@@ -1,0 +1,120 @@
+"""Low-rank factors of weight matrices: which weights, which rank, and W = A.B as a parametrization.
+
+A weight is viewed as a matrix (conv: C_out x C_in*kh*kw). Its fp32 SVD gives
+A = U sqrt(S) and B = sqrt(S) V^T, truncated to the rank r = #{sigma_i > cutoff * sigma_max}.
+The module keeps working unchanged: `module.weight` becomes a view of A @ B (torch parametrize),
+and A, B are ordinary parameters `module.parametrizations.weight.original0/1`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+FACTORED_MODULES = (nn.Linear, nn.Conv2d)
+
+
+@dataclass(frozen=True)
+class WeightRef:
+    """One weight that AB-training factors: the module that owns it and the attribute name."""
+
+    module_name: str
+    attr: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.module_name}.{self.attr}" if self.module_name else self.attr
+
+    def module(self, model: nn.Module) -> nn.Module:
+        return model.get_submodule(self.module_name)
+
+
+def eligible_weights(model: nn.Module, keep_full_rank: tuple[str, ...] = ()) -> list[WeightRef]:
+    """Linear and Conv2d weights and attention input projections, minus what stays full rank.
+
+    Always full rank: the first layer that sees the input (patch embedding / first conv) and the
+    classifier head (the last Linear), plus every module whose name matches a `keep_full_rank` glob.
+    Class token, position embedding, biases and norms are never factored: they are not matrices.
+    """
+    candidates: list[WeightRef] = []
+    for name, module in model.named_modules():
+        if isinstance(module, FACTORED_MODULES) and module.weight.dim() >= 2:
+            candidates.append(WeightRef(name, "weight"))
+        elif isinstance(module, nn.MultiheadAttention) and module.in_proj_weight is not None:
+            candidates.append(WeightRef(name, "in_proj_weight"))
+    first = next((c for c in candidates if isinstance(c.module(model), nn.Conv2d)), None)
+    head = next((c for c in reversed(candidates) if isinstance(c.module(model), nn.Linear)), None)
+    return [
+        c
+        for c in candidates
+        if c not in (first, head) and not any(fnmatch.fnmatchcase(c.module_name, p) for p in keep_full_rank)
+    ]
+
+
+def as_matrix(weight: torch.Tensor) -> torch.Tensor:
+    return weight.detach().reshape(weight.shape[0], -1).float()
+
+
+def singular_values(weight: torch.Tensor) -> torch.Tensor:
+    return torch.linalg.svdvals(as_matrix(weight))
+
+
+def rank_for_cutoff(sigma: torch.Tensor, cutoff: float) -> int:
+    return max(1, int((sigma > cutoff * sigma[0]).sum()))
+
+
+def factorize(weight: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A = U sqrt(S), B = sqrt(S) V^T of the best rank-`rank` approximation.
+
+    Signs are made canonical (the largest-magnitude entry of each column of U is positive), so
+    every rank that factors the same W gets the same A and B; averaging factors whose signs
+    differ between ranks would destroy them.
+    """
+    u, s, vh = torch.linalg.svd(as_matrix(weight), full_matrices=False)
+    u, s, vh = u[:, :rank], s[:rank], vh[:rank]
+    pivot = u.abs().argmax(dim=0)
+    signs = torch.sign(u[pivot, torch.arange(rank)])
+    signs[signs == 0] = 1
+    root = s.sqrt()
+    a = (u * signs) * root
+    b = (vh * signs[:, None]) * root[:, None]
+    return a.to(weight.dtype).contiguous(), b.to(weight.dtype).contiguous()
+
+
+class LowRankProduct(nn.Module):
+    """Parametrization W = (A @ B) viewed in the weight's original shape."""
+
+    def __init__(self, shape: torch.Size, rank: int) -> None:
+        super().__init__()
+        self.shape = shape
+        self.rank = rank
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (a @ b).view(self.shape)
+
+    def right_inverse(self, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return factorize(weight, self.rank)
+
+
+def factor(model: nn.Module, ref: WeightRef, rank: int) -> None:
+    module = ref.module(model)
+    shape = getattr(module, ref.attr).shape
+    parametrize.register_parametrization(module, ref.attr, LowRankProduct(shape, rank), unsafe=True)
+
+
+def factors(model: nn.Module, ref: WeightRef) -> tuple[nn.Parameter, nn.Parameter]:
+    originals = ref.module(model).parametrizations[ref.attr]
+    return originals.original0, originals.original1
+
+
+def merge(model: nn.Module, ref: WeightRef) -> None:
+    """Replace the factors by the full-rank weight A @ B (a new parameter)."""
+    parametrize.remove_parametrizations(ref.module(model), ref.attr, leave_parametrized=True)
+
+
+def is_factored(model: nn.Module, ref: WeightRef) -> bool:
+    return parametrize.is_parametrized(ref.module(model), ref.attr)

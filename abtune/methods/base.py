@@ -1,0 +1,129 @@
+"""The interface every training method implements.
+
+The trainer owns the loop: data, forward, backward, learning rate, optimizer step, evaluation,
+checkpoints. A method owns everything about distribution: how the model is wrapped, which
+parameters are trained, its process groups and every collective (through the comm meter). The
+trainer calls, in this order::
+
+    setup(model, broadcast_initial)       once, after the model is built
+    load_state_dict(state)                when resuming, before the model's own state is loaded
+    per step: begin_step(step) -> forward(module) -> backward -> optimizer.step() -> end_step(step)
+    eval_module()                         whenever the trainer evaluates
+    finish()                              once, after the last step
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from abtune.comm import CommMeter, broadcast_tensors_
+from abtune.dist import DistEnv
+
+OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
+
+
+@dataclass(frozen=True)
+class MethodContext:
+    env: DistEnv
+    meter: CommMeter
+    total_steps: int
+    make_optimizer: OptimizerFactory
+    make_dense_model: Callable[[], nn.Module]
+
+
+@dataclass(frozen=True)
+class ParameterCounts:
+    dense: int
+    current: int
+    trainable: int
+
+    @property
+    def compression(self) -> float:
+        """Dense parameters per parameter of the current model (the x in x:1)."""
+        return self.dense / self.current
+
+
+def count_parameters(model: nn.Module, *, trainable_only: bool = False) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+class Method(ABC):
+    name: ClassVar[str]
+
+    def __init__(self, config: Any, ctx: MethodContext) -> None:
+        self.config = config
+        self.ctx = ctx
+        self.meter = ctx.meter
+        self.world = ctx.meter.world()
+        self.model: nn.Module
+        self.module: nn.Module  # what the trainer calls forward on (a DDP wrapper, usually)
+        self.optimizer: torch.optim.Optimizer
+        self.dense_parameters = 0
+
+    def setup(self, model: nn.Module, *, broadcast_initial: bool) -> None:
+        """Take the freshly built model; make every rank start from rank 0's weights."""
+        self.model = model
+        self.dense_parameters = count_parameters(model)
+        if broadcast_initial:
+            self.meter.phase = "setup"
+            broadcast_tensors_(self.meter, [*model.parameters(), *model.buffers()], 0, self.world)
+        self._setup()
+
+    @abstractmethod
+    def _setup(self) -> None:
+        """Wrap `self.model`, set `self.module` and `self.optimizer`."""
+
+    @abstractmethod
+    def begin_step(self, step: int) -> None:
+        """Called before the forward pass of `step`: phase changes happen here; set `meter.phase`."""
+
+    def end_step(self, step: int) -> None:
+        """Called after the optimizer step of `step`."""
+
+    def lr_factor(self, step: int) -> float:
+        """Multiplier on the scheduled learning rate (AB's rebound)."""
+        return 1.0
+
+    @property
+    @abstractmethod
+    def phase(self) -> str:
+        """The phase of the last step begun (warmup, ab, rebound, train, ...)."""
+
+    def eval_module(self) -> nn.Module:
+        """A module holding the model every rank agrees on, ready to evaluate."""
+        return self.model
+
+    def finish(self) -> None:
+        """Bring the model to its final, synchronized form after the last step."""
+
+    def parameter_counts(self) -> ParameterCounts:
+        return ParameterCounts(
+            self.dense_parameters, count_parameters(self.model), count_parameters(self.model, trainable_only=True)
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore structure (factor shapes, wrappers, optimizer) so the saved tensors fit."""
+
+    def rebuild_optimizer(self, params: list[nn.Parameter], keep_state: bool = True) -> None:
+        """A new optimizer over `params` that keeps the state of parameters it already knew.
+
+        Parameters that are new (re-shaped factors or rebuilt weights) start with fresh moments:
+        their old moments have the wrong shape or meaning. `keep_state=False` drops every moment,
+        for when ranks' moments have diverged and keeping them would make the ranks drift apart.
+        """
+        old = getattr(self, "optimizer", None)
+        self.optimizer = self.ctx.make_optimizer(params)
+        if old is None or not keep_state:
+            return
+        for param in params:
+            if param in old.state:
+                self.optimizer.state[param] = old.state[param]
