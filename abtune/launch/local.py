@@ -1,0 +1,97 @@
+"""Run N ranks as processes on this machine, simulating N / ranks_per_node nodes.
+
+The launcher watches its ranks: if one dies (an error, a NaN loss, a kill), the others are
+stopped at once instead of waiting in a collective until the timeout, and the first recorded
+failure becomes the one-line error.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from abtune.errors import ConfigError, TrainingFailed
+from abtune.training.worker import FAILURES_DIR
+
+POLL_SECONDS = 0.2
+GRACE_SECONDS = 10.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def rank_environment(rank: int, nproc: int, ranks_per_node: int, port: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank % ranks_per_node),
+        ABTUNE_NODE_RANK=str(rank // ranks_per_node), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+        OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
+    )
+    return env
+
+
+def check_layout(nproc: int, ranks_per_node: int) -> None:
+    if nproc < 1:
+        raise ConfigError(f"--nproc must be at least 1, got {nproc}")
+    if ranks_per_node < 1 or nproc % ranks_per_node:
+        raise ConfigError(f"--ranks-per-node {ranks_per_node} must divide --nproc {nproc}")
+
+
+def launch(run_dir: Path, nproc: int, ranks_per_node: int, resume: bool = False) -> None:
+    """Start every rank, wait for all of them, raise TrainingFailed if any fails."""
+    check_layout(nproc, ranks_per_node)
+    port = free_port()
+    command = [sys.executable, "-m", "abtune.training.worker", str(run_dir)] + (["--resume"] if resume else [])
+    processes = [
+        subprocess.Popen(command, env=rank_environment(rank, nproc, ranks_per_node, port))
+        for rank in range(nproc)
+    ]
+    try:
+        failed = _wait(processes)
+    except KeyboardInterrupt:
+        _stop(processes)
+        raise
+    if failed is not None:
+        _stop(processes)
+        raise TrainingFailed(_failure_message(run_dir, failed, processes[failed].returncode))
+
+
+def _wait(processes: list[subprocess.Popen[bytes]]) -> int | None:
+    """Block until all ranks exit (None) or one fails (its rank)."""
+    while True:
+        codes = [p.poll() for p in processes]
+        for rank, code in enumerate(codes):
+            if code not in (None, 0):
+                return rank
+        if all(code == 0 for code in codes):
+            return None
+        time.sleep(POLL_SECONDS)
+
+
+def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + GRACE_SECONDS
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _failure_message(run_dir: Path, rank: int, code: int) -> str:
+    recorded = sorted((run_dir / FAILURES_DIR).glob("rank_*.txt"))
+    if recorded:
+        return recorded[0].read_text().splitlines()[0]
+    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+    return f"rank {rank} {how}"

@@ -1,0 +1,1 @@
+"""The training loop, evaluation, checkpoints and the run summary."""

@@ -1,0 +1,79 @@
+"""Checkpoints: one folder per step, one file per rank (ranks hold different factors during AB).
+
+A folder counts only once every rank has written its file and rank 0 has written COMPLETE, so a
+run killed while saving resumes from the previous complete folder. The newest `keep` folders stay.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from abtune.comm import CommGroup, CommMeter
+
+COMPLETE_MARK = "COMPLETE"
+STEP_DIGITS = 8
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class Checkpointer:
+    def __init__(self, run_dir: Path, rank: int, keep: int, meter: CommMeter, world: CommGroup) -> None:
+        self.root = run_dir / "checkpoints"
+        self.rank = rank
+        self.keep = keep
+        self.meter = meter
+        self.world = world
+
+    def folder(self, step: int) -> Path:
+        return self.root / f"step_{step:0{STEP_DIGITS}d}"
+
+    def save(self, step: int, state: dict[str, Any]) -> Path:
+        folder = self.folder(step)
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / f"rank_{self.rank}.pt"
+        partial = target.with_suffix(".partial")
+        torch.save(state, partial)
+        os.replace(partial, target)
+        self.meter.phase = "checkpoint"
+        self.meter.barrier(self.world)  # every rank's file is on disk
+        if self.rank == 0:
+            (folder / COMPLETE_MARK).touch()
+            self._prune()
+        self.meter.barrier(self.world)  # nobody starts the next save before the marker exists
+        return folder
+
+    def _prune(self) -> None:
+        for old in self.complete_folders()[: -self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def complete_folders(self) -> list[Path]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p for p in self.root.iterdir() if (p / COMPLETE_MARK).exists())
+
+    def latest(self) -> Path | None:
+        folders = self.complete_folders()
+        return folders[-1] if folders else None
+
+    def load(self, folder: Path) -> dict[str, Any]:
+        return torch.load(folder / f"rank_{self.rank}.pt", map_location="cpu", weights_only=False)

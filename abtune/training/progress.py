@@ -1,0 +1,79 @@
+"""What rank 0 shows while training: a progress bar and one table row per evaluation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+MEGA = 1e6
+ROW_FORMAT = "{:>7} {:>6} {:>8} {:>8} {:>7} {:>7} {:>12} {:>12}"
+HEADER = ROW_FORMAT.format("step", "epoch", "phase", "loss", "top1", "compr", "inter MB", "intra MB")
+
+
+class ProgressReporter:
+    """Silent on ranks other than 0. The bar shows only on a terminal; rows are always printed."""
+
+    def __init__(self, active: bool, total_steps: int) -> None:
+        self.active = active
+        self.console = Console(highlight=False)
+        self.total_steps = total_steps
+        self._loss_sum = 0.0
+        self._loss_count = 0
+        self._header_shown = False
+        self._progress = Progress(
+            TextColumn("[bold]train[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[phase]:>8}"),
+            TextColumn("loss {task.fields[loss]:.4f}"), TimeElapsedColumn(), TimeRemainingColumn(),
+            console=self.console, disable=not (active and self.console.is_terminal), transient=True,
+        )
+        self._task = self._progress.add_task("train", total=total_steps, phase="", loss=float("nan"))
+
+    def __enter__(self) -> ProgressReporter:
+        self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.__exit__(*exc)
+
+    def step(self, step: int, loss: float, phase: str) -> None:
+        self._loss_sum += loss
+        self._loss_count += 1
+        self._progress.update(self._task, completed=step, phase=phase, loss=loss)
+
+    def mean_loss(self) -> float:
+        """Mean training loss (this rank) since the previous evaluation."""
+        mean = self._loss_sum / self._loss_count if self._loss_count else float("nan")
+        self._loss_sum, self._loss_count = 0.0, 0
+        return mean
+
+    def evaluation(self, row: dict[str, Any]) -> None:
+        if not self.active:
+            return
+        if not self._header_shown:
+            self.console.print(HEADER)
+            self._header_shown = True
+        self.console.print(
+            ROW_FORMAT.format(
+                row["step"], f"{row['epoch']:.1f}", row["phase"], f"{row['loss']:.4f}", f"{row['val_top1']:.4f}",
+                f"{row['compression']:.2f}", f"{row['inter_node_bytes'] / MEGA:.2f}",
+                f"{row['intra_node_bytes'] / MEGA:.2f}",
+            )
+        )
+
+    def note(self, message: str) -> None:
+        if self.active:
+            self.console.print(message)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"loss_sum": self._loss_sum, "loss_count": self._loss_count}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._loss_sum, self._loss_count = state["loss_sum"], state["loss_count"]

@@ -1,0 +1,62 @@
+"""Tables people read after a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+MEGA = 1e6
+
+
+def _mb(value: float) -> str:
+    return f"{value / MEGA:,.3f}"
+
+
+def traffic_table(summary: dict[str, Any]) -> Table:
+    traffic = summary["traffic"]
+    table = Table(title="traffic per rank (MB on the wire, mean over ranks)")
+    for column in ("phase", "inter-node", "total"):
+        table.add_column(column, justify="right" if column != "phase" else "left")
+    for phase, values in traffic["by_phase"].items():
+        table.add_row(phase, _mb(values["inter"]["mean"]), _mb(values["total"]["mean"]))
+    table.add_row("[bold]all[/]", _mb(traffic["inter_node_bytes"]["mean"]), _mb(traffic["total_bytes"]["mean"]))
+    return table
+
+
+def result_table(summary: dict[str, Any]) -> Table:
+    traffic = summary["traffic"]
+    final = summary["final"]
+    table = Table(title=f"{summary['name']}: {summary['method']} on {summary['world_size']} ranks / {summary['num_nodes']} nodes")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    rows = [
+        ("final top-1", f"{final['val_top1']:.4f}"),
+        ("best top-1", f"{summary['best_top1']:.4f}"),
+        ("final val loss", f"{final['val_loss']:.4f}"),
+        ("compression (final)", f"{summary['compression']['final_ratio']:.2f}:1"),
+        ("inter-node MB / rank", _mb(traffic["inter_node_bytes"]["mean"])),
+        ("training MB / rank", _mb(traffic["training_bytes"])),
+        ("DDP reference MB / rank", _mb(traffic["ddp_reference_bytes"])),
+        ("reduction vs DDP", f"{traffic['reduction_vs_ddp']:.2f}:1"),
+        ("inter-node GB/s / rank", f"{traffic['inter_node_gb_per_s']:.4f}"),
+        ("seconds / step", f"{summary['timing']['seconds_per_step']:.4f}"),
+    ]
+    if "compression_during_ab" in summary and summary["compression_during_ab"]:
+        rows.insert(4, ("compression (AB phases)", ", ".join(f"{c:.2f}" for c in summary["compression_during_ab"][:6])))
+    if "schedule" in summary:
+        s = summary["schedule"]
+        rows.insert(0, ("schedule (steps)", f"warmup {s['warmup_steps']}, AB {s['ab_steps']} x{s['ab_cycles']}, "
+                                            f"rebound {s['rebound_steps']}, LR rebound {s['lr_rebound_steps']}"))
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
+    console = Console(highlight=False)
+    console.print(result_table(summary))
+    console.print(traffic_table(summary))
+    console.print(f"summary: {run_dir / 'summary.json'}")

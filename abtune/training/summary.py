@@ -1,0 +1,121 @@
+"""The run summary: accuracy, compression, traffic (per phase, group, intra/inter node), timing.
+
+Traffic is per rank; ranks differ (an A group all-reduces A's gradients, a B group B's), so every
+rank's counters are gathered (one metered all-gather) and the summary gives their mean and max.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from abtune.comm import Op, wire_factor
+from abtune.config import flatten
+
+if TYPE_CHECKING:
+    from abtune.training.trainer import Trainer
+
+TRAINING_PHASES = ("train", "warmup", "ab", "sync", "rebound")
+GIGA = 1e9
+LENGTH_BYTES = 8
+
+
+def gather_rows(trainer: Trainer) -> list[list[dict[str, Any]]]:
+    """Every rank's meter rows, via a metered all-gather of length-padded JSON."""
+    meter, device = trainer.meter, trainer.env.device
+    meter.phase = "report"
+    mine = json.dumps(meter.rows()).encode()
+    lengths = torch.empty(trainer.env.world_size, dtype=torch.int64, device=device)
+    meter.all_gather(lengths, torch.tensor([len(mine)], dtype=torch.int64, device=device), trainer.world)
+    width = int(lengths.max())
+    padded = torch.zeros(width, dtype=torch.uint8, device=device)
+    padded[: len(mine)] = torch.frombuffer(bytearray(mine), dtype=torch.uint8)
+    gathered = torch.empty(width * trainer.env.world_size, dtype=torch.uint8, device=device)
+    meter.all_gather(gathered, padded, trainer.world)
+    blobs = gathered.view(trainer.env.world_size, width).cpu()
+    return [json.loads(bytes(blobs[r, : int(lengths[r])].tolist())) for r in range(trainer.env.world_size)]
+
+
+def _sum(rows: list[dict[str, Any]], key: str = "wire_bytes", **match: str) -> float:
+    return sum(r[key] for r in rows if all(r[k] == v for k, v in match.items()))
+
+
+def traffic_summary(per_rank: list[list[dict[str, Any]]], steps: int, seconds: float, multi_node: bool,
+                    ddp_step_bytes: float) -> dict[str, Any]:
+    def stats(**match: str) -> dict[str, float]:
+        values = [_sum(rows, **match) for rows in per_rank]
+        return {"mean": sum(values) / len(values), "max": max(values)}
+
+    phases = sorted({r["phase"] for rows in per_rank for r in rows})
+    training_bytes = sum(stats(phase=p)["mean"] for p in phases if p in TRAINING_PHASES)
+    inter_training = sum(stats(phase=p, locality="inter")["mean"] for p in phases if p in TRAINING_PHASES)
+    ddp_reference = steps * ddp_step_bytes
+    return {
+        "note": "wire bytes sent per rank (ring estimates); mean and max over ranks",
+        "total_bytes": stats(),
+        "inter_node_bytes": stats(locality="inter"),
+        "intra_node_bytes": stats(locality="intra"),
+        "by_phase": {p: {"total": stats(phase=p), "inter": stats(phase=p, locality="inter")} for p in phases},
+        "per_step_bytes": training_bytes / steps,
+        "inter_node_gb_per_s": stats(locality="inter")["mean"] / GIGA / seconds if seconds else 0.0,
+        "ddp_reference_bytes": ddp_reference,
+        "ddp_reference_inter_node_bytes": ddp_reference if multi_node else 0.0,
+        "training_bytes": training_bytes,
+        "training_inter_node_bytes": inter_training,
+        "reduction_vs_ddp": ddp_reference / training_bytes if training_bytes else float("inf"),
+        "rows_rank0": per_rank[0],
+        "rows_per_rank": per_rank,
+    }
+
+
+def build_summary(trainer: Trainer) -> dict[str, Any]:
+    per_rank = gather_rows(trainer)
+    method, topology, config = trainer.method, trainer.topology, trainer.config
+    counts = method.parameter_counts()
+    element = next(method.model.parameters()).element_size()
+    ddp_step_bytes = counts.dense * element * wire_factor(Op.ALL_REDUCE, topology.world_size)
+    history = trainer.state.history
+    final = history[-1] if history else {}
+    summary: dict[str, Any] = {
+        "name": config.name,
+        "method": config.method.name,
+        "world_size": topology.world_size,
+        "num_nodes": topology.num_nodes,
+        "ranks_per_node": topology.ranks_per_node,
+        "steps": config.train.steps,
+        "final": {k: final.get(k) for k in ("val_top1", "val_top5", "val_loss")},
+        "best_top1": max((h["val_top1"] for h in history), default=None),
+        "history": history,
+        "compression": {
+            "dense_params": counts.dense,
+            "final_params": counts.current,
+            "final_ratio": counts.compression,
+        },
+        "traffic": traffic_summary(per_rank, config.train.steps, trainer.state.train_seconds,
+                                   topology.num_nodes > 1, ddp_step_bytes),
+        "timing": {"train_seconds": trainer.state.train_seconds,
+                   "seconds_per_step": trainer.state.train_seconds / config.train.steps},
+        "config": flatten(config),
+    }
+    summary.update(_method_details(method))
+    return summary
+
+
+def _method_details(method: Any) -> dict[str, Any]:
+    details: dict[str, Any] = {}
+    schedule = getattr(method, "schedule", None)
+    if schedule is not None:
+        details["schedule"] = schedule.describe()
+    groups = getattr(method, "groups", None)
+    if groups is not None:
+        details["groups"] = {"group_size": groups.group_size, "num_groups": groups.num_groups,
+                             "a_ranks": list(groups.a_ranks), "b_ranks": list(groups.b_ranks)}
+    decompositions = getattr(method, "decompositions", None)
+    if decompositions is not None:
+        details["decompositions"] = decompositions
+        details["compression_during_ab"] = [d["compression"] for d in decompositions]
+        details["svd_seconds"] = [d["svd_seconds"] for d in decompositions]
+        details["spectra"] = getattr(method, "spectra", {})
+    return details

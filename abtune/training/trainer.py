@@ -1,0 +1,186 @@
+"""The training loop, readable top to bottom: build, maybe resume, step, evaluate, checkpoint, report.
+
+The trainer knows nothing of low rank, groups or compression: the method does. Each rank runs
+one Trainer; rank 0 prints and writes the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from abtune.config import RunConfig
+from abtune.data import build_datasets, build_loaders, steps_per_epoch
+from abtune.dist import DistEnv, discover_topology
+from abtune.errors import TrainingFailed
+from abtune.methods import MethodContext, build_method
+from abtune.models import build_model
+from abtune.training.checkpoint import Checkpointer, rng_state, set_rng_state
+from abtune.training.evaluate import Evaluation, evaluate
+from abtune.training.lr import scheduled_lr
+from abtune.training.progress import ProgressReporter
+from abtune.training.summary import build_summary
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    train_seconds: float = 0.0
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _make_optimizer(config: RunConfig):  # noqa: ANN202 - returns a factory
+    opt = config.optimizer
+
+    def make(params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        if opt.name == "sgd":
+            return torch.optim.SGD(params, lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
+        return torch.optim.AdamW(params, lr=opt.lr, betas=opt.betas, weight_decay=opt.weight_decay)
+
+    return make
+
+
+class Trainer:
+    def __init__(self, config: RunConfig, run_dir: Path, env: DistEnv) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        self.env = env
+        self.state = TrainState()
+        torch.manual_seed(config.seed)
+        self.topology, self.meter = discover_topology(env)
+        self.world = self.meter.world()
+        train_set, val_set, self.data_info = build_datasets(config.data, config.seed)
+        self.train_loader, self.val_loader, self.sampler = build_loaders(
+            train_set, val_set, config.train.local_batch_size, env.rank, env.world_size, config.seed,
+            config.data.num_workers,
+        )
+        self.steps_per_epoch = steps_per_epoch(len(train_set), config.train.local_batch_size, env.world_size)
+        self.eval_every = config.train.eval_every or self.steps_per_epoch
+        self.method = build_method(
+            config.method,
+            MethodContext(env, self.meter, config.train.steps, _make_optimizer(config), self._new_model),
+        )
+        self.checkpointer = Checkpointer(run_dir, env.rank, config.train.keep_checkpoints, self.meter, self.world)
+        self.progress = ProgressReporter(env.is_main, config.train.steps)
+
+    def _new_model(self) -> nn.Module:
+        return build_model(self.config.model, self.data_info).to(self.env.device)
+
+    # --- the loop -------------------------------------------------------------------------
+    def train(self, resume: bool = False) -> dict[str, Any] | None:
+        checkpoint = self.checkpointer.latest() if resume else None
+        self.method.setup(self._new_model(), broadcast_initial=checkpoint is None)
+        if checkpoint is not None:
+            self._load(checkpoint)
+        batches = self._batches()
+        with self.progress:
+            while self.state.step < self.config.train.steps:
+                step = self.state.step
+                started = time.perf_counter()
+                self.method.begin_step(step)
+                loss = self._train_step(step, *next(batches))
+                self.method.end_step(step)
+                self.state.step += 1
+                self.state.train_seconds += time.perf_counter() - started
+                self.progress.step(self.state.step, loss, self.method.phase)
+                if self.state.step % self.eval_every == 0 and self.state.step < self.config.train.steps:
+                    self._evaluate()
+                if self._checkpoint_due():
+                    self._save()
+        self.method.finish()
+        self._evaluate()
+        self._save()
+        return self._report()
+
+    def _train_step(self, step: int, images: torch.Tensor, labels: torch.Tensor) -> float:
+        images, labels = images.to(self.env.device), labels.to(self.env.device)
+        loss = F.cross_entropy(self.method.module(images), labels)
+        if not torch.isfinite(loss):
+            raise TrainingFailed(
+                f"the loss became {loss.item()} at step {step} (phase {self.method.phase}, rank {self.env.rank}); "
+                "lower optimizer.lr or set train.grad_clip"
+            )
+        loss.backward()
+        if self.config.train.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.method.model.parameters(), self.config.train.grad_clip)
+        lr = scheduled_lr(self.config.schedule, self.config.optimizer.lr, step, self.config.train.steps)
+        for group in self.method.optimizer.param_groups:
+            group["lr"] = lr * self.method.lr_factor(step)
+        self.method.optimizer.step()
+        self.method.optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+    def _batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Endless batches; remembers the position in the epoch so a checkpoint can resume there."""
+        while True:
+            self.sampler.set_position(self.state.epoch, self.state.batch_in_epoch * self.config.train.local_batch_size)
+            for images, labels in self.train_loader:
+                self.state.batch_in_epoch += 1
+                yield images, labels
+            self.state.epoch += 1
+            self.state.batch_in_epoch = 0
+
+    def _evaluate(self) -> Evaluation:
+        result = evaluate(self.method.eval_module(), self.val_loader, self.env.device, self.meter, self.world)
+        counts = self.method.parameter_counts()
+        row = {
+            "step": self.state.step,
+            "epoch": self.state.step / self.steps_per_epoch,
+            "phase": self.method.phase,
+            "loss": self.progress.mean_loss(),
+            **{f"val_{k}": v for k, v in asdict(result).items()},
+            "compression": counts.compression,
+            "trainable_params": counts.trainable,
+            "inter_node_bytes": self.meter.total(locality="inter"),
+            "intra_node_bytes": self.meter.total(locality="intra"),
+        }
+        self.state.history.append(row)
+        self.progress.evaluation(row)
+        return result
+
+    # --- checkpoints ----------------------------------------------------------------------
+    def _checkpoint_due(self) -> bool:
+        every = self.config.train.checkpoint_every
+        return every > 0 and self.state.step % every == 0 and self.state.step < self.config.train.steps
+
+    def _save(self) -> None:
+        self.checkpointer.save(
+            self.state.step,
+            {
+                "train_state": asdict(self.state),
+                "method": self.method.state_dict(),
+                "model": self.method.model.state_dict(),
+                "optimizer": self.method.optimizer.state_dict(),
+                "meter": self.meter.state_dict(),
+                "progress": self.progress.state_dict(),
+                "rng": rng_state(),
+            },
+        )
+
+    def _load(self, folder: Path) -> None:
+        saved = self.checkpointer.load(folder)
+        self.state = TrainState(**saved["train_state"])
+        self.method.load_state_dict(saved["method"])
+        self.method.model.load_state_dict(saved["model"])
+        self.method.optimizer.load_state_dict(saved["optimizer"])
+        self.meter.load_state_dict(saved["meter"])
+        self.progress.load_state_dict(saved["progress"])
+        set_rng_state(saved["rng"])
+        self.progress.note(f"resumed from {folder} at step {self.state.step}")
+
+    # --- the summary ----------------------------------------------------------------------
+    def _report(self) -> dict[str, Any] | None:
+        summary = build_summary(self)
+        if self.env.is_main:
+            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        return summary

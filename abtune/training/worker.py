@@ -1,0 +1,60 @@
+"""One rank of a run: `python -m abtune.training.worker RUN_DIR [--resume]`.
+
+Reads the resolved config from RUN_DIR/config.yaml and the torch.distributed variables from the
+environment. A failure is written to RUN_DIR/failures/rank_N.txt (one line for the launcher to
+show) before the process exits non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from pathlib import Path
+
+from abtune.config import load_run_config
+from abtune.dist import init_distributed, shutdown
+from abtune.errors import AbtuneError
+
+CONFIG_FILE = "config.yaml"
+FAILURES_DIR = "failures"
+
+
+def record_failure(run_dir: Path, rank: int, message: str, details: str = "") -> None:
+    folder = run_dir / FAILURES_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"rank_{rank}.txt").write_text(message + ("\n\n" + details if details else ""))
+
+
+def run_rank(run_dir: Path, resume: bool) -> None:
+    from abtune.training.trainer import Trainer  # torch-heavy; imported once the process is a rank
+
+    config = load_run_config(run_dir / CONFIG_FILE)
+    env = init_distributed(config.train.pg_timeout_s)
+    try:
+        Trainer(config, run_dir, env).train(resume=resume)
+    except AbtuneError as error:
+        record_failure(run_dir, env.rank, str(error))
+        raise
+    except Exception as error:
+        record_failure(run_dir, env.rank, f"rank {env.rank}: {type(error).__name__}: {error}", traceback.format_exc())
+        raise
+    finally:
+        shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="abtune-worker")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        run_rank(args.run_dir, args.resume)
+    except AbtuneError as error:
+        print(f"abtune worker: {error}", file=sys.stderr)
+        return error.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
