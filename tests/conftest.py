@@ -1,0 +1,46 @@
+"""Shared helpers: tiny run configs and running the installed `abtune` command."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+TINY_VIT = {"arch": "vit", "patch_size": 2, "num_layers": 1, "num_heads": 2, "hidden_dim": 16, "mlp_dim": 32}
+CLI_TIMEOUT_S = 600
+
+
+def abtune_command() -> list[str]:
+    installed = shutil.which("abtune", path=str(Path(sys.executable).parent))
+    return [installed] if installed else [sys.executable, "-m", "abtune.cli"]
+
+
+def run_cli(*args: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}
+    result = subprocess.run(
+        [*abtune_command(), *args], capture_output=True, text=True, timeout=CLI_TIMEOUT_S, cwd=cwd, env=env
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"abtune {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def write_config(path: Path, **sections: Any) -> Path:
+    config = {"name": "tiny", "seed": 0, "model": dict(TINY_VIT), "data": {"name": "digits"},
+              "train": {"steps": 40, "local_batch_size": 16, "eval_every": 1000},
+              "optimizer": {"name": "adamw", "lr": 0.003}, "method": {"name": "ddp"}}
+    for key, value in sections.items():
+        config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) else value
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture
+def tiny_config(tmp_path: Path) -> Path:
+    return write_config(tmp_path / "run.yaml")

@@ -1,0 +1,54 @@
+"""Bad input ends in one clear line naming the problem, exit code 2, and no run folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli, write_config
+
+
+@pytest.mark.parametrize(
+    ("sections", "expected"),
+    [
+        ({"method": {"name": "ab", "sigma_cutof": 0.1}}, "method.sigma_cutof: unknown key"),
+        ({"method": {"name": "ab", "warmup_frac": 1.5}}, "method.warmup_frac: Input should be less than 1"),
+        ({"train": {"steps": 0}}, "train.steps: Input should be greater than or equal to 1"),
+        ({"optimizer": {"lr": "fast"}}, "optimizer.lr: Input should be a valid number"),
+        ({"method": {"name": "ab", "group_size": 3}}, "method.group_size: 3 does not divide the 4 ranks"),
+        ({"method": {"name": "ab", "group_size": 4}}, "needs at least 2 groups"),
+        ({"method": {"name": "powersgdd"}}, "method"),
+    ],
+)
+def test_bad_config_gives_one_line_and_exit_2(tmp_path: Path, sections: dict, expected: str) -> None:
+    config = write_config(tmp_path / "bad.yaml", **sections)
+    result = run_cli("train", str(config), "--nproc", "4", "--run-dir", str(tmp_path / "run"), check=False)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert expected in lines[0]
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    result = run_cli("train", str(tmp_path / "nope.yaml"), check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"abtune: error: {tmp_path / 'nope.yaml'}: no such file"
+
+
+def test_uneven_ranks_per_node(tiny_config: Path) -> None:
+    result = run_cli("train", str(tiny_config), "--nproc", "3", "--ranks-per-node", "2", check=False)
+    assert result.returncode == 2
+    assert "--ranks-per-node 2 must divide --nproc 3" in result.stderr
+
+
+def test_existing_run_is_not_overwritten(tmp_path: Path, tiny_config: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("name: earlier\n")
+    result = run_cli("train", str(tiny_config), "--run-dir", str(run_dir), check=False)
+    assert result.returncode == 2
+    assert "already holds a run" in result.stderr
+    assert (run_dir / "config.yaml").read_text() == "name: earlier\n"
