@@ -97,6 +97,10 @@ class DdpConfig(StrictModel):
     """Traditional full-rank data parallelism (PyTorch DDP)."""
 
     name: Literal["ddp"] = "ddp"
+    comm_hook: Literal["allreduce", "noop"] = Field(
+        "allreduce",
+        description="noop skips the gradient exchange: the zero-communication floor for benchmarks (ranks drift apart)",
+    )
 
 
 class AbConfig(StrictModel):

@@ -35,6 +35,13 @@ def metered_allreduce_hook(state: MeteredHookState, bucket: dist.GradBucket) -> 
     return default_hooks.allreduce_hook(state.group.handle, bucket)
 
 
+def noop_hook(_state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Exchange nothing: each rank keeps its own gradient (a timing floor, not a training method)."""
+    future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    future.set_result(bucket.buffer())
+    return future
+
+
 class DataParallel(nn.Module):
     """DDP over `group` with no collectives hidden from the meter.
 
@@ -44,7 +51,7 @@ class DataParallel(nn.Module):
     evaluation and at AB syncs) instead of broadcast from rank 0 at every forward.
     """
 
-    def __init__(self, model: nn.Module, group: CommGroup, meter: CommMeter) -> None:
+    def __init__(self, model: nn.Module, group: CommGroup, meter: CommMeter, exchange: bool = True) -> None:
         super().__init__()
         self.group = group
         self.meter = meter
@@ -52,7 +59,10 @@ class DataParallel(nn.Module):
             model, process_group=group.handle, init_sync=False, forward_sync_buffers=False
         )
         self._hook_state = MeteredHookState(meter, group)
-        self.ddp.register_comm_hook(self._hook_state, metered_allreduce_hook)
+        if exchange:
+            self.ddp.register_comm_hook(self._hook_state, metered_allreduce_hook)
+        else:
+            self.ddp.register_comm_hook(None, noop_hook)
         self._steps = 0
         self._trainable = [p for p in model.parameters() if p.requires_grad]
 
@@ -81,7 +91,8 @@ class DDP(Method):
     name = "ddp"
 
     def _setup(self) -> None:
-        self.module = DataParallel(self.model, self.world, self.meter)
+        exchange = self.config.comm_hook == "allreduce"
+        self.module = DataParallel(self.model, self.world, self.meter, exchange=exchange)
         self.rebuild_optimizer([p for p in self.model.parameters() if p.requires_grad])
 
     def begin_step(self, step: int) -> None:
