@@ -16,10 +16,11 @@ import time
 from pathlib import Path
 
 from abtune.errors import ConfigError, TrainingFailed
-from abtune.training.worker import FAILURES_DIR
+from abtune.training.worker import FAILURES_DIR, QUIET_VARIABLE
 
 POLL_SECONDS = 0.2
 GRACE_SECONDS = 10.0
+SETTLE_SECONDS = 1.0
 
 
 def free_port() -> int:
@@ -33,7 +34,7 @@ def rank_environment(rank: int, nproc: int, ranks_per_node: int, port: int) -> d
     env.update(
         RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank % ranks_per_node),
         ABTUNE_NODE_RANK=str(rank // ranks_per_node), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-        OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
+        OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"), **{QUIET_VARIABLE: "1"},
     )
     return env
 
@@ -60,8 +61,10 @@ def launch(run_dir: Path, nproc: int, ranks_per_node: int, resume: bool = False)
         _stop(processes)
         raise
     if failed is not None:
+        time.sleep(SETTLE_SECONDS)  # let ranks that saw the failure record it before they are stopped
+        codes = [p.poll() for p in processes]
         _stop(processes)
-        raise TrainingFailed(_failure_message(run_dir, failed, processes[failed].returncode))
+        raise TrainingFailed(_failure_message(run_dir, codes))
 
 
 def _wait(processes: list[subprocess.Popen[bytes]]) -> int | None:
@@ -89,9 +92,18 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
             process.wait()
 
 
-def _failure_message(run_dir: Path, rank: int, code: int) -> str:
-    recorded = sorted((run_dir / FAILURES_DIR).glob("rank_*.txt"))
-    if recorded:
-        return recorded[0].read_text().splitlines()[0]
-    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-    return f"rank {rank} {how}"
+def _failure_message(run_dir: Path, codes: list[int | None]) -> str:
+    """The cause, not its echoes: an abtune error first (NaN loss, bad value), then a rank killed by
+    a signal (its peers crash in their next collective), then any crash."""
+    folder = run_dir / FAILURES_DIR
+    errors = sorted(folder.glob("error_rank_*.txt"))
+    if errors:
+        return errors[0].read_text().splitlines()[0]
+    for rank, code in enumerate(codes):
+        if code is not None and code < 0:
+            return f"rank {rank} was killed by {signal.Signals(-code).name}"
+    crashes = sorted(folder.glob("crash_rank_*.txt"))
+    if crashes:
+        return crashes[0].read_text().splitlines()[0]
+    rank, code = next((r, c) for r, c in enumerate(codes) if c not in (None, 0))
+    return f"rank {rank} exited with code {code}"

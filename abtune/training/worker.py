@@ -8,6 +8,7 @@ show) before the process exits non-zero.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -20,10 +21,15 @@ CONFIG_FILE = "config.yaml"
 FAILURES_DIR = "failures"
 
 
-def record_failure(run_dir: Path, rank: int, message: str, details: str = "") -> None:
+QUIET_VARIABLE = "ABTUNE_LAUNCHED"  # set by a launcher that reports failures itself
+
+
+def record_failure(run_dir: Path, rank: int, message: str, details: str = "", deliberate: bool = True) -> None:
+    """`deliberate`: an abtune error (bad value, NaN loss); otherwise a crash, often a peer's death seen in a collective."""
     folder = run_dir / FAILURES_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"rank_{rank}.txt").write_text(message + ("\n\n" + details if details else ""))
+    kind = "error" if deliberate else "crash"
+    (folder / f"{kind}_rank_{rank}.txt").write_text(message + ("\n\n" + details if details else ""))
 
 
 def run_rank(run_dir: Path, resume: bool) -> None:
@@ -37,7 +43,8 @@ def run_rank(run_dir: Path, resume: bool) -> None:
         record_failure(run_dir, env.rank, str(error))
         raise
     except Exception as error:
-        record_failure(run_dir, env.rank, f"rank {env.rank}: {type(error).__name__}: {error}", traceback.format_exc())
+        record_failure(run_dir, env.rank, f"rank {env.rank}: {type(error).__name__}: {error}", traceback.format_exc(),
+                       deliberate=False)
         raise
     finally:
         shutdown()
@@ -51,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_rank(args.run_dir, args.resume)
     except AbtuneError as error:
-        print(f"abtune worker: {error}", file=sys.stderr)
+        if not os.environ.get(QUIET_VARIABLE):
+            print(f"abtune worker: {error}", file=sys.stderr)
         return error.exit_code
     return 0
 
