@@ -9,6 +9,7 @@ A collective is inter-node when its group spans more than one node.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -105,15 +106,15 @@ class CommMeter:
 
     # --- metered collectives -------------------------------------------------------------
     def all_reduce(self, tensor: torch.Tensor, group: CommGroup, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM) -> None:
-        self.record(Op.ALL_REDUCE, tensor.numel() * tensor.element_size(), group)
+        self.record(Op.ALL_REDUCE, tensor.nbytes, group)
         dist.all_reduce(tensor, op=op, group=group.handle)
 
     def broadcast(self, tensor: torch.Tensor, src: int, group: CommGroup) -> None:
-        self.record(Op.BROADCAST, tensor.numel() * tensor.element_size(), group)
+        self.record(Op.BROADCAST, tensor.nbytes, group)
         dist.broadcast(tensor, src=src, group=group.handle)
 
     def all_gather(self, output: torch.Tensor, tensor: torch.Tensor, group: CommGroup) -> None:
-        self.record(Op.ALL_GATHER, output.numel() * output.element_size(), group)
+        self.record(Op.ALL_GATHER, output.nbytes, group)
         dist.all_gather_single(output, tensor, group=group.handle)
 
     def barrier(self, group: CommGroup) -> None:
@@ -127,12 +128,9 @@ class CommMeter:
             for (p, g, loc, op), t in sorted(self._tallies.items())
         ]
 
-    def total(self, *, phase: str | None = None, locality: str | None = None, key: str = "wire_bytes") -> float:
-        return sum(
-            row[key]
-            for row in self.rows()
-            if (phase is None or row["phase"] == phase) and (locality is None or row["locality"] == locality)
-        )
+    def total(self, key: str = "wire_bytes", **match: str) -> float:
+        """Sum of `key` over the rows whose fields equal `match` (e.g. locality="inter")."""
+        return sum_rows(self.rows(), key, **match)
 
     def state_dict(self) -> dict[str, Any]:
         return {"phase": self.phase, "rows": self.rows()}
@@ -145,24 +143,25 @@ class CommMeter:
             self._tallies[key] = Tally(row["calls"], row["payload_bytes"], row["wire_bytes"])
 
 
-def tensor_bytes(tensors: list[torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
+def sum_rows(rows: list[dict[str, Any]], key: str = "wire_bytes", **match: str) -> float:
+    return sum(row[key] for row in rows if all(row[field] == value for field, value in match.items()))
 
 
-def _coalesce_by_dtype(tensors: list[torch.Tensor]) -> dict[torch.dtype, list[torch.Tensor]]:
+def _coalesced_(tensors: list[torch.Tensor], collective: Callable[[torch.Tensor], None]) -> None:
+    """Run `collective` on one flat buffer per dtype and copy the result back into `tensors`."""
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = defaultdict(list)
     for tensor in tensors:
         by_dtype[tensor.dtype].append(tensor)
-    return by_dtype
+    for same_dtype in by_dtype.values():
+        flat = torch._utils._flatten_dense_tensors([t.detach() for t in same_dtype])
+        collective(flat)
+        for tensor, result in zip(same_dtype, torch._utils._unflatten_dense_tensors(flat, same_dtype), strict=True):
+            tensor.detach().copy_(result)
 
 
 def broadcast_tensors_(meter: CommMeter, tensors: list[torch.Tensor], src: int, group: CommGroup) -> None:
     """Overwrite `tensors` with `src`'s values, one coalesced broadcast per dtype."""
-    for same_dtype in _coalesce_by_dtype(tensors).values():
-        flat = torch._utils._flatten_dense_tensors([t.detach() for t in same_dtype])
-        meter.broadcast(flat, src, group)
-        for tensor, synced in zip(same_dtype, torch._utils._unflatten_dense_tensors(flat, same_dtype), strict=True):
-            tensor.detach().copy_(synced)
+    _coalesced_(tensors, lambda flat: meter.broadcast(flat, src, group))
 
 
 def average_tensors_(
@@ -173,10 +172,10 @@ def average_tensors_(
 
     Sum-then-divide gives bit-identical results on every rank of the group.
     """
-    floating = [t for t in tensors if t.is_floating_point()]
-    for same_dtype in _coalesce_by_dtype(floating).values():
-        flat = torch._utils._flatten_dense_tensors([t.detach() for t in same_dtype])
+    divisor = group.size if divide_by is None else divide_by
+
+    def reduce(flat: torch.Tensor) -> None:
         meter.all_reduce(flat, group)
-        flat /= group.size if divide_by is None else divide_by
-        for tensor, mean in zip(same_dtype, torch._utils._unflatten_dense_tensors(flat, same_dtype), strict=True):
-            tensor.detach().copy_(mean)
+        flat /= divisor
+
+    _coalesced_([t for t in tensors if t.is_floating_point()], reduce)

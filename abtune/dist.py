@@ -63,7 +63,7 @@ def discover_topology(env: DistEnv) -> tuple[Topology, CommMeter]:
     topology = Topology(tuple(int(n) for n in gathered.tolist()))
     meter = CommMeter(topology)
     # The gather ran before the meter could exist (it needs the topology); count it now.
-    meter.record(Op.ALL_GATHER, gathered.numel() * gathered.element_size(), meter.world())
+    meter.record(Op.ALL_GATHER, gathered.nbytes, meter.world())
     return topology, meter
 
 

@@ -83,7 +83,7 @@ def test_ddp_traffic_matches_the_formula_exactly(ddp_run: dict[str, Any], workdi
         assert payload(ddp_run, rank, "train") == 40 * dense + ddp_rebuild_bytes(len(params))
         assert payload(ddp_run, rank, "setup") == NPROC * INT64 + dense  # node gather + initial broadcast
     # Wire bytes: ring all-reduce over 4 ranks moves 2*3/4 of the payload; the world spans both nodes.
-    train_rows = [r for r in ddp_run["traffic"]["rows_rank0"] if r["phase"] == "train"]
+    train_rows = [r for r in ddp_run["traffic"]["rows_per_rank"][0] if r["phase"] == "train"]
     assert all(r["locality"] == "inter" for r in train_rows)
     assert sum(r["wire_bytes"] for r in train_rows if r["op"] == "all_reduce") == 40 * dense * 1.5
     assert ddp_run["traffic"]["reduction_vs_ddp"] == pytest.approx(1.0, rel=1e-3)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 from abtune.methods.base import Method, MethodContext
 
 _REGISTRY: dict[str, str] = {
@@ -11,16 +13,10 @@ _REGISTRY: dict[str, str] = {
 }
 
 
-def method_names() -> list[str]:
-    return sorted(_REGISTRY)
-
-
 def build_method(config: object, ctx: MethodContext) -> Method:
-    import importlib
-
     module_name, class_name = _REGISTRY[config.name].split(":")  # type: ignore[attr-defined]
     cls = getattr(importlib.import_module(module_name), class_name)
     return cls(config, ctx)
 
 
-__all__ = ["Method", "MethodContext", "build_method", "method_names"]
+__all__ = ["Method", "MethodContext", "build_method"]

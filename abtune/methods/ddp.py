@@ -31,7 +31,7 @@ def metered_allreduce_hook(state: MeteredHookState, bucket: dist.GradBucket) -> 
     """DDP comm hook: counts each gradient bucket, then averages it with a plain all-reduce."""
     state.buckets_seen.add(bucket.index())
     buffer = bucket.buffer()
-    state.meter.record(Op.ALL_REDUCE, buffer.numel() * buffer.element_size(), state.group)
+    state.meter.record(Op.ALL_REDUCE, buffer.nbytes, state.group)
     return default_hooks.allreduce_hook(state.group.handle, bucket)
 
 

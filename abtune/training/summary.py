@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from abtune.comm import Op, wire_factor
+from abtune.comm import Op, sum_rows, wire_factor
 from abtune.config import flatten
 
 if TYPE_CHECKING:
@@ -19,7 +19,6 @@ if TYPE_CHECKING:
 
 TRAINING_PHASES = ("train", "warmup", "ab", "sync", "rebound")
 GIGA = 1e9
-LENGTH_BYTES = 8
 
 
 def gather_rows(trainer: Trainer) -> list[list[dict[str, Any]]]:
@@ -38,14 +37,10 @@ def gather_rows(trainer: Trainer) -> list[list[dict[str, Any]]]:
     return [json.loads(bytes(blobs[r, : int(lengths[r])].tolist())) for r in range(trainer.env.world_size)]
 
 
-def _sum(rows: list[dict[str, Any]], key: str = "wire_bytes", **match: str) -> float:
-    return sum(r[key] for r in rows if all(r[k] == v for k, v in match.items()))
-
-
 def traffic_summary(per_rank: list[list[dict[str, Any]]], steps: int, seconds: float, multi_node: bool,
                     ddp_step_bytes: float) -> dict[str, Any]:
     def stats(**match: str) -> dict[str, float]:
-        values = [_sum(rows, **match) for rows in per_rank]
+        values = [sum_rows(rows, **match) for rows in per_rank]
         return {"mean": sum(values) / len(values), "max": max(values)}
 
     phases = sorted({r["phase"] for rows in per_rank for r in rows})
@@ -65,7 +60,6 @@ def traffic_summary(per_rank: list[list[dict[str, Any]]], steps: int, seconds: f
         "training_bytes": training_bytes,
         "training_inter_node_bytes": inter_training,
         "reduction_vs_ddp": ddp_reference / training_bytes if training_bytes else float("inf"),
-        "rows_rank0": per_rank[0],
         "rows_per_rank": per_rank,
     }
 
