@@ -1,4 +1,4 @@
-"""Time of one AB decomposition (rank selection + factorization of every eligible weight).
+"""Time of one AB decomposition (one SVD per eligible weight: rank selection and factors).
 
     python benchmarks/bench_svd.py [--repeats 3]
 
@@ -28,8 +28,9 @@ def decompose_once(model: torch.nn.Module, refs: list[lowrank.WeightRef], cutoff
     started = time.perf_counter()
     for ref in refs:
         weight = getattr(ref.module(model), ref.attr)
-        rank = lowrank.rank_for_cutoff(lowrank.singular_values(weight), cutoff)
-        lowrank.factorize(weight, rank)
+        decomposition = lowrank.svd(weight)
+        rank = lowrank.rank_for_cutoff(decomposition[1], cutoff)
+        lowrank.factorize(weight, rank, decomposition)
     return time.perf_counter() - started
 
 

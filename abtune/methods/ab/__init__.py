@@ -81,21 +81,21 @@ class ABTraining(Method):
     def _decompose(self, step: int) -> None:
         self.meter.phase = Phase.AB.value
         started = time.perf_counter()
-        sigmas = [lowrank.singular_values(getattr(ref.module(self.model), ref.attr)) for ref in self.refs]
-        wanted = torch.tensor([lowrank.rank_for_cutoff(s, self.config.sigma_cutoff) for s in sigmas])
+        svds = {ref.key: lowrank.svd(getattr(ref.module(self.model), ref.attr)) for ref in self.refs}
+        wanted = torch.tensor([lowrank.rank_for_cutoff(s, self.config.sigma_cutoff) for _, s, _ in svds.values()])
         self.meter.all_reduce(wanted, self.world, op=dist.ReduceOp.MAX)  # every rank must factor alike
-        self._factor_all(dict(zip([r.key for r in self.refs], wanted.tolist(), strict=True)))
+        self._factor_all(dict(zip(svds, wanted.tolist(), strict=True)), svds)
         seconds = time.perf_counter() - started
-        self.spectra = {ref.key: s.tolist() for ref, s in zip(self.refs, sigmas, strict=True)}
+        self.spectra = {key: s.tolist() for key, (_, s, _) in svds.items()}
         counts = self.parameter_counts()
         self.decompositions.append(
             {"step": step, "svd_seconds": seconds, "params": counts.current, "trainable": counts.trainable,
              "compression": counts.compression, "ranks": dict(self.ranks)}
         )
 
-    def _factor_all(self, ranks: dict[str, int]) -> None:
+    def _factor_all(self, ranks: dict[str, int], svds: dict[str, lowrank.SVD] | None = None) -> None:
         for ref in self.refs:
-            lowrank.factor(self.model, ref, ranks[ref.key])
+            lowrank.factor(self.model, ref, ranks[ref.key], svds[ref.key] if svds else None)
         self.ranks = ranks
         self.in_ab = True
         self._wrap_low_rank()

@@ -59,22 +59,28 @@ def as_matrix(weight: torch.Tensor) -> torch.Tensor:
     return weight.detach().reshape(weight.shape[0], -1).float()
 
 
-def singular_values(weight: torch.Tensor) -> torch.Tensor:
-    return torch.linalg.svdvals(as_matrix(weight))
+SVD = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def svd(weight: torch.Tensor) -> SVD:
+    """fp32 thin SVD (U, S, Vh) of the weight viewed as a matrix."""
+    u, s, vh = torch.linalg.svd(as_matrix(weight), full_matrices=False)
+    return u, s, vh
 
 
 def rank_for_cutoff(sigma: torch.Tensor, cutoff: float) -> int:
     return max(1, int((sigma > cutoff * sigma[0]).sum()))
 
 
-def factorize(weight: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+def factorize(weight: torch.Tensor, rank: int, decomposition: SVD | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A = U sqrt(S), B = sqrt(S) V^T of the best rank-`rank` approximation.
 
     Signs are made canonical (the largest-magnitude entry of each column of U is positive), so
     every rank that factors the same W gets the same A and B; averaging factors whose signs
-    differ between ranks would destroy them.
+    differ between ranks would destroy them. Pass `decomposition` (the `svd` of `weight`) when
+    it is already known.
     """
-    u, s, vh = torch.linalg.svd(as_matrix(weight), full_matrices=False)
+    u, s, vh = decomposition if decomposition is not None else svd(weight)
     u, s, vh = u[:, :rank], s[:rank], vh[:rank]
     pivot = u.abs().argmax(dim=0)
     signs = torch.sign(u[pivot, torch.arange(rank)])
@@ -88,27 +94,36 @@ def factorize(weight: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tens
 class LowRankProduct(nn.Module):
     """Parametrization W = (A @ B) viewed in the weight's original shape."""
 
-    def __init__(self, shape: torch.Size, rank: int) -> None:
+    def __init__(self, shape: torch.Size, rank: int, decomposition: SVD | None = None) -> None:
         super().__init__()
         self.shape = shape
         self.rank = rank
+        self._decomposition = decomposition  # used once, when the parametrization is registered
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return (a @ b).view(self.shape)
 
     def right_inverse(self, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return factorize(weight, self.rank)
+        decomposition, self._decomposition = self._decomposition, None
+        return factorize(weight, self.rank, decomposition)
 
 
-def factor(model: nn.Module, ref: WeightRef, rank: int) -> None:
+def factor(model: nn.Module, ref: WeightRef, rank: int, decomposition: SVD | None = None) -> None:
+    """Replace the weight by A @ B of rank `rank` (from `decomposition`, the weight's `svd`, if given)."""
     module = ref.module(model)
     shape = getattr(module, ref.attr).shape
-    parametrize.register_parametrization(module, ref.attr, LowRankProduct(shape, rank), unsafe=True)
+    product = LowRankProduct(shape, rank, decomposition)
+    parametrize.register_parametrization(module, ref.attr, product, unsafe=True)
 
 
 def factors(model: nn.Module, ref: WeightRef) -> tuple[nn.Parameter, nn.Parameter]:
     originals = ref.module(model).parametrizations[ref.attr]
     return originals.original0, originals.original1
+
+
+def dense_shape(model: nn.Module, ref: WeightRef) -> torch.Size:
+    """The original shape of a factored weight, without computing A @ B."""
+    return ref.module(model).parametrizations[ref.attr][0].shape
 
 
 def merge(model: nn.Module, ref: WeightRef) -> None:

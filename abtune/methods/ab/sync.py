@@ -17,7 +17,7 @@ from torch import nn
 
 from abtune.comm import CommGroup, CommMeter, average_tensors_
 from abtune.methods.ab.groups import ABGroups, Target
-from abtune.methods.ab.lowrank import WeightRef, factors
+from abtune.methods.ab.lowrank import WeightRef, dense_shape, factors
 
 PARAMETRIZATION_MARK = "parametrizations."
 
@@ -28,8 +28,8 @@ def _unfactored_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return state
 
 
-def _product(a: torch.Tensor, b: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    return (a @ b).view(like.shape)
+def _product(a: torch.Tensor, b: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    return (a @ b).view(shape)
 
 
 def merged_state(
@@ -46,7 +46,7 @@ def merged_state(
     """
     state = _unfactored_state(model)
     pairs = {ref.key: [f.detach().clone() for f in factors(model, ref)] for ref in refs}
-    shapes = {ref.key: getattr(ref.module(model), ref.attr) for ref in refs}
+    shapes = {ref.key: dense_shape(model, ref) for ref in refs}
     if mode == "full":
         products = {k: _product(a, b, shapes[k]) for k, (a, b) in pairs.items()}
         average_tensors_(meter, [*products.values(), *state.values()], world)
