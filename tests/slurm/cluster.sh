@@ -313,33 +313,32 @@ start_mariadb() {
         die "could not create the slurm database user"
 }
 
-start_slurmdbd() {
-    local pidfile=$SLURM_DIR/slurmdbd.pid
-    if pid_alive "$pidfile" slurmdbd; then
-        log "slurmdbd already running"
+# start_controller NAME PORT [PREFIX...]: start daemon NAME (run as PREFIX... NAME) unless its pid
+# file shows it running; the caller waits for it to answer.
+start_controller() {
+    local name=$1 port=$2
+    shift 2
+    local pidfile=$SLURM_DIR/$name.pid
+    if pid_alive "$pidfile" "$name"; then
+        log "$name already running"
         return 0
     fi
-    port_in_use "$DBD_PORT" && die "port $DBD_PORT (slurmdbd) is already in use by another process; set ABTUNE_SLURM_PORT_BASE"
+    port_in_use "$port" && die "port $port ($name) is already in use by another process; set ABTUNE_SLURM_PORT_BASE"
     rm -f "$pidfile"
-    log "starting slurmdbd"
+    log "starting $name"
+    "$@" "$name" </dev/null >>"$SLURM_DIR/$name.out" 2>&1 ||
+        die "$name failed to start; see $SLURM_DIR/$name.log"
+}
+
+start_slurmdbd() {
     # the MySQL client library finds the server's unix socket through MYSQL_UNIX_PORT
-    MYSQL_UNIX_PORT=$DB_SOCKET slurmdbd </dev/null >>"$SLURM_DIR/slurmdbd.out" 2>&1 ||
-        die "slurmdbd failed to start; see $SLURM_DIR/slurmdbd.log"
+    start_controller slurmdbd "$DBD_PORT" env "MYSQL_UNIX_PORT=$DB_SOCKET"
     wait_for "slurmdbd port $DBD_PORT" port_in_use "$DBD_PORT" ||
         die "slurmdbd is not listening on $DBD_PORT; see $SLURM_DIR/slurmdbd.log"
 }
 
 start_slurmctld() {
-    local pidfile=$SLURM_DIR/slurmctld.pid
-    if pid_alive "$pidfile" slurmctld; then
-        log "slurmctld already running"
-        return 0
-    fi
-    port_in_use "$CTLD_PORT" && die "port $CTLD_PORT (slurmctld) is already in use by another process; set ABTUNE_SLURM_PORT_BASE"
-    rm -f "$pidfile"
-    log "starting slurmctld"
-    slurmctld </dev/null >>"$SLURM_DIR/slurmctld.out" 2>&1 ||
-        die "slurmctld failed to start; see $SLURM_DIR/slurmctld.log"
+    start_controller slurmctld "$CTLD_PORT"
     wait_for "slurmctld ping" scontrol ping || die "slurmctld not answering; see $SLURM_DIR/slurmctld.log"
 }
 
