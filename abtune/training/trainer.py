@@ -25,6 +25,7 @@ from abtune.methods import MethodContext, build_method
 from abtune.models import build_model
 from abtune.training.checkpoint import Checkpointer, rng_state, set_rng_state
 from abtune.training.evaluate import Evaluation, evaluate
+from abtune.training.hooks import MetricsFile, TrainingHook, build_hooks, configured_hook_specs
 from abtune.training.lr import scheduled_lr
 from abtune.training.progress import ProgressReporter
 from abtune.training.summary import build_summary
@@ -36,6 +37,7 @@ class TrainState:
     epoch: int = 0
     batch_in_epoch: int = 0
     train_seconds: float = 0.0
+    stopped_early: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -72,6 +74,9 @@ class Trainer:
         )
         self.checkpointer = Checkpointer(run_dir, env.rank, config.train.keep_checkpoints, self.meter, self.world)
         self.progress = ProgressReporter(env.is_main, config.train.steps)
+        self.hook_specs = configured_hook_specs(run_dir)  # every rank reads them: stopping is collective
+        self.hooks: list[TrainingHook] = []
+        self._window = _LogWindow()
 
     def _new_model(self) -> nn.Module:
         return build_model(self.config.model, self.data_info).to(self.env.device)
@@ -82,25 +87,36 @@ class Trainer:
         self.method.setup(self._new_model(), broadcast_initial=checkpoint is None)
         if checkpoint is not None:
             self._load(checkpoint)
+        self._open_hooks(resumed_at=self.state.step if checkpoint is not None else None)
+        try:
+            self._loop()
+            self.method.finish()
+            if self.state.stopped_early is None:
+                self._evaluate()
+            self._save()
+            return self._report()
+        finally:
+            for hook in self.hooks:
+                hook.close()
+
+    def _loop(self) -> None:
         batches = self._batches()
         with self.progress:
-            while self.state.step < self.config.train.steps:
+            while self.state.step < self.config.train.steps and self.state.stopped_early is None:
                 step = self.state.step
                 started = time.perf_counter()
                 self.method.begin_step(step)
                 loss = self._train_step(step, *next(batches))
                 self.method.end_step(step)
                 self.state.step += 1
-                self.state.train_seconds += time.perf_counter() - started
+                seconds = time.perf_counter() - started
+                self.state.train_seconds += seconds
                 self.progress.step(self.state.step, loss, self.method.phase)
+                self._log(loss, seconds)
                 if self.state.step % self.eval_every == 0 and self.state.step < self.config.train.steps:
                     self._evaluate()
                 if self._checkpoint_due():
                     self._save()
-        self.method.finish()
-        self._evaluate()
-        self._save()
-        return self._report()
 
     def _train_step(self, step: int, images: torch.Tensor, labels: torch.Tensor) -> float:
         images, labels = images.to(self.env.device), labels.to(self.env.device)
@@ -118,6 +134,7 @@ class Trainer:
             group["lr"] = lr * self.method.lr_factor(step)
         self.method.optimizer.step()
         self.method.optimizer.zero_grad(set_to_none=True)
+        self._window.lr = lr * self.method.lr_factor(step)
         return loss.item()
 
     def _batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -146,7 +163,39 @@ class Trainer:
         }
         self.state.history.append(row)
         self.progress.evaluation(row)
+        self._ask_hooks_to_continue(row)
         return result
+
+    # --- hooks (rank 0) ---------------------------------------------------------------------
+    def _open_hooks(self, resumed_at: int | None) -> None:
+        if self.env.is_main:
+            self.hooks = [MetricsFile(self.run_dir, resumed_at), *build_hooks(self.run_dir, self.hook_specs)]
+
+    def _log(self, loss: float, seconds: float) -> None:
+        window = self._window
+        window.add(loss, seconds)
+        if self.state.step % self.config.train.log_every and self.state.step != self.config.train.steps:
+            return
+        record = {
+            "step": self.state.step, "phase": self.method.phase, **window.flush(),
+            "total_bytes": self.meter.total(),
+            "inter_node_bytes": self.meter.total(locality="inter"),
+            "intra_node_bytes": self.meter.total(locality="intra"),
+        }
+        for hook in self.hooks:
+            hook.on_log(record)
+
+    def _ask_hooks_to_continue(self, row: dict[str, Any]) -> None:
+        """Rank 0's hooks may stop the run (pruning); the decision is broadcast so all ranks stop together."""
+        reasons = [reason for hook in self.hooks if (reason := hook.on_evaluation(row))]
+        if not self.hook_specs or self.state.step >= self.config.train.steps:
+            return  # the final evaluation ends the run anyway
+        decision = torch.tensor([1 if reasons else 0], dtype=torch.uint8, device=self.env.device)
+        self.meter.phase = "control"
+        self.meter.broadcast(decision, 0, self.world)
+        if int(decision.item()):
+            self.state.stopped_early = reasons[0] if reasons else "stopped by rank 0"
+            self.progress.note(f"stopping early at step {self.state.step}: {self.state.stopped_early}")
 
     # --- checkpoints ----------------------------------------------------------------------
     def _checkpoint_due(self) -> bool:
@@ -183,4 +232,26 @@ class Trainer:
         summary = build_summary(self)
         if self.env.is_main:
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+            for hook in self.hooks:
+                hook.on_end(summary)
         return summary
+
+
+@dataclass
+class _LogWindow:
+    """Loss and step time averaged over the steps since the last log record."""
+
+    lr: float = 0.0
+    loss_sum: float = 0.0
+    seconds_sum: float = 0.0
+    count: int = 0
+
+    def add(self, loss: float, seconds: float) -> None:
+        self.loss_sum += loss
+        self.seconds_sum += seconds
+        self.count += 1
+
+    def flush(self) -> dict[str, float]:
+        record = {"loss": self.loss_sum / self.count, "lr": self.lr, "step_seconds": self.seconds_sum / self.count}
+        self.loss_sum, self.seconds_sum, self.count = 0.0, 0.0, 0
+        return record
