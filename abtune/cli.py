@@ -97,6 +97,36 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from abtune import compare
+    from abtune.launch.local import check_layout, launch
+
+    methods = compare.parse_methods(args.methods)
+    shared, per_method = compare.split_overrides(_overrides(args.set), methods)
+    base = load_run_config(args.config, shared)
+    ranks_per_node = args.ranks_per_node or args.nproc
+    check_layout(args.nproc, ranks_per_node)
+    configs = {m: compare.method_config(base, m, per_method[m]) for m in methods}
+    for config in configs.values():
+        _check_method_layout(config, args.nproc, ranks_per_node)
+    out_dir = args.out or DEFAULT_RUNS_DIR / f"{base.name}-compare-{time.strftime('%Y%m%d-%H%M%S')}"
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise ConfigError(f"{out_dir} is not empty; choose another --out")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        rows = compare.run_methods(configs, out_dir, args.nproc, ranks_per_node, _prepare_run_dir, launch)
+    except KeyboardInterrupt:
+        print(f"abtune: interrupted; finished runs are in {out_dir}", file=sys.stderr)
+        return INTERRUPTED_EXIT
+    compare.print_table(rows)
+    for path in compare.write_outputs(rows, out_dir):
+        print(f"wrote {path}")
+    failed = [r.method for r in rows if r.error is not None]
+    if failed:
+        raise AbtuneError(f"{', '.join(failed)} failed (see the table); the other results are in {out_dir}")
+    return 0
+
+
 def cmd_config_show(args: argparse.Namespace) -> int:
     config = load_run_config(args.config) if args.config else RunConfig()
     print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), end="")
@@ -115,6 +145,17 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its checkpoint")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     train.set_defaults(func=cmd_train)
+
+    comp = commands.add_parser("compare", help="train one config with several methods and compare them")
+    comp.add_argument("config", type=Path, help="run config YAML")
+    comp.add_argument("--methods", default="ddp,ab,ab-nogroups,sbc,powersgd,fp16",
+                      help="comma-separated methods (default: %(default)s)")
+    comp.add_argument("--nproc", type=int, default=1, help="number of ranks (processes)")
+    comp.add_argument("--ranks-per-node", type=int, default=None, help="ranks per simulated node (default: all)")
+    comp.add_argument("--out", type=Path, default=None, help="output folder (default: runs/NAME-compare-TIME)")
+    comp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                      help="override a config field; METHOD.key=value sets a field of one method (sbc.delay=20)")
+    comp.set_defaults(func=cmd_compare)
 
     config = commands.add_parser("config", help="inspect run configs")
     config_commands = config.add_subparsers(dest="config_command", required=True)

@@ -179,3 +179,21 @@ def average_tensors_(
         flat /= divisor
 
     _coalesced_([t for t in tensors if t.is_floating_point()], reduce)
+
+
+def all_gather_bytes(meter: CommMeter, data: bytes, group: CommGroup, device: torch.device) -> list[bytes]:
+    """Every rank's `data` (lengths may differ), in rank order of `group`.
+
+    Two metered all-gathers: the lengths (int64 each), then the messages padded to the longest;
+    the padding really crosses the wire with gloo and NCCL, so it is counted.
+    """
+    lengths = torch.empty(group.size, dtype=torch.int64, device=device)
+    meter.all_gather(lengths, torch.tensor([len(data)], dtype=torch.int64, device=device), group)
+    width = int(lengths.max())
+    padded = torch.zeros(width, dtype=torch.uint8, device=device)
+    if data:
+        padded[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    gathered = torch.empty(width * group.size, dtype=torch.uint8, device=device)
+    meter.all_gather(gathered, padded, group)
+    rows = gathered.view(group.size, width).cpu().numpy()
+    return [rows[r, : int(lengths[r])].tobytes() for r in range(group.size)]

@@ -120,7 +120,36 @@ class AbConfig(StrictModel):
     )
 
 
-MethodConfig = Annotated[DdpConfig | AbConfig, Field(discriminator="name")]
+class SbcConfig(StrictModel):
+    """Sparse Binary Compression (Sattler et al. 2018): communication delay, top-k sparsification,
+    binarization, Golomb-coded positions, error feedback."""
+
+    name: Literal["sbc"] = "sbc"
+    delay: int = Field(10, ge=1, description="local optimizer steps between exchanges of the accumulated update")
+    sparsity: float = Field(0.01, gt=0.0, le=1.0, description="fraction of each tensor's entries sent (per side)")
+    binarize: bool = Field(True, description="send one mean per tensor instead of the kept values")
+
+
+class PowerSgdConfig(StrictModel):
+    """PyTorch's PowerSGD DDP comm hook (Vogels et al. 2019): rank-r gradient approximations."""
+
+    name: Literal["powersgd"] = "powersgd"
+    rank: int = Field(2, ge=1, description="matrix approximation rank")
+    start_step: int = Field(10, ge=2, description="plain all-reduce before this step (PyTorch needs > 1)")
+    min_compression_rate: float = Field(2.0, ge=1.0, description="compress a matrix only if it shrinks this much")
+    error_feedback: bool = True
+    warm_start: bool = True
+
+
+class Fp16Config(StrictModel):
+    """PyTorch's fp16 compression DDP comm hook: gradients all-reduced in half precision."""
+
+    name: Literal["fp16"] = "fp16"
+
+
+MethodConfig = Annotated[
+    DdpConfig | AbConfig | SbcConfig | PowerSgdConfig | Fp16Config, Field(discriminator="name")
+]
 
 
 class RunConfig(StrictModel):

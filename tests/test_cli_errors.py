@@ -19,6 +19,10 @@ from tests.conftest import run_cli, write_config
         ({"method": {"name": "ab", "group_size": 3}}, "method.group_size: 3 does not divide the 4 ranks"),
         ({"method": {"name": "ab", "group_size": 4}}, "needs at least 2 groups"),
         ({"method": {"name": "powersgdd"}}, "method"),
+        ({"method": {"name": "sbc", "sparsity": 0}}, "method.sparsity: Input should be greater than 0"),
+        ({"method": {"name": "sbc", "sparsity": 1.5}}, "method.sparsity: Input should be less than or equal to 1"),
+        ({"method": {"name": "sbc", "delay": 0}}, "method.delay: Input should be greater than or equal to 1"),
+        ({"method": {"name": "powersgd", "start_step": 1}}, "method.start_step: Input should be greater than or equal to 2"),
     ],
 )
 def test_bad_config_gives_one_line_and_exit_2(tmp_path: Path, sections: dict, expected: str) -> None:

@@ -10,16 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from abtune.methods.sbc.compress import (
-    HEADER_BITS,
-    HEADER_FORMAT,
-    KIND_BINARY,
-    KIND_DENSE,
+    KIND_BIT,
     SparseBinary,
     SparseDense,
     decode,
+    decode_from,
     dense_from,
     encode,
     encoded_bits_closed_form,
+    header_bytes,
     keep_count,
     rice_parameter,
     sparse_binarize,
@@ -178,8 +177,15 @@ def test_encoded_size_matches_closed_form(p: float) -> None:
 
 
 def test_closed_form_of_empty_and_unbinarized_messages() -> None:
-    assert encoded_bits_closed_form(100, 0) == HEADER_BITS
-    assert encoded_bits_closed_form(100, 100, binarized=False) == HEADER_BITS + 100 * (1 + 32)
+    # tag 1 + numel 1 + count 1 + stream length 1 + value 4 bytes
+    assert encoded_bits_closed_form(100, 0) == 8 * 8 == len(encode(SparseBinary(100, np.zeros(0, np.int64), 0.0))) * 8
+    # tag, numel, count, stream length (13 bytes: 1 each), then 100 values and 1 bit per position
+    assert encoded_bits_closed_form(100, 100, binarized=False) == 4 * 8 + 100 * (1 + 32)
+
+
+def test_varint_header_grows_with_numbers() -> None:
+    assert header_bytes(100, 1, 1) == 8
+    assert header_bytes(2**21, 2**14, 2**7) == 1 + 4 + 3 + 2 + 4
 
 
 # --- sparse_binarize ----------------------------------------------------------------------------------
@@ -301,9 +307,11 @@ def test_binary_message_round_trip_and_header() -> None:
     update = torch.randn(10_000, generator=torch.Generator().manual_seed(3))
     msg = sparse_binarize(update, fraction=0.01)
     data = encode(msg)
-    kind, b, numel, count, value = struct.unpack_from(HEADER_FORMAT, data)
-    assert (kind, numel, count, value) == (KIND_BINARY, 10_000, 100, msg.value)
-    assert b == rice_parameter(10_000, 100) == optimal_rice_parameter(0.01)
+    b = rice_parameter(10_000, 100)
+    assert b == optimal_rice_parameter(0.01)
+    assert data[0] == b  # binary kind: bit 7 clear
+    assert data[1:4] == bytes([0x90, 0x4E, 100])  # numel 10000 as LEB128, count 100
+    assert struct.unpack_from("<f", data, 1 + 2 + 1 + (1 if len(data) < 128 + 9 else 2))[0] == msg.value
     decoded = decode(data)
     assert isinstance(decoded, SparseBinary)
     assert decoded.numel == msg.numel and decoded.value == msg.value
@@ -318,7 +326,7 @@ def test_dense_message_full_fraction_is_bit_exact() -> None:
     )
     msg = sparsify_dense(update, fraction=1.0)
     data = encode(msg)
-    assert struct.unpack_from(HEADER_FORMAT, data)[0] == KIND_DENSE
+    assert data[0] & KIND_BIT
     decoded = decode(data)
     assert isinstance(decoded, SparseDense)
     restored = dense_from(decoded).reshape(update.shape)
@@ -344,11 +352,11 @@ def test_dense_message_partial_fraction_keeps_largest_values() -> None:
     "data",
     [
         b"",
-        b"\x01" * 10,
-        struct.pack(HEADER_FORMAT, 9, 0, 4, 1, 0.0) + b"\x00",
-        struct.pack(HEADER_FORMAT, KIND_BINARY, 0, 4, 5, 0.0) + b"\x00",
-        struct.pack(HEADER_FORMAT, KIND_BINARY, 0, 4, 1, 0.0) + bytes([0b1111_1000]),  # position 5 >= 4
-        struct.pack(HEADER_FORMAT, KIND_DENSE, 0, 4, 2, 0.0) + b"\x00" * 4,
+        b"\x01" * 10,  # a valid record followed by a stray byte
+        bytes([0x00, 0x80]),  # numel's varint runs past the end
+        bytes([0x00, 4, 5, 1]) + b"\x00" * 4 + b"\x00",  # 5 positions in 4 entries
+        bytes([0x00, 4, 1, 1]) + b"\x00" * 4 + bytes([0b1111_1000]),  # position 5 >= 4
+        bytes([KIND_BIT, 4, 2, 1]) + b"\x00" * 4,  # 2 dense values need 8 bytes
     ],
 )
 def test_decode_rejects_malformed_messages(data: bytes) -> None:
@@ -359,3 +367,19 @@ def test_decode_rejects_malformed_messages(data: bytes) -> None:
 def test_encode_rejects_position_outside_tensor() -> None:
     with pytest.raises(ValueError):
         encode(SparseBinary(numel=4, positions=np.array([4], dtype=np.int64), value=1.0))
+
+
+def test_concatenated_messages_decode_in_order() -> None:
+    generator = torch.Generator().manual_seed(11)
+    updates = [torch.randn(n, generator=generator) for n in (1, 7, 300, 5000)]
+    messages = [sparse_binarize(u, 0.05) for u in updates[:2]] + [sparsify_dense(u, 0.1) for u in updates[2:]]
+    blob = b"".join(encode(m) for m in messages)
+    offset = 0
+    for message in messages:
+        decoded, offset = decode_from(blob, offset)
+        assert torch.equal(dense_from(decoded), dense_from(message))
+    assert offset == len(blob)
+    with pytest.raises(ValueError, match="truncated"):
+        decode_from(blob[:-1], len(blob) - len(encode(messages[-1])))
+    with pytest.raises(ValueError, match="after its end"):
+        decode(blob)

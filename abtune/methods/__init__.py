@@ -10,7 +10,11 @@ _REGISTRY: dict[str, str] = {
     "ddp": "abtune.methods.ddp:DDP",
     "ab": "abtune.methods.ab:ABTraining",
     "ab-nogroups": "abtune.methods.ab:ABTraining",
+    "sbc": "abtune.methods.sbc:SparseBinaryCompression",
+    "powersgd": "abtune.methods.powersgd:PowerSGD",
+    "fp16": "abtune.methods.fp16:Fp16",
 }
+METHOD_NAMES = tuple(_REGISTRY)
 
 
 def build_method(config: object, ctx: MethodContext) -> Method:
@@ -19,4 +23,4 @@ def build_method(config: object, ctx: MethodContext) -> Method:
     return cls(config, ctx)
 
 
-__all__ = ["Method", "MethodContext", "build_method"]
+__all__ = ["METHOD_NAMES", "Method", "MethodContext", "build_method"]

@@ -107,6 +107,16 @@ class Method(ABC):
             self.dense_parameters, count_parameters(self.model), count_parameters(self.model, trainable_only=True)
         )
 
+    def compression_ratio(self) -> float:
+        """The method's own compression figure, x in x:1: AB's parameter compression during its AB
+        phases, SBC's and PowerSGD's update compression, fp16's 2:1. Measured traffic against DDP is
+        reported separately (`traffic.reduction_vs_ddp`)."""
+        return 1.0
+
+    def summary(self) -> dict[str, Any]:
+        """Method-specific entries for summary.json."""
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 

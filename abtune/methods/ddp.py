@@ -5,6 +5,7 @@ No `from __future__ import annotations` here: DDP checks the comm hook's annotat
 """
 
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,9 @@ class MeteredHookState:
     buckets_seen: set[int] = field(default_factory=set)
 
 
+CommHook = Callable[[Any, dist.GradBucket], torch.futures.Future[torch.Tensor]]
+
+
 def metered_allreduce_hook(state: MeteredHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP comm hook: counts each gradient bucket, then averages it with a plain all-reduce."""
     state.buckets_seen.add(bucket.index())
@@ -35,8 +39,9 @@ def metered_allreduce_hook(state: MeteredHookState, bucket: dist.GradBucket) -> 
     return default_hooks.allreduce_hook(state.group.handle, bucket)
 
 
-def noop_hook(_state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+def noop_hook(state: MeteredHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Exchange nothing: each rank keeps its own gradient (a timing floor, not a training method)."""
+    state.buckets_seen.add(bucket.index())
     future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     future.set_result(bucket.buffer())
     return future
@@ -51,18 +56,16 @@ class DataParallel(nn.Module):
     evaluation and at AB syncs) instead of broadcast from rank 0 at every forward.
     """
 
-    def __init__(self, model: nn.Module, group: CommGroup, meter: CommMeter, exchange: bool = True) -> None:
+    def __init__(self, model: nn.Module, group: CommGroup, meter: CommMeter,
+                 hook: CommHook = metered_allreduce_hook, hook_state: MeteredHookState | None = None) -> None:
         super().__init__()
         self.group = group
         self.meter = meter
         self.ddp = DistributedDataParallel(
             model, process_group=group.handle, init_sync=False, forward_sync_buffers=False
         )
-        self._hook_state = MeteredHookState(meter, group)
-        if exchange:
-            self.ddp.register_comm_hook(self._hook_state, metered_allreduce_hook)
-        else:
-            self.ddp.register_comm_hook(None, noop_hook)
+        self._hook_state = hook_state or MeteredHookState(meter, group)
+        self.ddp.register_comm_hook(self._hook_state, hook)
         self._steps = 0
         self._trainable = [p for p in model.parameters() if p.requires_grad]
 
@@ -91,8 +94,8 @@ class DDP(Method):
     name = "ddp"
 
     def _setup(self) -> None:
-        exchange = self.config.comm_hook == "allreduce"
-        self.module = DataParallel(self.model, self.world, self.meter, exchange=exchange)
+        hook = metered_allreduce_hook if self.config.comm_hook == "allreduce" else noop_hook
+        self.module = DataParallel(self.model, self.world, self.meter, hook)
         self.rebuild_optimizer([p for p in self.model.parameters() if p.requires_grad])
 
     def begin_step(self, step: int) -> None:

@@ -9,9 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-import torch
-
-from abtune.comm import Op, sum_rows, wire_factor
+from abtune.comm import Op, all_gather_bytes, sum_rows, wire_factor
 from abtune.config import flatten
 
 if TYPE_CHECKING:
@@ -22,19 +20,11 @@ GIGA = 1e9
 
 
 def gather_rows(trainer: Trainer) -> list[list[dict[str, Any]]]:
-    """Every rank's meter rows, via a metered all-gather of length-padded JSON."""
-    meter, device = trainer.meter, trainer.env.device
-    meter.phase = "report"
-    mine = json.dumps(meter.rows()).encode()
-    lengths = torch.empty(trainer.env.world_size, dtype=torch.int64, device=device)
-    meter.all_gather(lengths, torch.tensor([len(mine)], dtype=torch.int64, device=device), trainer.world)
-    width = int(lengths.max())
-    padded = torch.zeros(width, dtype=torch.uint8, device=device)
-    padded[: len(mine)] = torch.frombuffer(bytearray(mine), dtype=torch.uint8)
-    gathered = torch.empty(width * trainer.env.world_size, dtype=torch.uint8, device=device)
-    meter.all_gather(gathered, padded, trainer.world)
-    blobs = gathered.view(trainer.env.world_size, width).cpu()
-    return [json.loads(bytes(blobs[r, : int(lengths[r])].tolist())) for r in range(trainer.env.world_size)]
+    """Every rank's meter rows, via a metered all-gather of their JSON."""
+    trainer.meter.phase = "report"
+    mine = json.dumps(trainer.meter.rows()).encode()
+    blobs = all_gather_bytes(trainer.meter, mine, trainer.world, trainer.env.device)
+    return [json.loads(blob) for blob in blobs]
 
 
 def traffic_summary(per_rank: list[list[dict[str, Any]]], steps: int, seconds: float, multi_node: bool,
@@ -88,6 +78,7 @@ def build_summary(trainer: Trainer) -> dict[str, Any]:
             "dense_params": counts.dense,
             "final_params": counts.current,
             "final_ratio": counts.compression,
+            "method_ratio": method.compression_ratio(),
         },
         "traffic": traffic_summary(per_rank, trainer.state.step, trainer.state.train_seconds,
                                    topology.num_nodes > 1, ddp_step_bytes),
@@ -96,6 +87,7 @@ def build_summary(trainer: Trainer) -> dict[str, Any]:
         "config": flatten(config),
     }
     summary.update(_method_details(method))
+    summary.update(method.summary())
     return summary
 
 

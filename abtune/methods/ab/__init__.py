@@ -139,6 +139,11 @@ class ABTraining(Method):
             self._sync()
 
     # --- checkpoints --------------------------------------------------------------------
+    def compression_ratio(self) -> float:
+        """Dense parameters per parameter of the factored model, averaged over the decompositions."""
+        ratios = [d["compression"] for d in self.decompositions]
+        return sum(ratios) / len(ratios) if ratios else 1.0
+
     def state_dict(self) -> dict[str, Any]:
         return {"in_ab": self.in_ab, "ranks": dict(self.ranks), "decompositions": self.decompositions,
                 "spectra": self.spectra}

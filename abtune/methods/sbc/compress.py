@@ -1,15 +1,19 @@
 """The Sparse Binary Compression message for one tensor, and its byte encoding.
 
-Wire format (all little-endian), ``HEADER_FORMAT = "<BBQQf"``, 22 bytes:
+A message is a record that can be concatenated with others (one per tensor of a model):
 
-    kind   uint8    KIND_BINARY (1) or KIND_DENSE (2)
-    b      uint8    Rice parameter of the position stream, optimal_rice_parameter(count / numel)
-    numel  uint64   number of entries of the flattened tensor
-    count  uint64   number of transmitted positions
-    value  float32  signed mean of the kept entries (KIND_BINARY); 0.0 for KIND_DENSE
+    tag      uint8    bit 7: KIND_DENSE (1) or KIND_BINARY (0); bits 0-5: Rice parameter b
+    numel    varint   number of entries of the flattened tensor
+    count    varint   number of transmitted positions
+    stream   varint   length in bytes of the Golomb position stream
+    value    float32  signed mean of the kept entries (KIND_BINARY only)
+    values   float32 x count, in position order (KIND_DENSE only)
+    positions         the Golomb/Rice stream (see ``golomb``)
 
-KIND_BINARY: header, then the Golomb position stream (see ``golomb``).
-KIND_DENSE: header, then ``count`` float32 values in position order, then the Golomb position stream.
+Varints are unsigned LEB128 (7 bits per byte), so the header of a typical weight costs 8 to 14
+bytes instead of fixed 64-bit fields: with 1% of positions per tensor, headers would otherwise
+rival the positions themselves on small layers. b is sent although it follows from count/numel,
+so a decoder never depends on the encoder's floating-point rounding.
 
 Messages carry float32: float16/bfloat16 updates survive exactly, float64 ones are rounded.
 """
@@ -29,11 +33,14 @@ from abtune.methods.sbc.golomb import (
     optimal_rice_parameter,
 )
 
-HEADER_FORMAT = "<BBQQf"
-HEADER_BYTES = struct.calcsize(HEADER_FORMAT)
-HEADER_BITS = HEADER_BYTES * BITS_PER_BYTE
-KIND_BINARY = 1
-KIND_DENSE = 2
+KIND_BINARY = 0
+KIND_DENSE = 1
+KIND_BIT = 0x80
+RICE_MASK = 0x3F
+VARINT_PAYLOAD_BITS = 7
+VARINT_MORE = 0x80
+TAG_BYTES = 1
+VALUE_BYTES = 4
 VALUE_DTYPE = np.dtype("<f4")
 VALUE_BITS = VALUE_DTYPE.itemsize * BITS_PER_BYTE
 FRACTION_ROUNDING_SLACK = 1e-12
@@ -119,40 +126,58 @@ def dense_from(msg: Message, device: torch.device | str | None = None) -> torch.
 
 
 def encode(msg: Message) -> bytes:
-    """Self-describing bytes: header, then (KIND_DENSE only) the values, then the position stream."""
+    """The record for one message (see the module docstring)."""
     count = len(msg.positions)
     if count and msg.positions[-1] >= msg.numel:
         raise ValueError(f"position {msg.positions[-1]} is outside a tensor of {msg.numel} entries")
     b = rice_parameter(msg.numel, count)
-    positions = encode_positions(msg.positions, b)
+    stream = encode_positions(msg.positions, b)
     if isinstance(msg, SparseBinary):
-        header = struct.pack(HEADER_FORMAT, KIND_BINARY, b, msg.numel, count, msg.value)
-        return header + positions
-    if len(msg.values) != count:
-        raise ValueError(f"{len(msg.values)} values for {count} positions")
-    header = struct.pack(HEADER_FORMAT, KIND_DENSE, b, msg.numel, count, 0.0)
-    return header + np.asarray(msg.values, dtype=VALUE_DTYPE).tobytes() + positions
+        kind, values = KIND_BINARY, struct.pack("<f", msg.value)
+    else:
+        if len(msg.values) != count:
+            raise ValueError(f"{len(msg.values)} values for {count} positions")
+        kind, values = KIND_DENSE, np.asarray(msg.values, dtype=VALUE_DTYPE).tobytes()
+    tag = bytes([(KIND_BIT if kind == KIND_DENSE else 0) | b])
+    return tag + _varint(msg.numel) + _varint(count) + _varint(len(stream)) + values + stream
 
 
 def decode(data: bytes) -> Message:
-    """Inverse of ``encode``."""
-    if len(data) < HEADER_BYTES:
-        raise ValueError(f"SBC message of {len(data)} bytes is shorter than its {HEADER_BYTES}-byte header")
-    kind, b, numel, count, value = struct.unpack_from(HEADER_FORMAT, data)
+    """Inverse of ``encode`` for exactly one record."""
+    msg, end = decode_from(data, 0)
+    if end != len(data):
+        raise ValueError(f"SBC message has {len(data) - end} bytes after its end")
+    return msg
+
+
+def decode_from(data: bytes, offset: int) -> tuple[Message, int]:
+    """The record starting at ``offset`` of a concatenation, and the offset just after it."""
+    if offset >= len(data):
+        raise ValueError(f"SBC message expected at byte {offset} of {len(data)}")
+    tag = data[offset]
+    b, kind = tag & RICE_MASK, KIND_DENSE if tag & KIND_BIT else KIND_BINARY
+    numel, offset = _read_varint(data, offset + TAG_BYTES)
+    count, offset = _read_varint(data, offset)
+    stream_bytes, offset = _read_varint(data, offset)
     if count > numel:
         raise ValueError(f"SBC message claims {count} positions in a tensor of {numel} entries")
-    body = memoryview(data)[HEADER_BYTES:]
+    values_bytes = VALUE_BYTES if kind == KIND_BINARY else count * VALUE_BYTES
+    end = offset + values_bytes + stream_bytes
+    if end > len(data):
+        raise ValueError(f"truncated SBC message: needs {end} bytes, have {len(data)}")
+    body = bytes(data[offset + values_bytes : end])
+    positions = _decode_checked(body, numel, count, b)
     if kind == KIND_BINARY:
-        positions = _decode_checked(bytes(body), numel, count, b)
-        return SparseBinary(numel=numel, positions=positions, value=value)
-    if kind == KIND_DENSE:
-        values_bytes = count * VALUE_DTYPE.itemsize
-        if len(body) < values_bytes:
-            raise ValueError(f"SBC message too short for {count} float32 values")
-        values = np.frombuffer(body[:values_bytes], dtype=VALUE_DTYPE).astype(np.float32)
-        positions = _decode_checked(bytes(body[values_bytes:]), numel, count, b)
-        return SparseDense(numel=numel, positions=positions, values=values)
-    raise ValueError(f"unknown SBC message kind {kind}")
+        (value,) = struct.unpack_from("<f", data, offset)
+        return SparseBinary(numel=numel, positions=positions, value=value), end
+    values = np.frombuffer(data, dtype=VALUE_DTYPE, count=count, offset=offset).astype(np.float32)
+    return SparseDense(numel=numel, positions=positions, values=values), end
+
+
+def header_bytes(numel: int, count: int, stream_bytes: int, *, binarized: bool = True) -> int:
+    """Bytes of a record besides its position stream (and besides its values when not binarized)."""
+    fixed = TAG_BYTES + (VALUE_BYTES if binarized else 0)
+    return fixed + len(_varint(numel)) + len(_varint(count)) + len(_varint(stream_bytes))
 
 
 def rice_parameter(numel: int, count: int) -> int:
@@ -165,9 +190,9 @@ def encoded_bits_closed_form(numel: int, count: int, *, binarized: bool = True) 
 
     The real message is within byte padding of this when positions are uniformly random.
     """
-    bits = float(HEADER_BITS)
-    if count:
-        bits += count * expected_bits_per_position(count / numel)
+    stream_bits = count * expected_bits_per_position(count / numel) if count else 0.0
+    stream_bytes = math.ceil(stream_bits / BITS_PER_BYTE)
+    bits = float(header_bytes(numel, count, stream_bytes, binarized=binarized) * BITS_PER_BYTE) + stream_bits
     if not binarized:
         bits += count * VALUE_BITS
     return bits
@@ -195,6 +220,27 @@ def _to_float32(value: float) -> float:
 
 def _sorted_positions(indices: torch.Tensor) -> np.ndarray:
     return np.sort(indices.cpu().numpy().astype(np.int64, copy=False))
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> VARINT_PAYLOAD_BITS
+        out.append(low | (VARINT_MORE if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _read_varint(data: bytes, offset: int) -> tuple[int, int]:
+    value = shift = 0
+    while offset < len(data):
+        byte = data[offset]
+        offset += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & VARINT_MORE:
+            return value, offset
+        shift += VARINT_PAYLOAD_BITS
+    raise ValueError("truncated SBC message: a length field runs past the end")
 
 
 def _decode_checked(data: bytes, numel: int, count: int, b: int) -> np.ndarray:

@@ -1,0 +1,181 @@
+"""`abtune compare`: the same run config trained with several methods, side by side.
+
+Every method gets the same seed, data, model, optimizer and step budget; only the `method`
+section changes. A method keeps the run config's own method section when the names match, and
+`--set METHOD.key=value` sets a field of one method only (e.g. `--set sbc.delay=20`).
+
+The reduction column compares training traffic (the phases that exchange gradients, updates or
+factors), measured against the ddp run of the same comparison when there is one; the initial
+weight broadcast and evaluations cost every method the same and are left out of that ratio but
+not out of the byte columns.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from abtune.config import RunConfig, apply_overrides, parse_run_config
+from abtune.errors import AbtuneError, ConfigError
+from abtune.methods import METHOD_NAMES
+
+MEGA = 1e6
+CSV_FILE, JSON_FILE, PLOT_FILE = "compare.csv", "compare.json", "compare.png"
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    method: str
+    final_top1: float | None = None
+    best_top1: float | None = None
+    val_loss: float | None = None
+    inter_node_mb: float | None = None
+    total_mb: float | None = None
+    training_mb: float | None = None
+    reduction_vs_ddp: float | None = None
+    inter_node_reduction_vs_ddp: float | None = None
+    compression: float | None = None
+    wall_seconds: float | None = None
+    error: str | None = None
+
+
+def parse_methods(text: str) -> list[str]:
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHOD_NAMES]
+    if unknown or not methods:
+        raise ConfigError(f"--methods: unknown {', '.join(unknown) or '(none given)'}; "
+                          f"choose from {', '.join(METHOD_NAMES)}")
+    if len(set(methods)) != len(methods):
+        raise ConfigError(f"--methods lists a method twice: {text}")
+    return methods
+
+
+def split_overrides(overrides: dict[str, Any], methods: list[str]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Shared overrides, and per method the `METHOD.key` ones (as `method.key`)."""
+    shared: dict[str, Any] = {}
+    per_method: dict[str, dict[str, Any]] = {m: {} for m in methods}
+    for key, value in overrides.items():
+        head, _, rest = key.partition(".")
+        if head in per_method and rest:
+            per_method[head][f"method.{rest}"] = value
+        elif head in METHOD_NAMES:
+            raise ConfigError(f"--set {key}: {head} is not among --methods")
+        else:
+            shared[key] = value
+    return shared, per_method
+
+
+def method_config(base: RunConfig, method: str, overrides: dict[str, Any]) -> RunConfig:
+    data = base.model_dump(mode="json")
+    if data["method"]["name"] != method:
+        data["method"] = {"name": method}
+    data["name"] = f"{base.name}-compare"
+    return parse_run_config(apply_overrides(data, overrides), source=f"method {method}")
+
+
+def _ratio(reference: float, value: float) -> float | None:
+    if not reference:
+        return None  # e.g. no inter-node traffic at all on one node
+    return reference / value if value else float("inf")
+
+
+def row_from_summary(method: str, summary: dict[str, Any], wall_seconds: float,
+                     ddp_traffic: dict[str, Any] | None) -> ComparisonRow:
+    """Reductions against the measured ddp run when there is one, else against DDP's formula."""
+    traffic = summary["traffic"]
+    training, inter = traffic["training_bytes"], traffic["training_inter_node_bytes"]
+    if ddp_traffic is not None:
+        reference, inter_reference = ddp_traffic["training_bytes"], ddp_traffic["training_inter_node_bytes"]
+    else:
+        reference, inter_reference = traffic["ddp_reference_bytes"], traffic["ddp_reference_inter_node_bytes"]
+    return ComparisonRow(
+        method=method, final_top1=summary["final"]["val_top1"], best_top1=summary["best_top1"],
+        val_loss=summary["final"]["val_loss"], inter_node_mb=traffic["inter_node_bytes"]["mean"] / MEGA,
+        total_mb=traffic["total_bytes"]["mean"] / MEGA, training_mb=training / MEGA, reduction_vs_ddp=_ratio(reference, training),
+        inter_node_reduction_vs_ddp=_ratio(inter_reference, inter),
+        compression=summary["compression"]["method_ratio"], wall_seconds=wall_seconds,
+    )
+
+
+def run_methods(configs: dict[str, RunConfig], out_dir: Path, nproc: int, ranks_per_node: int,
+                prepare_run_dir: Any, launch: Any) -> list[ComparisonRow]:
+    """Train each method in OUT/METHOD; a failed method becomes a row with its error, the others still run."""
+    summaries: dict[str, tuple[dict[str, Any], float]] = {}
+    errors: dict[str, str] = {}
+    for method, config in configs.items():
+        run_dir = prepare_run_dir(config, out_dir / method, False)
+        started = time.perf_counter()
+        try:
+            launch(run_dir, nproc, ranks_per_node)
+        except AbtuneError as error:
+            errors[method] = str(error)
+            continue
+        summaries[method] = json.loads((run_dir / "summary.json").read_text()), time.perf_counter() - started
+    ddp_traffic = summaries["ddp"][0]["traffic"] if "ddp" in summaries else None
+    rows = []
+    for method in configs:
+        if method in errors:
+            rows.append(ComparisonRow(method=method, error=errors[method]))
+        else:
+            summary, wall = summaries[method]
+            rows.append(row_from_summary(method, summary, wall, ddp_traffic))
+    return rows
+
+
+def write_outputs(rows: list[ComparisonRow], out_dir: Path) -> list[Path]:
+    records = [asdict(r) for r in rows]
+    with (out_dir / CSV_FILE).open("w", newline="") as stream:
+        writer = csv.DictWriter(stream, fieldnames=list(records[0]))
+        writer.writeheader()
+        writer.writerows(records)
+    (out_dir / JSON_FILE).write_text(json.dumps(records, indent=2))
+    plot_comparison(rows, out_dir / PLOT_FILE)
+    return [out_dir / CSV_FILE, out_dir / JSON_FILE, out_dir / PLOT_FILE]
+
+
+def plot_comparison(rows: list[ComparisonRow], path: Path) -> None:
+    """Final top-1 against training traffic (log scale): up and to the left is better."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [r for r in rows if r.error is None and r.training_mb]
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for row in done:
+        axes.scatter(row.training_mb, row.final_top1, s=40)
+        axes.annotate(row.method, (row.training_mb, row.final_top1), textcoords="offset points", xytext=(5, 5))
+    axes.set_xscale("log")
+    axes.set_xlabel("training traffic per rank (MB, log scale)")
+    axes.set_ylabel("final validation top-1")
+    axes.set_title("accuracy vs traffic")
+    axes.grid(True, which="both", alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def print_table(rows: list[ComparisonRow]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="methods compared (traffic: MB per rank on the wire, mean over ranks)")
+    for column in ("method", "final top-1", "val loss", "inter-node MB", "total MB", "training MB",
+                   "reduction vs ddp", "inter-node vs ddp", "compression", "wall s"):
+        table.add_column(column, justify="left" if column == "method" else "right")
+    for r in rows:
+        if r.error is not None:
+            table.add_row(r.method, "[red]failed[/]", r.error, *[""] * 7)
+            continue
+        table.add_row(r.method, f"{r.final_top1:.4f}", f"{r.val_loss:.4f}", f"{r.inter_node_mb:.3f}",
+                      f"{r.total_mb:.3f}", f"{r.training_mb:.3f}", _x(r.reduction_vs_ddp),
+                      _x(r.inter_node_reduction_vs_ddp), _x(r.compression), f"{r.wall_seconds:.1f}")
+    Console(width=160).print(table)
+
+
+def _x(ratio: float | None) -> str:
+    return "n/a" if ratio is None else f"{ratio:,.1f}:1"
