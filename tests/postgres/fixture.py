@@ -18,6 +18,7 @@ CI=true, where they fail.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -50,7 +51,8 @@ def postgres_server() -> Iterator[PostgresServer]:
         pg = server.up(state_dir)
     except server.PgShError as exc:
         if not reuse:
-            server.run_pg_sh("down", state_dir)
+            with contextlib.suppress(server.PgShError):
+                server.down(state_dir)
         if not server.installed():
             _unavailable(str(exc))
         pytest.fail(str(exc), pytrace=False)
