@@ -117,6 +117,8 @@ def run_workers(fn: Callable[..., dict], spec: StorageSpec, study_name: str, wor
     except RuntimeError as exc:
         start = time.perf_counter()
         out.append({"worker": -1, "error": str(exc)})
+        for p in procs:  # the others would wait for a start signal or a lock that never comes
+            p.kill()
     finally:
         for p in procs:
             p.join(timeout=30)
