@@ -11,6 +11,7 @@ Adapters for the parallel work (one function each): `submit` (launcher profiles)
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -94,8 +95,12 @@ def read_campaign(campaign_dir: Path) -> Campaign:
     return Campaign.model_validate(read_yaml(path))
 
 
-def run_campaign(campaign_dir: Path, campaign: Campaign, launcher: str, show_progress: bool = True) -> dict[str, Outcome]:
-    """Run every run in order; each outcome is also stored in its folder."""
+Submit = Callable[[Path, Layout, str], Job]
+
+
+def run_campaign(campaign_dir: Path, campaign: Campaign, launcher: str, show_progress: bool = True,
+                 submit_fn: Submit = submit) -> dict[str, Outcome]:
+    """Run every run in order; each outcome is also stored in its folder. A failed run does not stop the others."""
     from rich.progress import Progress
 
     outcomes: dict[str, Outcome] = {}
@@ -103,17 +108,18 @@ def run_campaign(campaign_dir: Path, campaign: Campaign, launcher: str, show_pro
         task = progress.add_task("campaign", total=len(campaign.runs))
         for run in campaign.runs:
             progress.update(task, description=f"{run.name} ({run.world_size} ranks)")
-            outcomes[run.name] = run_one(campaign_dir / run.run_dir, Layout(run.nodes, run.ranks_per_node), launcher)
+            layout = Layout(run.nodes, run.ranks_per_node)
+            outcomes[run.name] = run_one(campaign_dir / run.run_dir, layout, launcher, submit_fn)
             progress.advance(task)
     log_campaign(campaign_dir, campaign, outcomes)
     return outcomes
 
 
-def run_one(run_dir: Path, layout: Layout, launcher: str) -> Outcome:
+def run_one(run_dir: Path, layout: Layout, launcher: str, submit_fn: Submit = submit) -> Outcome:
     from submitit.core.utils import FailedJobError, UncompletedJobError
 
     try:
-        result = submit(run_dir, layout, launcher).result()
+        result = submit_fn(run_dir, layout, launcher).result()
         outcome = Outcome(result.ok, result.reason, result.exit_code)
     except (FailedJobError, UncompletedJobError) as error:
         outcome = Outcome(False, str(error).strip().splitlines()[0], 1)

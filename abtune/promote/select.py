@@ -2,9 +2,9 @@
 
 A promoted configuration carries only the settings that transfer between scales: AB's fractions,
 sigma cutoff and sync mode (never absolute step counts, batch sizes or the model). Trial params are
-named by dotted run-config keys (`method.warmup_frac`). The reference trials of a study (user attr
-`reference`) are not promoted as such: the DDP baseline is planned for every node count anyway, and
-the paper-defaults trial competes like any other only when it is not marked.
+named by dotted run-config keys (`method.warmup_frac`). The `ddp` reference trial (user attr
+`reference: ddp`) and other non-AB trials are never promoted: the DDP baseline is planned for every
+node count anyway. The `paper-defaults` reference competes like any other trial.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ PROMOTED_KEYS = ("method.name", "method.warmup_frac", "method.ab_frac", "method.
                  "method.lr_rebound_frac", "method.sigma_cutoff", "method.sync_mode")
 REFERENCE_ATTR = "reference"
 MLFLOW_RUN_ATTR = "mlflow_run_id"
+AB_METHODS = ("ab", "ab-nogroups")
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,7 @@ def promoted_from_study(study: optuna.Study, top: int, rule: Rule = "best-accura
     """The adapter from a study: top K finished trials (one objective) or K of the Pareto front (several)."""
     if top < 1:
         raise ConfigError(f"--top must be at least 1, got {top}")
-    finished = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if t.user_attrs.get(REFERENCE_ATTR) != "ddp"]
+    finished = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if _promotable(t)]
     if not finished:
         counts = _state_counts(study)
         raise ConfigError(f"study '{study.study_name}' has no finished trials ({counts}); "
@@ -65,6 +65,11 @@ def promoted_from_study(study: optuna.Study, top: int, rule: Rule = "best-accura
     else:
         chosen = _top_pareto(study, finished, top, rule)
     return [promote_trial(study.study_name, t) for t in chosen]
+
+
+def _promotable(trial: FrozenTrial) -> bool:
+    """Not the ddp reference, and an AB configuration (a study may also try other methods)."""
+    return trial.user_attrs.get(REFERENCE_ATTR) != "ddp" and trial.params.get("method.name", "ab") in AB_METHODS
 
 
 def promote_trial(study_name: str, trial: FrozenTrial) -> Promoted:
@@ -85,7 +90,7 @@ def _state_counts(study: optuna.Study) -> str:
 def _top_single(trials: list[FrozenTrial], direction: StudyDirection, top: int, name: str) -> list[FrozenTrial]:
     if top > len(trials):
         raise ConfigError(f"--top {top}: study '{name}' has only {len(trials)} finished trial(s) "
-                          "(the ddp reference excluded); ask for fewer")
+                          "(ddp trials excluded); ask for fewer")
     reverse = direction == StudyDirection.MAXIMIZE
     return sorted(trials, key=lambda t: (t.value, -t.number if reverse else t.number), reverse=reverse)[:top]
 
