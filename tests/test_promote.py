@@ -106,11 +106,16 @@ def test_planned_steps_follow_the_strategy_and_the_fractions(storage: str) -> No
     assert configs["n04-ddp"].method.name == "ddp" and campaign.runs[2].schedule is None
 
 
-def test_constant_global_batch_must_divide_evenly(storage: str) -> None:
+def test_layouts_that_cannot_run_are_refused_when_planning(storage: str) -> None:
     target = load_target(VIT_TARGET)
     promoted = promoted_from_study(single_objective_study(storage), top=1)
     with pytest.raises(ConfigError, match="global batch 4096 does not divide evenly over 12 ranks"):
         plan_campaign(target, str(VIT_TARGET), promoted, (3,), "global", IMAGENET_TRAIN)
+    one_rank = load_target(VIT_TARGET, ranks_per_node=1)
+    with pytest.raises(ConfigError, match=r"1 node\(s\) x 1 ranks: method ab needs at least 2 ranks"):
+        plan_campaign(one_rank, str(VIT_TARGET), promoted, (1,), "local", IMAGENET_TRAIN)
+    with pytest.raises(ConfigError, match="a global batch of 32768 is more than the 1000 training samples"):
+        plan_campaign(target, str(VIT_TARGET), promoted, (32,), "local", 1000)
 
 
 def _table_rows(stdout: str) -> dict[str, list[str]]:

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from abtune.config import RunConfig
+from abtune.config import RunConfig, read_yaml
 from abtune.errors import ConfigError
 from abtune.promote.plan import CAMPAIGN_FILE, Campaign, PlannedRun
 
@@ -87,8 +87,6 @@ def write_campaign(campaign_dir: Path, campaign: Campaign, configs: dict[str, Ru
 
 
 def read_campaign(campaign_dir: Path) -> Campaign:
-    from abtune.config import read_yaml
-
     path = campaign_dir / CAMPAIGN_FILE
     if not path.is_file():
         raise ConfigError(f"{campaign_dir}: no {CAMPAIGN_FILE}; pass a folder written by `abtune promote`")

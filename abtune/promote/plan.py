@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from abtune.config import RunConfig, StrictModel, apply_overrides, parse_run_config
+from abtune.config import AbConfig, RunConfig, StrictModel, apply_overrides, parse_run_config
 from abtune.errors import ConfigError
 from abtune.methods.ab.groups import resolve_group_size
 from abtune.methods.ab.schedule import ABSchedule
@@ -131,8 +131,11 @@ def _run_config(target: ScalingTarget, item: Promoted | None, name: str, steps: 
 
 def _schedule(config: RunConfig, steps: int, world: int, rpn: int, nodes: int) -> dict[str, int] | None:
     method = config.method
-    if method.name not in ("ab", "ab-nogroups"):
+    if not isinstance(method, AbConfig):
         return None
-    if method.name == "ab":
-        resolve_group_size(method.group_size, world, rpn, nodes)  # AB needs two groups: fail before submitting
+    if method.name == "ab":  # AB needs two groups: fail before anything is submitted
+        try:
+            resolve_group_size(method.group_size, world, rpn, nodes)
+        except ConfigError as error:
+            raise ConfigError(f"{nodes} node(s) x {rpn} ranks: {error}") from None
     return ABSchedule.from_config(method, steps).describe()

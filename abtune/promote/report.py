@@ -43,7 +43,7 @@ class ScalingRow:
 
 
 def collect_rows(campaign_dirs: list[Path]) -> list[ScalingRow]:
-    rows = []
+    rows: list[ScalingRow] = []
     for campaign_dir in campaign_dirs:
         campaign = read_campaign(campaign_dir)
         rows.extend(row_for(campaign, run, campaign_dir / run.run_dir) for run in campaign.runs)
