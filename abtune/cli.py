@@ -153,7 +153,11 @@ def cmd_promote(args: argparse.Namespace) -> int:
         return 0
     out = args.campaign_dir or DEFAULT_RUNS_DIR / f"{args.study}-{target.name}-{args.scaling}-{time.strftime('%Y%m%d-%H%M%S')}"
     runner.write_campaign(out, campaign, configs)
-    outcomes = runner.run_campaign(out, campaign, args.launcher, show_progress=sys.stdout.isatty())
+    try:
+        outcomes = runner.run_campaign(out, campaign, args.launcher, show_progress=sys.stdout.isatty())
+    except KeyboardInterrupt:
+        print(f"abtune: interrupted; finished runs are in {out} (abtune report scaling {out})", file=sys.stderr)
+        return INTERRUPTED_EXIT
     failed = [f"{name} ({o.reason})" for name, o in outcomes.items() if not o.ok]
     print(f"campaign in {out}: {len(outcomes) - len(failed)} of {len(outcomes)} runs finished; "
           f"report with: abtune report scaling {out}")

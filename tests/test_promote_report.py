@@ -12,13 +12,13 @@ import pytest
 
 from abtune.cli import main
 from abtune.launch.submit import RunOutcome
-from abtune.promote.campaign import Layout, read_campaign, run_campaign, write_campaign
+from abtune.promote.campaign import Layout, read_campaign, run_campaign, run_tags, write_campaign
 from abtune.promote.plan import plan_campaign
 from abtune.promote.select import Promoted, Source
 from abtune.promote.target import load_target
 from tests.promote_fixtures import tiny_target
 
-PROMOTED = [Promoted("trial-7", {"method.sigma_cutoff": 0.3}, Source("s", 7, (0.9,)))]
+PROMOTED = [Promoted("trial-7", {"method.sigma_cutoff": 0.3}, Source("s", 7, (0.9,), "run42"))]
 SAMPLES = 64
 PNG_MAGIC = b"\x89PNG"
 
@@ -81,3 +81,11 @@ def test_a_campaign_folder_is_never_overwritten(tmp_path: Path, capsys: pytest.C
     assert main(["report", "scaling", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == (f"abtune: error: {tmp_path}: no campaign.yaml; "
                                                "pass a folder written by `abtune promote`")
+
+
+def test_runs_are_tagged_with_the_trial_and_run_they_came_from(tmp_path: Path) -> None:
+    runs = read_campaign(campaign_dir(tmp_path, "local")).runs
+    assert run_tags(runs[1]) == {"abtune.campaign_run": "n01-trial-7", "abtune.nodes": "1", "abtune.method": "ab",
+                                 "abtune.promoted_from.study": "s", "abtune.promoted_from.trial": "7",
+                                 "abtune.promoted_from.mlflow_run_id": "run42"}
+    assert "abtune.promoted_from.study" not in run_tags(runs[0])
