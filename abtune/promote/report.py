@@ -127,8 +127,10 @@ def plot_scaling(rows: list[ScalingRow], path: Path) -> None:
         axes[0][column].set_title(f"constant {strategy} batch")
         axes[0][column].set_ylabel("best validation top-1")
         axes[1][column].set_ylabel("inter-node GB/s per process")
+        ticks = sorted({r.nodes for r in rows if r.strategy == strategy})
         for row in (0, 1):
             axes[row][column].set_xscale("log", base=2)
+            axes[row][column].set_xticks(ticks, [str(t) for t in ticks])
             axes[row][column].set_xlabel("nodes")
             axes[row][column].grid(True, alpha=0.3)
             axes[row][column].legend()
