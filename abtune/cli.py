@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -21,6 +22,7 @@ from abtune.errors import AbtuneError, ConfigError
 
 DEFAULT_RUNS_DIR = Path("runs")
 INTERRUPTED_EXIT = 130
+STORAGE_VARIABLE = "ABTUNE_STORAGE"
 
 
 def _parse_value(text: str) -> Any:
@@ -127,6 +129,65 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_promote(args: argparse.Namespace) -> int:
+    from abtune.promote import campaign as runner
+    from abtune.promote.display import print_campaign
+    from abtune.promote.plan import parse_nodes, plan_campaign
+    from abtune.promote.select import load_study, promoted_from_study
+    from abtune.promote.target import check_data_root, load_target, train_samples
+
+    runner.check_launcher(args.launcher)
+    nodes = parse_nodes(args.nodes)
+    target = load_target(args.to, args.data_root, args.ranks_per_node)
+    promoted = promoted_from_study(load_study(args.study, _storage(args.storage)), args.top, args.rule)
+    try:
+        check_data_root(target, str(args.to))
+    except ConfigError as error:
+        if not args.dry_run:
+            raise
+        print(f"abtune: warning: {error} (a real campaign stops here)", file=sys.stderr)
+    campaign, configs = plan_campaign(target, str(args.to), promoted, nodes, args.scaling, train_samples(target),
+                                      study=args.study)
+    print_campaign(campaign, "dry run (nothing written): " if args.dry_run else "")
+    if args.dry_run:
+        return 0
+    out = args.campaign_dir or DEFAULT_RUNS_DIR / f"{args.study}-{target.name}-{args.scaling}-{time.strftime('%Y%m%d-%H%M%S')}"
+    runner.write_campaign(out, campaign, configs)
+    try:
+        outcomes = runner.run_campaign(out, campaign, args.launcher, show_progress=sys.stdout.isatty())
+    except KeyboardInterrupt:
+        print(f"abtune: interrupted; finished runs are in {out} (abtune report scaling {out})", file=sys.stderr)
+        return INTERRUPTED_EXIT
+    failed = [f"{name} ({o.reason})" for name, o in outcomes.items() if not o.ok]
+    print(f"campaign in {out}: {len(outcomes) - len(failed)} of {len(outcomes)} runs finished; "
+          f"report with: abtune report scaling {out}")
+    if failed:
+        raise AbtuneError(f"{len(failed)} run(s) failed: {'; '.join(failed)}")
+    return 0
+
+
+def _storage(url: str | None) -> str:
+    storage = url or os.environ.get(STORAGE_VARIABLE)
+    if not storage:
+        raise ConfigError(f"--storage: where the study lives, e.g. sqlite:///runs/studies.db (or set {STORAGE_VARIABLE})")
+    return storage
+
+
+def cmd_report_scaling(args: argparse.Namespace) -> int:
+    from abtune.promote import report
+
+    rows = report.collect_rows(args.campaigns)
+    if not rows:
+        raise ConfigError(f"{args.campaigns[0]}: the campaign holds no runs")
+    out = args.out or args.campaigns[0]
+    out.mkdir(parents=True, exist_ok=True)
+    paths = report.write_report(rows, out)
+    print(paths[0].read_text(), end="")
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+
+
 def cmd_config_show(args: argparse.Namespace) -> int:
     config = load_run_config(args.config) if args.config else RunConfig()
     print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), end="")
@@ -156,6 +217,30 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="override a config field; METHOD.key=value sets a field of one method (sbc.delay=20)")
     comp.set_defaults(func=cmd_compare)
+
+    promote = commands.add_parser("promote", help="turn a study's best configurations into a scaling campaign")
+    promote.add_argument("study", help="study name")
+    promote.add_argument("--top", type=int, default=1, help="configurations to promote (default: %(default)s)")
+    promote.add_argument("--to", type=Path, required=True, help="scaling target YAML, e.g. studies/imagenet_vit_b16.yaml")
+    promote.add_argument("--nodes", default="2,4,8,16,32", help="node counts (default: %(default)s)")
+    promote.add_argument("--scaling", choices=("local", "global"), required=True,
+                         help="constant local batch (global grows) or constant global batch (local shrinks)")
+    promote.add_argument("--rule", choices=("best-accuracy", "least-traffic", "knee"), default="best-accuracy",
+                         help="how to pick from a multi-objective study's Pareto front (default: %(default)s)")
+    promote.add_argument("--storage", default=None, help=f"Optuna storage URL (default: ${STORAGE_VARIABLE})")
+    promote.add_argument("--launcher", default="local", help="launcher profile (default: %(default)s)")
+    promote.add_argument("--campaign-dir", type=Path, default=None, help="output folder (default: runs/STUDY-TARGET-SCALING-TIME)")
+    promote.add_argument("--data-root", type=Path, default=None, help="the data folder (overrides the target's run.data.root)")
+    promote.add_argument("--ranks-per-node", type=int, default=None, help="override the target's ranks per node (local tests)")
+    promote.add_argument("--dry-run", action="store_true", help="print the campaign and change nothing")
+    promote.set_defaults(func=cmd_promote)
+
+    report = commands.add_parser("report", help="reports over finished runs")
+    report_commands = report.add_subparsers(dest="report_command", required=True)
+    scaling = report_commands.add_parser("scaling", help="Table 1, accuracy, compression and figures of a campaign")
+    scaling.add_argument("campaigns", type=Path, nargs="+", help="campaign folder(s) written by abtune promote")
+    scaling.add_argument("--out", type=Path, default=None, help="where to write scaling.md/.csv/.png (default: the first campaign)")
+    scaling.set_defaults(func=cmd_report_scaling)
 
     config = commands.add_parser("config", help="inspect run configs")
     config_commands = config.add_subparsers(dest="config_command", required=True)

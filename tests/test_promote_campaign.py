@@ -1,0 +1,72 @@
+"""A finished study promoted into a real campaign on a tiny ImageNet folder tree, run with the local
+launcher at 1 and 2 simulated nodes, then `abtune report scaling`."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from tests.conftest import run_cli
+from tests.promote_fixtures import BEST, BEST_RUN_ID, image_tree, single_objective_study, tiny_target
+
+CARRIED = ("method.warmup_frac", "method.ab_frac", "method.rebound_frac", "method.lr_rebound_frac",
+           "method.sigma_cutoff")
+TRAIN_IMAGES = 48  # 3 classes x 16
+EPOCHS = 4
+PNG_MAGIC = b"\x89PNG"
+
+
+@pytest.mark.slow
+def test_promoted_campaign_runs_and_reports_every_run(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = single_objective_study(storage)
+    data = image_tree(tmp_path / "imagenet")
+    target = tiny_target(tmp_path / "target.yaml", data, epochs=EPOCHS)
+    out = tmp_path / "campaign"
+    result = run_cli("promote", "tiny", "--storage", storage, "--top", "1", "--to", str(target), "--nodes", "1,2",
+                     "--scaling", "local", "--campaign-dir", str(out))
+    assert "4 of 4 runs finished" in result.stdout
+
+    campaign = yaml.safe_load((out / "campaign.yaml").read_text())
+    runs = {r["name"]: r for r in campaign["runs"]}
+    assert list(runs) == ["n01-ddp", "n01-trial-2", "n02-ddp", "n02-trial-2"]
+    best = optuna.load_study(study_name="tiny", storage=storage).trials[2]
+    assert best.params == BEST and best.value == 0.90 and study.best_trial.user_attrs["reference"] == "ddp"
+    for name, run in runs.items():
+        summary = json.loads((out / run["run_dir"] / "summary.json").read_text())
+        world = 2 * run["nodes"]
+        assert summary["world_size"] == world and summary["num_nodes"] == run["nodes"]
+        assert summary["steps_done"] == summary["steps"] == EPOCHS * (TRAIN_IMAGES // (4 * world)) == run["steps"]
+        if name.endswith("ddp"):
+            assert summary["method"] == "ddp" and run["promoted_from"] is None
+            continue
+        assert summary["method"] == "ab"
+        assert {k: summary["config"][k] for k in CARRIED} == {k: best.params[k] for k in CARRIED}
+        assert summary["config"]["optimizer.lr"] == 0.003  # the target's, not the trial's 0.004
+        assert run["promoted_from"] == {"study": "tiny", "trial": 2, "values": [0.90], "mlflow_run_id": BEST_RUN_ID}
+        assert summary["schedule"] == run["schedule"]  # the planned steps are the steps that ran
+
+    report = run_cli("report", "scaling", str(out))
+    assert "as in the paper's Table 1" in report.stdout
+    rows = {r["run"]: r for r in csv.DictReader((out / "scaling.csv").open())}
+    assert set(rows) == set(runs) and all(r["status"] == "ok" for r in rows.values())
+    for name, row in rows.items():
+        summary = json.loads((out / runs[name]["run_dir"] / "summary.json").read_text())
+        assert float(row["best_top1"]) == pytest.approx(summary["best_top1"])
+        assert float(row["inter_node_gb_per_s"]) == pytest.approx(summary["traffic"]["inter_node_gb_per_s"])
+        assert float(row["compression"]) == pytest.approx(summary["compression"]["method_ratio"])
+        assert float(row["reduction_vs_ddp"]) == pytest.approx(summary["traffic"]["reduction_vs_ddp"])
+    assert float(rows["n01-ddp"]["inter_node_gb_per_s"]) == 0.0  # one node: nothing crosses the interconnect
+    assert float(rows["n02-ddp"]["inter_node_gb_per_s"]) > 0.0 and float(rows["n02-trial-2"]["inter_node_mb"]) > 0.0
+    assert float(rows["n02-ddp"]["compression"]) == 1.0
+    ab_summary = json.loads((out / runs["n02-trial-2"]["run_dir"] / "summary.json").read_text())
+    assert len(ab_summary["compression_during_ab"]) == ab_summary["schedule"]["ab_cycles"] == 4  # AB really ran
+    table1 = [line for line in report.stdout.splitlines() if line.startswith("| constant local batch")]
+    assert [line.split("|")[2].strip() for line in table1] == ["1", "2"]
+    assert (out / "scaling.png").read_bytes()[:4] == PNG_MAGIC
+    assert (out / "scaling.md").read_text().count("| n0") == 4
