@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from abtune.config import RunConfig, flatten, load_run_config
+from abtune.config import RunConfig, load_run_config
 from abtune.errors import AbtuneError, ConfigError
+from abtune.rundir import check_method_layout, prepare_run_dir
 
-DEFAULT_RUNS_DIR = Path("runs")
 INTERRUPTED_EXIT = 130
 
 
@@ -37,44 +35,6 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
     return result
 
 
-def _check_method_layout(config: RunConfig, nproc: int, ranks_per_node: int) -> None:
-    """Problems that depend on the number of ranks, found before any process starts."""
-    if config.method.name == "ab":
-        from abtune.methods.ab.groups import resolve_group_size
-
-        resolve_group_size(config.method.group_size, nproc, ranks_per_node, nproc // ranks_per_node)
-
-
-def _prepare_run_dir(config: RunConfig, run_dir: Path | None, resume: bool) -> Path:
-    if run_dir is None:
-        if resume:
-            raise ConfigError("--resume needs --run-dir: the folder of the run to continue")
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        run_dir = DEFAULT_RUNS_DIR / f"{config.name}-{config.method.name}-{stamp}"
-    stored = run_dir / "config.yaml"
-    if resume:
-        _check_same_config(stored, config)
-    elif stored.exists():
-        raise ConfigError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --run-dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    stored.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-    shutil.rmtree(run_dir / "failures", ignore_errors=True)
-    return run_dir
-
-
-def _check_same_config(stored: Path, config: RunConfig) -> None:
-    if not stored.exists():
-        raise ConfigError(f"{stored.parent} holds no run to resume (no config.yaml)")
-    before = flatten(load_run_config(stored))
-    after = flatten(config)
-    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
-    if changed:
-        raise ConfigError(
-            f"the config differs from the run being resumed in {', '.join(changed)}; "
-            "resume with the same config or start a new --run-dir"
-        )
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     from abtune.launch.local import check_layout, launch
     from abtune.training.report import print_summary
@@ -82,8 +42,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = load_run_config(args.config, _overrides(args.set))
     ranks_per_node = args.ranks_per_node or args.nproc
     check_layout(args.nproc, ranks_per_node)
-    _check_method_layout(config, args.nproc, ranks_per_node)
-    run_dir = _prepare_run_dir(config, args.run_dir, args.resume)
+    check_method_layout(config, args.nproc, ranks_per_node)
+    run_dir = prepare_run_dir(config, args.run_dir, args.resume)
     try:
         launch(run_dir, args.nproc, ranks_per_node, resume=args.resume)
     except KeyboardInterrupt:
