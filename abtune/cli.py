@@ -17,6 +17,7 @@ import yaml
 from abtune.config import RunConfig, load_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.rundir import check_method_layout, prepare_run_dir
+from abtune.study.cli import register_study_commands
 
 INTERRUPTED_EXIT = 130
 
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     show = config_commands.add_parser("show", help="print the resolved config (defaults filled in)")
     show.add_argument("config", type=Path, nargs="?", default=None)
     show.set_defaults(func=cmd_config_show)
+    register_study_commands(commands)
     return parser
 
 
