@@ -32,8 +32,11 @@ DEFAULT_STUDIES_DIR = Path("runs") / "studies"
 def validate(spec: StudySpec, source: str) -> dict[str, Any] | None:
     """Every check that needs no storage; returns the paper-defaults parameters (None when not enqueued)."""
     distributions = build_distributions(spec, source)
-    build_sampler(spec)
-    build_pruner(spec)
+    try:
+        build_sampler(spec)
+        build_pruner(spec)
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
     references = int(spec.references.paper_defaults) + int(spec.references.ddp)
     if spec.trials <= references:
         raise ConfigError(f"{source}: trials: {spec.trials} leaves no trial for the search after the "

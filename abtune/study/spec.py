@@ -130,24 +130,6 @@ class StudySpec(StrictModel):
     storage: str | None = Field(None, description="default storage for `study create`; --storage wins")
     study_dir: str | None = Field(None, description="folder of the trial runs; default runs/studies/NAME")
 
-    @model_validator(mode="after")
-    def _consistent(self) -> StudySpec:
-        if len(set(self.objectives)) != len(self.objectives) or "top1" not in self.objectives:
-            raise ValueError(f"objectives must name top1 and no metric twice, got {self.objectives}")
-        if self.multi_objective and self.pruner.name != "none":
-            raise ValueError(
-                f"Optuna does not prune multi-objective studies ({', '.join(self.objectives)}): "
-                "set pruner: none, or keep only objectives: [top1]"
-            )
-        if self.constraints.max_inter_node_mb is not None and self.sampler.name not in CONSTRAINED_SAMPLERS:
-            raise ValueError(
-                f"sampler {self.sampler.name} ignores constraints; use one of {', '.join(CONSTRAINED_SAMPLERS)}"
-            )
-        needs_nodes = "inter_node_bytes" in self.objectives or self.constraints.max_inter_node_mb is not None
-        if needs_nodes and not self.layout.multi_node:
-            raise ValueError("inter-node traffic needs more than one node: set layout.ranks_per_node below nproc")
-        return self
-
     @property
     def multi_objective(self) -> bool:
         return len(self.objectives) > 1
@@ -170,9 +152,28 @@ def load_study_spec(path: Path) -> StudySpec:
 
 def parse_study_spec(raw: dict[str, Any], source: str) -> StudySpec:
     try:
-        return StudySpec.model_validate(raw)
+        spec = StudySpec.model_validate(raw)
     except ValidationError as error:
         raise ConfigError(describe_validation_error(error, source)) from None
+    problem = _inconsistency(spec)
+    if problem:
+        raise ConfigError(f"{source}: {problem}")
+    return spec
+
+
+def _inconsistency(spec: StudySpec) -> str | None:
+    """Rules that tie sections together; the message starts with the section to change."""
+    if len(set(spec.objectives)) != len(spec.objectives) or "top1" not in spec.objectives:
+        return f"objectives: must name top1 and no metric twice, got {spec.objectives}"
+    if spec.multi_objective and spec.pruner.name != "none":
+        return (f"pruner: Optuna does not prune multi-objective studies ({', '.join(spec.objectives)}): "
+                "set pruner: none, or keep only objectives: [top1]")
+    if spec.constraints.max_inter_node_mb is not None and spec.sampler.name not in CONSTRAINED_SAMPLERS:
+        return f"sampler: {spec.sampler.name} ignores constraints; use one of {', '.join(CONSTRAINED_SAMPLERS)}"
+    needs_nodes = "inter_node_bytes" in spec.objectives or spec.constraints.max_inter_node_mb is not None
+    if needs_nodes and not spec.layout.multi_node:
+        return "layout: inter-node traffic needs more than one node: set layout.ranks_per_node below nproc"
+    return None
 
 
 def _resolve_base(raw: dict[str, Any], path: Path) -> dict[str, Any]:
