@@ -165,6 +165,7 @@ class StudyRunner:
             config = self._trial_config(trial)
             active.run_dir, resume = self._prepare(trial, config)
             active.job = submit_trial(active.run_dir, self.spec, resume)
+            trial.set_user_attr("prepare_seconds", time.time() - active.started)  # ask -> submitted
         except ConfigError as error:
             self.active.remove(active)
             self._fail(active, str(error), kind=None)
