@@ -55,7 +55,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     require_study(storage, args.name, url)
     if args.parallel < 1 or (args.trials is not None and args.trials < 1):
         raise ConfigError("--parallel and --trials must be at least 1")
-    finished = StudyRunner(storage, args.name, url, args.parallel, args.trials).run()
+    try:
+        finished = StudyRunner(storage, args.name, url, args.parallel, args.trials).run()
+    except KeyboardInterrupt:  # a second Ctrl-C while stopping
+        print(f"abtune: aborted; trials still RUNNING are failed and retried by the next `abtune study run {args.name}`",
+              file=sys.stderr)
+        return INTERRUPTED_EXIT
     if not finished:
         print(f"abtune: interrupted; no trial is left running. Continue with: abtune study run {args.name}",
               file=sys.stderr)

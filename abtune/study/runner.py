@@ -13,6 +13,7 @@ run the same study; the budget counts every trial in the storage. A worker:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -149,7 +150,9 @@ class StudyRunner:
         if now - self._last_beat >= HEARTBEAT_S:
             self._last_beat = now
             for active in self.active:
-                self.storage.set_trial_system_attr(active.trial._trial_id, workers.HEARTBEAT_ATTR, now)
+                # another worker may have found our heartbeat too old and failed the trial
+                with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+                    self.storage.set_trial_system_attr(active.trial._trial_id, workers.HEARTBEAT_ATTR, now)
         if now - self._last_scan >= self.spec.retries.stale_after_s / 2:
             self.recover_stale()
 
@@ -216,7 +219,11 @@ class StudyRunner:
             self._fail(active, outcome.reason or f"the job exited with code {outcome.exit_code}", kind="failed")
             return
         assert active.run_dir is not None
-        summary = json.loads((active.run_dir / "summary.json").read_text())
+        summary_file = active.run_dir / "summary.json"
+        if not summary_file.exists():
+            self._fail(active, f"the run ended without writing {summary_file}", kind="failed")
+            return
+        summary = json.loads(summary_file.read_text())
         attrs = results.result_attrs(summary, time.time() - active.started)
         budget = self.spec.constraints.max_inter_node_mb
         if budget is not None:
@@ -268,10 +275,10 @@ class StudyRunner:
     def _fail_stale(self, trial: FrozenTrial) -> None:
         owner = workers.describe(trial.system_attrs.get(workers.WORKER_ATTR))
         retry = self._retry_allowed(trial, "stale")
-        self.storage.set_trial_user_attr(trial._trial_id, "fail_reason", f"stale: its worker {owner} stopped (crash or kill)")
-        if retry:
-            self.storage.set_trial_user_attr(trial._trial_id, "retried", True)
         try:
+            self.storage.set_trial_user_attr(trial._trial_id, "fail_reason", f"stale: its worker {owner} stopped (crash or kill)")
+            if retry:
+                self.storage.set_trial_user_attr(trial._trial_id, "retried", True)
             claimed = self.storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
         except optuna.exceptions.UpdateFinishedTrialError:
             claimed = False  # another worker failed it first and re-enqueued it
