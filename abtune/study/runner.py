@@ -32,7 +32,7 @@ from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import ConfigError
 from abtune.launch.submit import RunOutcome, submit_local
 from abtune.rundir import check_method_layout, prepare_run_dir
-from abtune.study import results, workers
+from abtune.study import results, retries, workers
 from abtune.study.definition import DDP, REFERENCE, open_search_study, seed_offset, stored_study_dir
 from abtune.study.display import RunDisplay
 from abtune.study.pruning import STUDY_STORAGE_VARIABLE
@@ -213,15 +213,15 @@ class StudyRunner:
     def _finish(self, active: Active) -> None:
         outcome = _outcome(active.job)
         if self.stopping and not outcome.ok:
-            self._fail(active, INTERRUPTED, kind="interrupted")
+            self._fail(active, INTERRUPTED, kind=retries.INTERRUPTED)
             return
         if not outcome.ok:
-            self._fail(active, outcome.reason or f"the job exited with code {outcome.exit_code}", kind="failed")
+            self._fail(active, outcome.reason or f"the job exited with code {outcome.exit_code}", kind=retries.FAILED)
             return
         assert active.run_dir is not None
         summary_file = active.run_dir / "summary.json"
         if not summary_file.exists():
-            self._fail(active, f"the run ended without writing {summary_file}", kind="failed")
+            self._fail(active, f"the run ended without writing {summary_file}", kind=retries.FAILED)
             return
         summary = json.loads(summary_file.read_text())
         attrs = results.result_attrs(summary, time.time() - active.started)
@@ -242,27 +242,13 @@ class StudyRunner:
         trial = active.trial
         trial.set_user_attr("fail_reason", reason)
         frozen = self.storage.get_trial(trial._trial_id)
-        retry = self._retry_allowed(frozen, kind)
+        retry = retries.allowed(self.spec, frozen, kind)
         if retry:
             trial.set_user_attr("retried", True)
         frozen = self.study.tell(trial, state=TrialState.FAIL)
         if retry:
-            self._enqueue_retry(frozen, kind)
+            retries.enqueue(self.study, frozen, kind)
         self.display.finished(frozen, self.all_trials())
-
-    def _retry_allowed(self, trial: FrozenTrial, kind: str | None) -> bool:
-        limits = {"stale": self.spec.retries.stale, "failed": self.spec.retries.failed, "interrupted": None}
-        if kind not in limits:
-            return False
-        limit = limits[kind]
-        return limit is None or int(trial.user_attrs.get("attempt", 0)) < limit
-
-    def _enqueue_retry(self, trial: FrozenTrial, kind: str | None) -> None:
-        attempt = int(trial.user_attrs.get("attempt", 0)) + (0 if kind == "interrupted" else 1)
-        user_attrs: dict[str, Any] = {"retry_of": trial.number, "attempt": attempt}
-        if trial.user_attrs.get(REFERENCE):
-            user_attrs[REFERENCE] = trial.user_attrs[REFERENCE]
-        self.study.enqueue_trial(params=dict(trial.params), user_attrs=user_attrs)
 
     # --- other workers' dead trials, and stopping -----------------------------------------------
     def recover_stale(self) -> None:
@@ -270,22 +256,9 @@ class StudyRunner:
         mine = {a.trial._trial_id for a in self.active}
         for trial in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.RUNNING,)):
             if trial._trial_id not in mine and workers.is_stale(trial, self.spec.retries.stale_after_s):
-                self._fail_stale(trial)
-
-    def _fail_stale(self, trial: FrozenTrial) -> None:
-        owner = workers.describe(trial.system_attrs.get(workers.WORKER_ATTR))
-        retry = self._retry_allowed(trial, "stale")
-        try:
-            self.storage.set_trial_user_attr(trial._trial_id, "fail_reason", f"stale: its worker {owner} stopped (crash or kill)")
-            if retry:
-                self.storage.set_trial_user_attr(trial._trial_id, "retried", True)
-            claimed = self.storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            claimed = False  # another worker failed it first and re-enqueued it
-        if claimed and retry:
-            self._enqueue_retry(self.storage.get_trial(trial._trial_id), "stale")
-        if claimed:
-            self.display.note(f"trial {trial.number} was left RUNNING by {owner}: failed" + (", re-enqueued" if retry else ""))
+                note = retries.fail_stale(self.study, self.spec, trial)
+                if note:
+                    self.display.note(note)
 
     def _cancel_all(self) -> None:
         for active in self.active:
@@ -299,7 +272,7 @@ class StudyRunner:
             if active.job is not None and active.job.done():
                 self._finish(active)
             else:
-                self._fail(active, INTERRUPTED, kind="interrupted")
+                self._fail(active, INTERRUPTED, kind=retries.INTERRUPTED)
 
 
 def _outcome(job: Any) -> RunOutcome:
