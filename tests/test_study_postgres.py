@@ -7,7 +7,6 @@ either the test skips.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from sqlalchemy.engine import make_url
 from abtune.study import results
 from tests.study_helpers import start_run, trials_of, write_study
 
-if importlib.util.find_spec("tests.postgres.fixture") is not None:
+if (Path(__file__).parent / "postgres" / "fixture.py").exists():
     pytest_plugins = ["tests.postgres.fixture"]
 
 pytestmark = pytest.mark.slow
@@ -39,17 +38,17 @@ def postgres_study_url(request: pytest.FixtureRequest) -> str:
 def test_four_workers_on_postgresql_lose_no_trial(tmp_path: Path, postgres_study_url: str) -> None:
     from tests.conftest import run_cli
 
-    url = postgres_study_url
-    study = write_study(tmp_path / "s.yaml", name="pg4", trials=BUDGET)
+    url, name = postgres_study_url, f"pg4-{os.getpid()}"  # a shared database may hold earlier runs
+    study = write_study(tmp_path / "s.yaml", name=name, trials=BUDGET)
     run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
-    workers = [start_run(tmp_path, "pg4", "--storage", url) for _ in range(WORKERS)]
+    workers = [start_run(tmp_path, name, "--storage", url) for _ in range(WORKERS)]
     password = make_url(url).password
     for worker in workers:
         out, err = worker.communicate(timeout=900)
         assert worker.returncode == 0, err
         assert not password or password not in out + err
 
-    trials = trials_of(url, "pg4")
+    trials = trials_of(url, name)
     assert {t.state for t in trials} <= {TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL}
     assert [t.number for t in trials] == list(range(len(trials)))
     # every trial ran to its summary; workers that ask at the same instant may each overshoot by one
