@@ -15,7 +15,7 @@ from typing import Any
 import optuna
 
 from abtune.errors import ConfigError
-from abtune.study.definition import build_pruner, stored_spec
+from abtune.study.definition import SearchStudy, build_pruner, stored_spec
 from abtune.study.storage import open_storage, quiet_optuna
 from abtune.training.hooks import TrainingHook
 
@@ -41,4 +41,5 @@ def make_hook(run_dir: Path, study: str, trial_id: int, prune: bool = True) -> P
     storage = open_storage(url)
     spec = stored_spec(storage, storage.get_study_id_from_name(study))
     sampler = optuna.samplers.RandomSampler()  # never samples here; Trial() only needs one
-    return PruningHook(optuna.Study(study, storage, sampler=sampler, pruner=build_pruner(spec)), trial_id, prune)
+    # SearchStudy: the pruner compares with search-space trials only, never with the DDP reference
+    return PruningHook(SearchStudy(study, storage, sampler=sampler, pruner=build_pruner(spec)), trial_id, prune)
