@@ -150,3 +150,16 @@ def test_the_installed_command_creates_and_lists(tmp_path: Path) -> None:
     assert "budget 0/4 finished; waiting 2" in status
     missing = run_cli("study", "best", "nope", cwd=tmp_path, check=False)
     assert missing.returncode == 2 and "no study named 'nope'" in missing.stderr and "studies there: tiny" in missing.stderr
+
+
+def test_abtune_storage_variable_and_no_password_in_the_stored_definition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"journal:{tmp_path}/env.log"
+    monkeypatch.setenv("ABTUNE_STORAGE", url)
+    study = write_study(tmp_path / "s.yaml", storage="postgresql://me:hunter2@db.example/abtune")
+    code, out, _ = _abtune(capsys, "study", "create", str(study))  # the variable wins over the file's storage
+    assert code == 0 and f"created study tiny in journal:{tmp_path}/env.log" in out
+    assert study_attrs(url)[SPEC_ATTR]["storage"] == "postgresql://me:***@db.example/abtune"
+    code, out, _ = _abtune(capsys, "study", "status", "tiny")
+    assert code == 0 and "budget 0/4 finished" in out and "hunter2" not in out
