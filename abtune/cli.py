@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -17,12 +15,13 @@ from typing import Any
 
 import yaml
 
-from abtune.config import RunConfig, flatten, load_run_config
+from abtune.config import RunConfig, load_run_config
 from abtune.errors import AbtuneError, ConfigError
+from abtune.rundir import DEFAULT_RUNS_DIR, check_method_layout, prepare_run_dir
+from abtune.study.cli import register_study_commands
+from abtune.study.storage import resolve_storage_url
 
-DEFAULT_RUNS_DIR = Path("runs")
 INTERRUPTED_EXIT = 130
-STORAGE_VARIABLE = "ABTUNE_STORAGE"
 
 
 def _parse_value(text: str) -> Any:
@@ -39,44 +38,6 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
     return result
 
 
-def _check_method_layout(config: RunConfig, nproc: int, ranks_per_node: int) -> None:
-    """Problems that depend on the number of ranks, found before any process starts."""
-    if config.method.name == "ab":
-        from abtune.methods.ab.groups import resolve_group_size
-
-        resolve_group_size(config.method.group_size, nproc, ranks_per_node, nproc // ranks_per_node)
-
-
-def _prepare_run_dir(config: RunConfig, run_dir: Path | None, resume: bool) -> Path:
-    if run_dir is None:
-        if resume:
-            raise ConfigError("--resume needs --run-dir: the folder of the run to continue")
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        run_dir = DEFAULT_RUNS_DIR / f"{config.name}-{config.method.name}-{stamp}"
-    stored = run_dir / "config.yaml"
-    if resume:
-        _check_same_config(stored, config)
-    elif stored.exists():
-        raise ConfigError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --run-dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    stored.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-    shutil.rmtree(run_dir / "failures", ignore_errors=True)
-    return run_dir
-
-
-def _check_same_config(stored: Path, config: RunConfig) -> None:
-    if not stored.exists():
-        raise ConfigError(f"{stored.parent} holds no run to resume (no config.yaml)")
-    before = flatten(load_run_config(stored))
-    after = flatten(config)
-    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
-    if changed:
-        raise ConfigError(
-            f"the config differs from the run being resumed in {', '.join(changed)}; "
-            "resume with the same config or start a new --run-dir"
-        )
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     from abtune.launch.local import check_layout, launch
     from abtune.training.report import print_summary
@@ -84,8 +45,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = load_run_config(args.config, _overrides(args.set))
     ranks_per_node = args.ranks_per_node or args.nproc
     check_layout(args.nproc, ranks_per_node)
-    _check_method_layout(config, args.nproc, ranks_per_node)
-    run_dir = _prepare_run_dir(config, args.run_dir, args.resume)
+    check_method_layout(config, args.nproc, ranks_per_node)
+    run_dir = prepare_run_dir(config, args.run_dir, args.resume)
     try:
         launch(run_dir, args.nproc, ranks_per_node, resume=args.resume)
     except KeyboardInterrupt:
@@ -110,13 +71,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     check_layout(args.nproc, ranks_per_node)
     configs = {m: compare.method_config(base, m, per_method[m]) for m in methods}
     for config in configs.values():
-        _check_method_layout(config, args.nproc, ranks_per_node)
+        check_method_layout(config, args.nproc, ranks_per_node)
     out_dir = args.out or DEFAULT_RUNS_DIR / f"{base.name}-compare-{time.strftime('%Y%m%d-%H%M%S')}"
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ConfigError(f"{out_dir} is not empty; choose another --out")
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        rows = compare.run_methods(configs, out_dir, args.nproc, ranks_per_node, _prepare_run_dir, launch)
+        rows = compare.run_methods(configs, out_dir, args.nproc, ranks_per_node, prepare_run_dir, launch)
     except KeyboardInterrupt:
         print(f"abtune: interrupted; finished runs are in {out_dir}", file=sys.stderr)
         return INTERRUPTED_EXIT
@@ -139,7 +100,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
     runner.check_launcher(args.launcher)
     nodes = parse_nodes(args.nodes)
     target = load_target(args.to, args.data_root, args.ranks_per_node)
-    promoted = promoted_from_study(load_study(args.study, _storage(args.storage)), args.top, args.rule)
+    promoted = promoted_from_study(load_study(args.study, resolve_storage_url(args.storage)), args.top, args.rule)
     try:
         check_data_root(target, str(args.to))
     except ConfigError as error:
@@ -164,13 +125,6 @@ def cmd_promote(args: argparse.Namespace) -> int:
     if failed:
         raise AbtuneError(f"{len(failed)} run(s) failed: {'; '.join(failed)}")
     return 0
-
-
-def _storage(url: str | None) -> str:
-    storage = url or os.environ.get(STORAGE_VARIABLE)
-    if not storage:
-        raise ConfigError(f"--storage: where the study lives, e.g. sqlite:///runs/studies.db (or set {STORAGE_VARIABLE})")
-    return storage
 
 
 def cmd_report_scaling(args: argparse.Namespace) -> int:
@@ -227,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="constant local batch (global grows) or constant global batch (local shrinks)")
     promote.add_argument("--rule", choices=("best-accuracy", "least-traffic", "knee"), default="best-accuracy",
                          help="how to pick from a multi-objective study's Pareto front (default: %(default)s)")
-    promote.add_argument("--storage", default=None, help=f"Optuna storage URL (default: ${STORAGE_VARIABLE})")
+    promote.add_argument("--storage", default=None, help="Optuna storage URL (default: $ABTUNE_STORAGE or sqlite:///optuna.db)")
     promote.add_argument("--launcher", default="local", help="launcher profile (default: %(default)s)")
     promote.add_argument("--campaign-dir", type=Path, default=None, help="output folder (default: runs/STUDY-TARGET-SCALING-TIME)")
     promote.add_argument("--data-root", type=Path, default=None, help="the data folder (overrides the target's run.data.root)")
@@ -247,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     show = config_commands.add_parser("show", help="print the resolved config (defaults filled in)")
     show.add_argument("config", type=Path, nargs="?", default=None)
     show.set_defaults(func=cmd_config_show)
+    register_study_commands(commands)
     return parser
 
 

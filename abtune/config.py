@@ -177,7 +177,8 @@ def describe_validation_error(error: ValidationError, source: str) -> str:
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown key (check the spelling; see `abtune config show` for valid keys)"
-        got = f" (got {item['input']!r})" if item["type"] not in ("extra_forbidden", "missing") else ""
+        shown = item["type"] not in ("extra_forbidden", "missing") and not isinstance(item["input"], dict)
+        got = f" (got {item['input']!r})" if shown else ""  # a whole section is too long to repeat
         lines.append(f"{source}: {where}: {message}{got}")
     return "\n".join(lines)
 

@@ -170,7 +170,7 @@ def _one_line_error(result: Result) -> str:
 @pytest.mark.parametrize(("study", "top", "expected"), [
     ("empty", 1, "abtune: error: study 'empty' has no finished trials (1 fail, 1 pruned)"),
     ("tiny", 4, "abtune: error: --top 4: study 'tiny' has only 3 finished trial(s)"),
-    ("nope", 1, "abtune: error: study 'nope' not found in sqlite:///"),
+    ("nope", 1, "abtune: error: no study named 'nope' in sqlite:///"),
 ])
 def test_bad_promotions_give_one_line_and_exit_2(tmp_path: Path, storage: str, study: str, top: int,
                                                  expected: str, cli: Callable[..., Result]) -> None:

@@ -18,7 +18,6 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from abtune.errors import ConfigError
-from abtune.redact import redact
 
 Rule = Literal["best-accuracy", "least-traffic", "knee"]
 RULES: tuple[Rule, ...] = ("best-accuracy", "least-traffic", "knee")
@@ -129,11 +128,10 @@ def _distance_to_ideal(trial: FrozenTrial, front: list[FrozenTrial], directions:
     return math.sqrt(total)
 
 
-def load_study(name: str, storage: str) -> optuna.Study:
-    """A study from its storage; one clear line when it is not there."""
-    try:
-        return optuna.load_study(study_name=name, storage=storage)
-    except KeyError:
-        known = optuna.get_all_study_names(storage)
-        raise ConfigError(f"study '{name}' not found in {redact(storage)}; studies there: "
-                          f"{', '.join(known) or 'none'}") from None
+def load_study(name: str, url: str) -> optuna.Study:
+    """A study from the storage `abtune study` uses; one clear line when it is not there."""
+    from abtune.study.storage import open_storage, require_study
+
+    storage = open_storage(url)
+    require_study(storage, name, url)
+    return optuna.load_study(study_name=name, storage=storage)

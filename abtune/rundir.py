@@ -1,0 +1,57 @@
+"""A run folder: the resolved config.yaml every rank reads, written by one code path.
+
+`abtune train` and every study trial prepare their folders here, so a trial folder can be
+resumed or re-run with `abtune train` like any other run.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import yaml
+
+from abtune.config import RunConfig, flatten, load_run_config
+from abtune.errors import ConfigError
+
+DEFAULT_RUNS_DIR = Path("runs")
+CONFIG_FILE = "config.yaml"
+
+
+def check_method_layout(config: RunConfig, nproc: int, ranks_per_node: int) -> None:
+    """Problems that depend on the number of ranks, found before any process starts."""
+    if config.method.name == "ab":
+        from abtune.methods.ab.groups import resolve_group_size
+
+        resolve_group_size(config.method.group_size, nproc, ranks_per_node, nproc // ranks_per_node)
+
+
+def prepare_run_dir(config: RunConfig, run_dir: Path | None, resume: bool) -> Path:
+    if run_dir is None:
+        if resume:
+            raise ConfigError("--resume needs --run-dir: the folder of the run to continue")
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run_dir = DEFAULT_RUNS_DIR / f"{config.name}-{config.method.name}-{stamp}"
+    stored = run_dir / CONFIG_FILE
+    if resume:
+        check_same_config(stored, config)
+    elif stored.exists():
+        raise ConfigError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --run-dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    stored.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    shutil.rmtree(run_dir / "failures", ignore_errors=True)
+    return run_dir
+
+
+def check_same_config(stored: Path, config: RunConfig) -> None:
+    if not stored.exists():
+        raise ConfigError(f"{stored.parent} holds no run to resume (no config.yaml)")
+    before = flatten(load_run_config(stored))
+    after = flatten(config)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    if changed:
+        raise ConfigError(
+            f"the config differs from the run being resumed in {', '.join(changed)}; "
+            "resume with the same config or start a new --run-dir"
+        )

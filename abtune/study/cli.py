@@ -1,0 +1,161 @@
+"""`abtune study ...`: one small function per subcommand, registered into abtune's parser by
+`register_study_commands(commands)`. Every subcommand takes --storage (else $ABTUNE_STORAGE, else
+sqlite:///optuna.db in the working directory); URLs are printed with their password masked."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from abtune.errors import ConfigError
+from abtune.redact import redact
+
+INTERRUPTED_EXIT = 130
+
+
+def _storage(args: argparse.Namespace, create: bool = False, from_file: str | None = None):  # noqa: ANN202
+    from abtune.study.storage import open_storage, quiet_optuna, resolve_storage_url
+
+    quiet_optuna()
+    url = resolve_storage_url(args.storage, from_file)
+    return open_storage(url, create=create), url
+
+
+def _shown(url: str) -> str:
+    from abtune.study.storage import absolute_url
+
+    return redact(absolute_url(url))
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    from abtune.study import lifecycle
+    from abtune.study.spec import load_study_spec
+    from abtune.study.storage import quiet_optuna, resolve_storage_url
+
+    quiet_optuna()
+    url = resolve_storage_url(args.storage, load_study_spec(args.study_file).storage)
+    name, created = lifecycle.create(args.study_file, args.name, url, args.force)
+    where = _shown(url)
+    if not created:
+        print(f"study {name} already exists in {where} with this definition; nothing to do")
+        return 0
+    print(f"created study {name} in {where}")
+    storage_flag = f" --storage '{where}'" if args.storage else ""
+    print(f"run it: abtune study run {name}{storage_flag}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from abtune.study.report import print_best
+    from abtune.study.runner import StudyRunner
+    from abtune.study.storage import require_study
+
+    storage, url = _storage(args)
+    require_study(storage, args.name, url)
+    if args.parallel < 1 or (args.trials is not None and args.trials < 1):
+        raise ConfigError("--parallel and --trials must be at least 1")
+    try:
+        finished = StudyRunner(storage, args.name, url, args.parallel, args.trials).run()
+    except KeyboardInterrupt:  # a second Ctrl-C while stopping
+        print(f"abtune: aborted; trials still RUNNING are failed and retried by the next `abtune study run {args.name}`",
+              file=sys.stderr)
+        return INTERRUPTED_EXIT
+    if not finished:
+        print(f"abtune: interrupted; no trial is left running. Continue with: abtune study run {args.name}",
+              file=sys.stderr)
+        return INTERRUPTED_EXIT
+    print_best(storage, args.name)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from abtune.study.report import print_status
+    from abtune.study.storage import require_study
+
+    storage, url = _storage(args)
+    require_study(storage, args.name, url)
+    print_status(storage, args.name, _shown(url))
+    return 0
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    from abtune.study.report import print_best
+    from abtune.study.storage import require_study
+
+    storage, url = _storage(args)
+    require_study(storage, args.name, url)
+    print_best(storage, args.name)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from abtune.study.report import export_text
+    from abtune.study.storage import require_study
+
+    storage, url = _storage(args)
+    require_study(storage, args.name, url)
+    text = export_text(storage, args.name, args.format)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        args.output.write_text(text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from abtune.study.report import print_list
+
+    storage, url = _storage(args)
+    print_list(storage, _shown(url))
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    from abtune.study import lifecycle
+    from abtune.study.storage import require_study
+
+    storage, url = _storage(args)
+    require_study(storage, args.name, url)
+    if not args.yes and not _confirm(f"delete study {args.name} and its trial folders? [y/N] "):
+        raise ConfigError(f"not deleted; pass --yes to delete study {args.name} without a question")
+    folder = lifecycle.delete(storage, args.name)
+    print(f"deleted study {args.name} from {_shown(url)}" + (f" and {folder}" if folder else ""))
+    return 0
+
+
+def _confirm(question: str) -> bool:
+    if not sys.stdin.isatty():
+        return False
+    return input(question).strip().lower() in ("y", "yes")
+
+
+def register_study_commands(commands: argparse._SubParsersAction) -> None:
+    study = commands.add_parser("study", help="Optuna studies: search AB-training hyperparameters")
+    sub = study.add_subparsers(dest="study_command", required=True)
+    storage_help = "storage URL: sqlite:///FILE, postgresql://..., journal:FILE (default $ABTUNE_STORAGE or sqlite:///optuna.db)"
+
+    def add(name: str, func, help_text: str, named: bool = True) -> argparse.ArgumentParser:  # noqa: ANN001
+        parser = sub.add_parser(name, help=help_text)
+        if named:
+            parser.add_argument("name", help="study name")
+        parser.add_argument("--storage", default=None, help=storage_help)
+        parser.set_defaults(func=func)
+        return parser
+
+    create = add("create", cmd_create, "create a study from a study file", named=False)
+    create.add_argument("study_file", type=Path, help="study YAML (see studies/quickstart.yaml)")
+    create.add_argument("--name", default=None, help="study name (default: the file's name: or its stem)")
+    create.add_argument("--force", action="store_true", help="replace a study of that name with a different definition")
+    run = add("run", cmd_run, "run trials until the study's budget is spent")
+    run.add_argument("--trials", type=int, default=None, help="at most this many trials in this invocation")
+    run.add_argument("--parallel", type=int, default=1, help="trials at a time (each starts layout.nproc ranks)")
+    add("status", cmd_status, "trial counts, running trials, best so far")
+    add("best", cmd_best, "best configuration and Pareto front, with deltas vs the reference trials")
+    export = add("export", cmd_export, "every trial as CSV or JSON")
+    export.add_argument("--format", choices=("csv", "json"), default="csv")
+    export.add_argument("--output", type=Path, default=None, help="file to write (default: standard output)")
+    add("list", cmd_list, "studies in the storage", named=False)
+    delete = add("delete", cmd_delete, "delete a study and its trial folders")
+    delete.add_argument("--yes", action="store_true", help="do not ask")

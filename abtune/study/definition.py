@@ -1,0 +1,103 @@
+"""A study as stored: its definition in the study's user attributes, its sampler, pruner and trials.
+
+The definition (the resolved study file) travels with the study, so `study run` on another host,
+and the pruning hook inside a trial, rebuild the same sampler and pruner without the YAML file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.storages import BaseStorage
+from optuna.trial import FrozenTrial, TrialState
+
+from abtune.errors import ConfigError
+from abtune.study.spec import StudySpec, parse_study_spec
+
+SPEC_ATTR = "abtune.spec"
+STUDY_DIR_ATTR = "abtune.study_dir"
+REFERENCE = "reference"
+PAPER_DEFAULTS = "paper-defaults"
+DDP = "ddp"
+
+
+def build_sampler(spec: StudySpec, seed_offset: int = 0) -> optuna.samplers.BaseSampler:
+    seed = None if spec.sampler.seed is None else spec.sampler.seed + seed_offset
+    options = dict(spec.sampler.options)
+    name = spec.sampler.name
+    if name == "tpe":
+        options.setdefault("constant_liar", True)  # parallel trials: do not propose what is already running
+    factories = {
+        "tpe": lambda: optuna.samplers.TPESampler,
+        "random": lambda: optuna.samplers.RandomSampler,
+        "nsgaii": lambda: optuna.samplers.NSGAIISampler,
+        "nsgaiii": lambda: optuna.samplers.NSGAIIISampler,
+        "gp": lambda: optuna.samplers.GPSampler,
+        "qmc": lambda: optuna.samplers.QMCSampler,
+        "cmaes": lambda: optuna.samplers.CmaEsSampler,
+    }
+    try:
+        return factories[name]()(seed=seed, **options)
+    except (TypeError, ValueError, ImportError) as error:
+        raise ConfigError(f"sampler {name} with options {spec.sampler.options}: {error}") from None
+
+
+def build_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
+    factories = {
+        "none": optuna.pruners.NopPruner,
+        "median": optuna.pruners.MedianPruner,
+        "hyperband": optuna.pruners.HyperbandPruner,
+    }
+    options = dict(spec.pruner.options)
+    if spec.pruner.name == "hyperband":  # "auto" would wait for a finished trial in every trial process
+        options.setdefault("max_resource", spec.base["train"]["steps"])
+    try:
+        return factories[spec.pruner.name](**options)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"pruner {spec.pruner.name} with options {spec.pruner.options}: {error}") from None
+
+
+class SearchStudy(optuna.Study):
+    """A Study whose sampler and pruner never see the finished DDP reference trial.
+
+    The DDP trial runs outside the search space (no parameters): shown to a sampler that
+    intersects the spaces of finished trials (NSGA-II, CMA-ES, GP, multivariate TPE), it would empty
+    the space. Optuna's Hyperband pruner filters trials the same way. Waiting and running DDP trials
+    stay visible, so `ask()` still hands them out exactly once.
+    """
+
+    def _get_trials(self, deepcopy: bool = True, states: Any = None, use_cache: bool = False) -> list[FrozenTrial]:
+        trials = super()._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
+        return [t for t in trials if not (t.state.is_finished() and t.user_attrs.get(REFERENCE) == DDP)]
+
+
+def stored_spec(storage: BaseStorage, study_id: int) -> StudySpec:
+    attrs = storage.get_study_user_attrs(study_id)
+    if SPEC_ATTR not in attrs:
+        name = storage.get_study_name_from_id(study_id)
+        raise ConfigError(f"study {name!r} was not created by `abtune study create` (no stored definition)")
+    return parse_study_spec(attrs[SPEC_ATTR], f"study {storage.get_study_name_from_id(study_id)}")
+
+
+def stored_study_dir(storage: BaseStorage, study_id: int) -> Path:
+    return Path(storage.get_study_user_attrs(study_id)[STUDY_DIR_ATTR])
+
+
+def open_search_study(storage: BaseStorage, name: str, seed_offset: int = 0) -> tuple[SearchStudy, StudySpec]:
+    study_id = storage.get_study_id_from_name(name)
+    spec = stored_spec(storage, study_id)
+    study = SearchStudy(name, storage, sampler=build_sampler(spec, seed_offset), pruner=build_pruner(spec))
+    return study, spec
+
+
+def seed_offset(trials: list[FrozenTrial]) -> int:
+    """Restarted workers must not replay the sampler's first draws: offset its seed by the trials so far.
+
+    When other workers are running (shared storage), the process id is mixed in too; one worker
+    running a study from start to end stays reproducible.
+    """
+    running = any(t.state == TrialState.RUNNING for t in trials)
+    return len(trials) * 7919 + (os.getpid() if running else 0)

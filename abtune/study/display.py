@@ -1,0 +1,85 @@
+"""What `abtune study run` shows: a progress bar over the study's budget and a table of finished trials.
+
+On a terminal both live in one rich Live view; otherwise (logs, CI) one line per event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from abtune.study import results
+from abtune.study.spec import StudySpec
+
+MEGA = 1e6
+SHOWN_ROWS = 15
+
+
+def trial_row(trial: FrozenTrial) -> list[str]:
+    attrs = trial.user_attrs
+    top1 = f"{attrs['top1']:.4f}" if "top1" in attrs else "-"
+    inter = f"{attrs['inter_node_bytes'] / MEGA:.2f}" if "inter_node_bytes" in attrs else "-"
+    seconds = f"{attrs['wall_seconds']:.0f}" if "wall_seconds" in attrs else "-"
+    note = attrs.get("fail_reason", "") if trial.state == TrialState.FAIL else results.label(trial)
+    return [str(trial.number), trial.state.name, top1, inter, seconds, note]
+
+
+class RunDisplay:
+    def __init__(self, name: str, spec: StudySpec) -> None:
+        self.console = Console(highlight=False)
+        self.spec = spec
+        self.live_mode = self.console.is_terminal
+        self.rows: list[list[str]] = []
+        self.progress = Progress(TextColumn(f"[bold]study {name}[/]"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[running]}"), TimeElapsedColumn(), console=self.console)
+        self.task = self.progress.add_task("trials", total=spec.trials, running="")
+        self.live = Live(self._view(), console=self.console, refresh_per_second=4, transient=False)
+        self.running: set[int] = set()
+
+    def __enter__(self) -> RunDisplay:
+        if self.live_mode:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live_mode:
+            self.live.__exit__(*exc)
+
+    def _view(self) -> Any:
+        table = Table("trial", "state", "top1", "inter MB", "wall s", "note", title="finished trials")
+        for row in self.rows[-SHOWN_ROWS:]:
+            table.add_row(*row)
+        return Group(self.progress, table)
+
+    def _update(self) -> None:
+        running = f"running: {', '.join(map(str, sorted(self.running)))}" if self.running else ""
+        self.progress.update(self.task, running=running)
+        if self.live_mode:
+            self.live.update(self._view())
+
+    def refresh(self, trials: Sequence[FrozenTrial]) -> None:
+        self.progress.update(self.task, completed=results.finished_count(trials))
+        self._update()
+
+    def started(self, number: int, reference: str | None) -> None:
+        self.running.add(number)
+        if not self.live_mode:
+            self.console.print(f"trial {number} started" + (f" ({reference} reference)" if reference else ""))
+        self._update()
+
+    def finished(self, trial: FrozenTrial, trials: Sequence[FrozenTrial]) -> None:
+        self.running.discard(trial.number)
+        row = trial_row(trial)
+        self.rows.append(row)
+        if not self.live_mode:
+            self.console.print("trial {} {}: top1 {} inter-node MB {} wall {} s {}".format(*row).rstrip())
+        self.refresh(trials)
+
+    def note(self, text: str) -> None:
+        self.console.print(text)

@@ -1,0 +1,105 @@
+"""Creating and deleting studies. Everything is validated before the storage is opened, so a bad
+study file leaves no trace (not even an empty SQLite file)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.storages import BaseStorage
+
+from abtune.errors import ConfigError
+from abtune.redact import redact
+from abtune.study.definition import (
+    DDP,
+    PAPER_DEFAULTS,
+    REFERENCE,
+    SPEC_ATTR,
+    STUDY_DIR_ATTR,
+    build_pruner,
+    build_sampler,
+    stored_study_dir,
+)
+from abtune.study.space import build_distributions, paper_default_params
+from abtune.study.spec import StudySpec, load_study_spec, parse_study_spec
+from abtune.study.storage import absolute_url, open_storage
+
+DEFAULT_STUDIES_DIR = Path("runs") / "studies"
+
+
+def validate(spec: StudySpec, source: str) -> dict[str, Any] | None:
+    """Every check that needs no storage; returns the paper-defaults parameters (None when not enqueued)."""
+    distributions = build_distributions(spec, source)
+    try:
+        build_sampler(spec)
+        build_pruner(spec)
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
+    references = int(spec.references.paper_defaults) + int(spec.references.ddp)
+    if spec.trials <= references:
+        raise ConfigError(f"{source}: trials: {spec.trials} leaves no trial for the search after the "
+                          f"{references} reference trials; set trials above {references}")
+    eval_every = spec.base["train"]["eval_every"]
+    if spec.pruner.name != "none" and eval_every is not None and eval_every >= spec.base["train"]["steps"]:
+        raise ConfigError(f"{source}: pruner {spec.pruner.name} needs evaluations during a run: set "
+                          f"train.eval_every below train.steps ({spec.base['train']['steps']}), got {eval_every}")
+    if not spec.references.paper_defaults:
+        return None
+    if spec.base["method"]["name"] not in ("ab", "ab-nogroups"):
+        raise ConfigError(f"{source}: references.paper_defaults needs an AB method in the base config "
+                          f"(method.name: ab), got {spec.base['method']['name']}; or set it to false")
+    return paper_default_params(spec, distributions, source)
+
+
+def create(path: Path, name: str | None, url: str, force: bool) -> tuple[str, bool]:
+    """Create the study from a study file; returns (name, created). An identical study is left as is."""
+    spec = load_study_spec(path)
+    name = name or spec.name or path.stem
+    spec = parse_study_spec({**spec.model_dump(mode="json"), "name": name}, str(path))
+    paper_params = validate(spec, str(path))
+    storage = open_storage(url, create=True)
+    if _exists(storage, name):
+        if _same_definition(storage, name, spec):
+            return name, False
+        if not force:
+            raise ConfigError(f"study {name!r} already exists in {redact(absolute_url(url))} with a different "
+                              "definition; pass --force to replace it (its trials are deleted) or choose --name")
+        delete(storage, name)
+    study_dir = Path(spec.study_dir or DEFAULT_STUDIES_DIR / name).resolve()
+    study = optuna.create_study(study_name=name, storage=storage, directions=spec.directions)
+    stored = spec.model_dump(mode="json")
+    stored["storage"] = redact(stored["storage"]) if stored["storage"] else None
+    study.set_user_attr(SPEC_ATTR, stored)
+    study.set_user_attr(STUDY_DIR_ATTR, str(study_dir))
+    if paper_params is not None:
+        study.enqueue_trial(paper_params, user_attrs={REFERENCE: PAPER_DEFAULTS, "attempt": 0})
+    if spec.references.ddp:
+        study.enqueue_trial({}, user_attrs={REFERENCE: DDP, "attempt": 0})
+    return name, True
+
+
+def _exists(storage: BaseStorage, name: str) -> bool:
+    try:
+        storage.get_study_id_from_name(name)
+    except KeyError:
+        return False
+    return True
+
+
+def _same_definition(storage: BaseStorage, name: str, spec: StudySpec) -> bool:
+    attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
+    if SPEC_ATTR not in attrs:
+        return False
+    return parse_study_spec(attrs[SPEC_ATTR], name).definition() == spec.definition()
+
+
+def delete(storage: BaseStorage, name: str) -> Path | None:
+    """Delete the study and its trial folders (their numbers would clash with a new study's)."""
+    study_id = storage.get_study_id_from_name(name)
+    study_dir = stored_study_dir(storage, study_id) if STUDY_DIR_ATTR in storage.get_study_user_attrs(study_id) else None
+    storage.delete_study(study_id)
+    if study_dir is not None and study_dir.exists():
+        shutil.rmtree(study_dir)
+    return study_dir

@@ -1,0 +1,45 @@
+"""The pruning hook: rank 0 of a trial reports its accuracy to the study and asks whether to stop.
+
+Named in the trial's hooks.yaml as `abtune.study.pruning:make_hook` with the study name and the
+trial id; the storage URL (which may hold a password) comes from ABTUNE_STUDY_STORAGE, set by the
+runner. Returning "pruned" stops every rank at the same step (the trainer broadcasts it); the
+runner then tells the trial PRUNED.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from abtune.errors import ConfigError
+from abtune.study.definition import SearchStudy, build_pruner, stored_spec
+from abtune.study.storage import open_storage, quiet_optuna
+from abtune.training.hooks import TrainingHook
+
+STUDY_STORAGE_VARIABLE = "ABTUNE_STUDY_STORAGE"
+PRUNED = "pruned"
+
+
+class PruningHook(TrainingHook):
+    def __init__(self, study: optuna.Study, trial_id: int, prune: bool) -> None:
+        self.trial = optuna.trial.Trial(study, trial_id)
+        self.prune = prune
+
+    def on_evaluation(self, row: dict[str, Any]) -> str | None:
+        self.trial.report(float(row["val_top1"]), int(row["step"]))
+        return PRUNED if self.prune and self.trial.should_prune() else None
+
+
+def make_hook(run_dir: Path, study: str, trial_id: int, prune: bool = True) -> PruningHook:
+    url = os.environ.get(STUDY_STORAGE_VARIABLE)
+    if not url:
+        raise ConfigError(f"{run_dir}: the pruning hook needs {STUDY_STORAGE_VARIABLE} (set by `abtune study run`)")
+    quiet_optuna()
+    storage = open_storage(url)
+    spec = stored_spec(storage, storage.get_study_id_from_name(study))
+    sampler = optuna.samplers.RandomSampler()  # never samples here; Trial() only needs one
+    # SearchStudy: the pruner compares with search-space trials only, never with the DDP reference
+    return PruningHook(SearchStudy(study, storage, sampler=sampler, pruner=build_pruner(spec)), trial_id, prune)

@@ -1,0 +1,138 @@
+"""Reading a study: status, the best configuration and the Pareto front, exports, the list of studies."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from optuna.storages import BaseStorage
+from optuna.trial import FrozenTrial, TrialState
+from rich.console import Console
+from rich.table import Table
+
+from abtune.errors import ConfigError
+from abtune.study import results, workers
+from abtune.study.definition import DDP, PAPER_DEFAULTS, stored_spec, stored_study_dir
+from abtune.study.spec import StudySpec
+
+MEGA = 1e6
+EXPORTED_ATTRS = ("reference", "retry_of", "attempt", *results.RESULT_KEYS, "traffic_excess_mb", "fail_reason", "run_dir")
+
+
+def _console() -> Console:
+    return Console(highlight=False, width=200, soft_wrap=True)
+
+
+def print_status(storage: BaseStorage, name: str, url: str) -> None:
+    study_id = storage.get_study_id_from_name(name)
+    spec, trials = stored_spec(storage, study_id), storage.get_all_trials(study_id, deepcopy=False)
+    states = Counter(t.state.name for t in trials)
+    console = _console()
+    console.print(f"study {name}  ({', '.join(f'{m} {d}' for m, d in zip(spec.objectives, spec.directions, strict=True))})")
+    console.print(f"storage {url}; trial folders {stored_study_dir(storage, study_id)}")
+    console.print(f"budget {results.finished_count(trials)}/{spec.trials} finished; "
+                  + ", ".join(f"{s.lower()} {n}" for s, n in sorted(states.items())))
+    replaced = sum(1 for t in trials if results.replaced(t))
+    if replaced:
+        console.print(f"{replaced} failed trial(s) were re-enqueued and do not count against the budget")
+    for trial in trials:
+        if trial.state == TrialState.RUNNING:
+            owner = workers.describe(trial.system_attrs.get(workers.WORKER_ATTR))
+            console.print(f"running: trial {trial.number} on {owner} since {trial.datetime_start:%H:%M:%S}")
+    best = results.best_trial(trials)
+    if best is not None:
+        console.print(f"best so far: trial {best.number}, top-1 {best.user_attrs['top1']:.4f}")
+
+
+def _delta(value: float, reference: FrozenTrial | None, key: str, ratio: bool) -> str:
+    if reference is None or key not in reference.user_attrs:
+        return "-"
+    base = reference.user_attrs[key]
+    if ratio:
+        return f"{value / base:.2f}x" if base else "-"
+    return f"{value - base:+.4f}"
+
+
+def trial_table(title: str, trials: Sequence[FrozenTrial], all_trials: Sequence[FrozenTrial],
+                spec: StudySpec) -> Table:
+    ddp, paper = results.reference(all_trials, DDP), results.reference(all_trials, PAPER_DEFAULTS)
+    table = Table("trial", "top1", "vs paper", "inter MB", "vs DDP", "compr", *spec.space, "note", title=title)
+    for trial in trials:
+        a = trial.user_attrs
+        params = [_format(trial.params.get(p, "-")) for p in spec.space]
+        table.add_row(str(trial.number), f"{a['top1']:.4f}", _delta(a["top1"], paper, "top1", ratio=False),
+                      f"{a['inter_node_bytes'] / MEGA:.2f}", _delta(a["inter_node_bytes"], ddp, "inter_node_bytes", True),
+                      f"{a['compression']:.2f}", *params, results.label(trial))
+    return table
+
+
+def _format(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def print_best(storage: BaseStorage, name: str) -> None:
+    study_id = storage.get_study_id_from_name(name)
+    spec, trials = stored_spec(storage, study_id), storage.get_all_trials(study_id, deepcopy=False)
+    console = _console()
+    best = results.best_trial(trials)
+    if best is None:
+        console.print(f"study {name} has no completed trial yet" + (" within the traffic budget" if trials else ""))
+        return
+    console.print(trial_table("best configuration (highest final top-1)", [best], trials, spec))
+    console.print("run it again: abtune train " + f"{best.user_attrs['run_dir']}/config.yaml --nproc {spec.layout.nproc}"
+                  f" --ranks-per-node {spec.layout.per_node}")
+    metrics = spec.objectives if spec.multi_objective else ["top1", "inter_node_bytes"]
+    front = results.pareto_front([t for t in results.search_trials(trials) if results.feasible(t)], metrics)
+    console.print(trial_table(f"Pareto front ({', '.join(metrics)}): {len(front)} trial(s)", front, trials, spec))
+    refs = [t for t in (results.reference(trials, PAPER_DEFAULTS), results.reference(trials, DDP)) if t is not None]
+    if refs:
+        console.print(trial_table("reference trials", refs, trials, spec))
+
+
+def export_rows(storage: BaseStorage, name: str) -> list[dict[str, Any]]:
+    study_id = storage.get_study_id_from_name(name)
+    spec = stored_spec(storage, study_id)
+    rows = []
+    for trial in storage.get_all_trials(study_id, deepcopy=False):
+        row: dict[str, Any] = {"number": trial.number, "state": trial.state.name}
+        values = trial.values or [None] * len(spec.objectives)
+        row.update({f"value_{m}": v for m, v in zip(spec.objectives, values, strict=True)})
+        row.update({f"param_{k}": trial.params.get(k) for k in spec.space})
+        row.update({key: trial.user_attrs.get(key) for key in EXPORTED_ATTRS})
+        row["datetime_start"] = trial.datetime_start.isoformat() if trial.datetime_start else None
+        row["datetime_complete"] = trial.datetime_complete.isoformat() if trial.datetime_complete else None
+        rows.append(row)
+    return rows
+
+
+def export_text(storage: BaseStorage, name: str, fmt: str) -> str:
+    rows = export_rows(storage, name)
+    if fmt == "json":
+        spec = stored_spec(storage, storage.get_study_id_from_name(name))
+        return json.dumps({"study": name, "objectives": spec.objectives, "directions": spec.directions,
+                           "definition": spec.model_dump(mode="json"), "trials": rows}, indent=2) + "\n"
+    stream = io.StringIO()
+    writer = csv.DictWriter(stream, fieldnames=list(rows[0]) if rows else ["number", "state"])
+    writer.writeheader()
+    writer.writerows(rows)
+    return stream.getvalue()
+
+
+def print_list(storage: BaseStorage, url: str) -> None:
+    table = Table("study", "objectives", "trials", "finished", "best top1", "created", title=f"studies in {url}")
+    for study in sorted(storage.get_all_studies(), key=lambda s: s.study_name):
+        trials = storage.get_all_trials(study._study_id, deepcopy=False)
+        best = results.best_trial(trials)
+        try:
+            spec = stored_spec(storage, study._study_id)
+            objectives, budget = ", ".join(spec.objectives), f"{spec.trials}"
+        except ConfigError:  # a study made by plain Optuna: listed, but it has no abtune definition
+            objectives, budget = "(not an abtune study)", "-"
+        first = min((t.datetime_start for t in trials if t.datetime_start), default=None)
+        table.add_row(study.study_name, objectives, budget, str(results.finished_count(trials)),
+                      f"{best.user_attrs['top1']:.4f}" if best else "-", f"{first:%Y-%m-%d %H:%M}" if first else "-")
+    _console().print(table)

@@ -1,0 +1,95 @@
+"""What a trial's run produced, in the study's terms; the budget; the Pareto front.
+
+Objectives: `top1` is the final validation top-1, `inter_node_bytes` the inter-node wire bytes per
+rank (mean over ranks), `compression` the dense : current parameter ratio during the AB phases
+(the mean over decompositions; 1.0 for DDP).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+
+from abtune.study.definition import DDP, PAPER_DEFAULTS, REFERENCE
+from abtune.study.spec import DIRECTIONS
+
+RESULT_KEYS = ("top1", "best_top1", "inter_node_bytes", "compression", "steps_done", "stopped_early",
+               "train_seconds", "wall_seconds")
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+def result_attrs(summary: dict[str, Any], wall_seconds: float) -> dict[str, Any]:
+    during_ab = summary.get("compression_during_ab") or []
+    compression = sum(during_ab) / len(during_ab) if during_ab else summary["compression"]["final_ratio"]
+    return {
+        "top1": float(summary["final"]["val_top1"]),
+        "best_top1": summary["best_top1"],
+        "inter_node_bytes": float(summary["traffic"]["inter_node_bytes"]["mean"]),
+        "compression": float(compression),
+        "steps_done": summary["steps_done"],
+        "stopped_early": summary["stopped_early"],
+        "train_seconds": summary["timing"]["train_seconds"],
+        "wall_seconds": wall_seconds,
+    }
+
+
+def replaced(trial: FrozenTrial) -> bool:
+    """A failed trial that was re-enqueued: its retry takes its place in the budget."""
+    return trial.state == TrialState.FAIL and bool(trial.user_attrs.get("retried"))
+
+
+def budget_used(trials: Sequence[FrozenTrial]) -> int:
+    """Trials that count against the study's budget: every trial but the replaced ones (waiting included)."""
+    return sum(1 for t in trials if not replaced(t))
+
+
+def finished_count(trials: Sequence[FrozenTrial]) -> int:
+    return sum(1 for t in trials if t.state in FINISHED and not replaced(t))
+
+
+def reference(trials: Sequence[FrozenTrial], kind: str) -> FrozenTrial | None:
+    done = [t for t in trials if t.user_attrs.get(REFERENCE) == kind and t.state == TrialState.COMPLETE]
+    return done[-1] if done else None
+
+
+def search_trials(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    """Completed trials inside the search space (the paper-defaults trial is one; DDP is not)."""
+    return [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get(REFERENCE) != DDP
+            and "top1" in t.user_attrs]
+
+
+def feasible(trial: FrozenTrial) -> bool:
+    return float(trial.user_attrs.get("traffic_excess_mb", 0.0)) <= 0.0
+
+
+def pareto_front(trials: Sequence[FrozenTrial], metrics: Sequence[str]) -> list[FrozenTrial]:
+    """Trials no other trial beats on every metric (directions from spec.DIRECTIONS), best top-1 first."""
+    def key(trial: FrozenTrial) -> list[float]:
+        return [trial.user_attrs[m] * (1 if DIRECTIONS[m] == "maximize" else -1) for m in metrics]
+
+    scored = [(t, key(t)) for t in trials if all(m in t.user_attrs for m in metrics)]
+    front = [t for t, k in scored if not any(_dominates(other, k) for _, other in scored)]
+    return sorted(front, key=lambda t: (-t.user_attrs["top1"], t.number))
+
+
+def _dominates(a: list[float], b: list[float]) -> bool:
+    return all(x >= y for x, y in zip(a, b, strict=True)) and any(x > y for x, y in zip(a, b, strict=True))
+
+
+def best_trial(trials: Sequence[FrozenTrial]) -> FrozenTrial | None:
+    """Highest final top-1 among feasible completed search trials (fewer bytes breaks ties)."""
+    candidates = [t for t in search_trials(trials) if feasible(t)]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda t: (t.user_attrs["top1"], -t.user_attrs["inter_node_bytes"], -t.number))
+
+
+def label(trial: FrozenTrial) -> str:
+    ref = trial.user_attrs.get(REFERENCE)
+    retry = trial.user_attrs.get("retry_of")
+    text = {PAPER_DEFAULTS: "paper defaults", DDP: "DDP reference"}.get(ref, "")
+    if retry is not None:
+        text = f"{text} retry of {retry}".strip()
+    return text

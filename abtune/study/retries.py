@@ -1,0 +1,58 @@
+"""Failed trials that run again: a retry is a WAITING trial with the same parameters.
+
+Kinds: `stale` (its worker died; `retries.stale` times), `failed` (its run failed;
+`retries.failed` times) and `interrupted` (Ctrl-C; always, and not counted as an attempt). The
+failed trial keeps its FAIL state and `fail_reason`, gets `retried: true` and leaves the budget
+to its retry, whose `retry_of` names it (the runner resumes from its checkpoint).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from abtune.study import workers
+from abtune.study.definition import REFERENCE
+from abtune.study.spec import StudySpec
+
+STALE, FAILED, INTERRUPTED = "stale", "failed", "interrupted"
+
+
+def allowed(spec: StudySpec, trial: FrozenTrial, kind: str | None) -> bool:
+    limits = {STALE: spec.retries.stale, FAILED: spec.retries.failed, INTERRUPTED: None}
+    if kind not in limits:
+        return False
+    limit = limits[kind]
+    return limit is None or int(trial.user_attrs.get("attempt", 0)) < limit
+
+
+def enqueue(study: optuna.Study, trial: FrozenTrial, kind: str | None) -> None:
+    attempt = int(trial.user_attrs.get("attempt", 0)) + (0 if kind == INTERRUPTED else 1)
+    user_attrs: dict[str, Any] = {"retry_of": trial.number, "attempt": attempt}
+    if trial.user_attrs.get(REFERENCE):
+        user_attrs[REFERENCE] = trial.user_attrs[REFERENCE]
+    study.enqueue_trial(params=dict(trial.params), user_attrs=user_attrs)
+
+
+def fail_stale(study: optuna.Study, spec: StudySpec, trial: FrozenTrial) -> str | None:
+    """Fail a dead worker's RUNNING trial and re-enqueue it; None when another worker got there first.
+
+    The state change is the claim: the storage lets exactly one worker move RUNNING to FAIL.
+    """
+    storage = study._storage
+    owner = workers.describe(trial.system_attrs.get(workers.WORKER_ATTR))
+    retry = allowed(spec, trial, STALE)
+    try:
+        storage.set_trial_user_attr(trial._trial_id, "fail_reason", f"stale: its worker {owner} stopped (crash or kill)")
+        if retry:
+            storage.set_trial_user_attr(trial._trial_id, "retried", True)
+        claimed = storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        claimed = False
+    if not claimed:
+        return None
+    if retry:
+        enqueue(study, storage.get_trial(trial._trial_id), STALE)
+    return f"trial {trial.number} was left RUNNING by {owner}: failed" + (", re-enqueued" if retry else "")

@@ -1,0 +1,283 @@
+"""`abtune study run`: ask -> prepare the run folder -> submit -> tell, P trials at a time.
+
+One runner is one worker process. Several workers (on one host or many, sharing a storage) can
+run the same study; the budget counts every trial in the storage. A worker:
+
+1. fails and re-enqueues the RUNNING trials of dead workers (see workers.py), within `retries`;
+2. starts trials while fewer than P run and the budget allows (waiting trials first: the
+   reference trials and retries);
+3. tells each finished trial: COMPLETE with its objectives, PRUNED when its run stopped early,
+   FAIL with `fail_reason` when it failed (the study goes on);
+4. on Ctrl-C cancels its jobs and re-enqueues their trials: none is left RUNNING.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.storages import BaseStorage
+from optuna.trial import FrozenTrial, TrialState
+
+from abtune.config import RunConfig, apply_overrides, parse_run_config
+from abtune.errors import ConfigError
+from abtune.launch.submit import RunOutcome, submit_local
+from abtune.rundir import check_method_layout, prepare_run_dir
+from abtune.study import results, retries, workers
+from abtune.study.definition import DDP, REFERENCE, open_search_study, seed_offset, stored_study_dir
+from abtune.study.display import RunDisplay
+from abtune.study.pruning import STUDY_STORAGE_VARIABLE
+from abtune.study.space import build_distributions, ddp_reference_config
+from abtune.study.spec import StudySpec
+from abtune.study.storage import absolute_url
+from abtune.training.checkpoint import COMPLETE_MARK
+from abtune.training.hooks import METRICS_FILE, write_hook_specs
+
+POLL_S = 0.5
+HEARTBEAT_S = 10.0
+CANCEL_GRACE_S = 30.0
+INTERRUPTED = "interrupted by the user (Ctrl-C)"
+
+
+@dataclass
+class Active:
+    trial: optuna.Trial
+    run_dir: Path | None = None
+    job: Any = None  # submitit.Job[RunOutcome]
+    started: float = field(default_factory=time.time)
+
+
+def trial_hook_specs(spec: StudySpec, study_name: str, trial: optuna.Trial) -> list[dict[str, Any]]:
+    """Every hook a trial's rank 0 runs (hooks.yaml). Tracking adds its hook here.
+
+    Single-objective trials report their accuracy at each evaluation; the reference trials report
+    but are never pruned. Options are plain values: the storage URL reaches the hook through
+    ABTUNE_STUDY_STORAGE, never through hooks.yaml.
+    """
+    reference = trial.user_attrs.get(REFERENCE)
+    specs: list[dict[str, Any]] = []
+    if not spec.multi_objective and reference != DDP:
+        prune = spec.pruner.name != "none" and reference is None
+        specs.append({"factory": "abtune.study.pruning:make_hook",
+                      "options": {"study": study_name, "trial_id": trial._trial_id, "prune": prune}})
+    return specs
+
+
+def submit_trial(run_dir: Path, spec: StudySpec, resume: bool) -> Any:
+    """The one place a trial is handed to a launcher (local processes now; SLURM profiles plug in here)."""
+    return submit_local(run_dir, spec.layout.nproc, spec.layout.per_node, resume=resume,
+                        timeout_min=spec.trial_timeout_min)
+
+
+def suggest(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> Any:
+    if isinstance(distribution, CategoricalDistribution):
+        return trial.suggest_categorical(name, distribution.choices)
+    if isinstance(distribution, IntDistribution):
+        return trial.suggest_int(name, distribution.low, distribution.high, step=distribution.step, log=distribution.log)
+    assert isinstance(distribution, FloatDistribution)
+    return trial.suggest_float(name, distribution.low, distribution.high, step=distribution.step, log=distribution.log)
+
+
+class StudyRunner:
+    def __init__(self, storage: BaseStorage, name: str, url: str, parallel: int, max_trials: int | None) -> None:
+        self.storage = storage
+        self.study_id = storage.get_study_id_from_name(name)
+        offset = seed_offset(storage.get_all_trials(self.study_id, deepcopy=False))
+        self.study, self.spec = open_search_study(storage, name, offset)
+        self.study_dir = stored_study_dir(storage, self.study_id)
+        self.distributions = build_distributions(self.spec, f"study {name}")
+        self.parallel = parallel
+        self.max_trials = max_trials
+        self.worker = workers.this_worker()
+        self.active: list[Active] = []
+        self.started = 0
+        self.stopping = False
+        self._last_beat = self._last_scan = 0.0
+        self.display = RunDisplay(name, self.spec)
+        os.environ[STUDY_STORAGE_VARIABLE] = absolute_url(url)  # inherited by the trial processes
+
+    # --- the loop -----------------------------------------------------------------------------
+    def run(self) -> bool:
+        """Run until the budget is spent; False when interrupted (trials re-enqueued)."""
+        previous = signal.signal(signal.SIGINT, self._on_interrupt)
+        try:
+            with self.display:
+                self.recover_stale()
+                self.display.refresh(self.all_trials())
+                while self._step():
+                    time.sleep(POLL_S)
+                if self.stopping:
+                    self._cancel_all()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        return not self.stopping
+
+    def _step(self) -> bool:
+        for active in [a for a in self.active if a.job is not None and a.job.done()]:
+            self.active.remove(active)
+            self._finish(active)
+        while not self.stopping and len(self.active) < self.parallel and self._may_start():
+            self._start()
+        self._keep_alive()
+        return bool(self.active) and not self.stopping
+
+    def _on_interrupt(self, signum: int, frame: Any) -> None:
+        if self.stopping:
+            raise KeyboardInterrupt
+        self.stopping = True
+        self.display.note("stopping: cancelling running trials (they are re-enqueued; Ctrl-C again to abort)")
+
+    def all_trials(self) -> list[FrozenTrial]:
+        return self.storage.get_all_trials(self.study_id, deepcopy=False)
+
+    def _may_start(self) -> bool:
+        if self.max_trials is not None and self.started >= self.max_trials:
+            return False
+        trials = self.all_trials()
+        return any(t.state == TrialState.WAITING for t in trials) or results.budget_used(trials) < self.spec.trials
+
+    def _keep_alive(self) -> None:
+        now = time.time()
+        if now - self._last_beat >= HEARTBEAT_S:
+            self._last_beat = now
+            for active in self.active:
+                # another worker may have found our heartbeat too old and failed the trial
+                with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+                    self.storage.set_trial_system_attr(active.trial._trial_id, workers.HEARTBEAT_ATTR, now)
+        if now - self._last_scan >= self.spec.retries.stale_after_s / 2:
+            self.recover_stale()
+
+    # --- starting a trial ---------------------------------------------------------------------
+    def _start(self) -> None:
+        trial = self.study.ask()
+        active = Active(trial)
+        self.active.append(active)
+        self.started += 1
+        self.storage.set_trial_system_attr(trial._trial_id, workers.WORKER_ATTR, self.worker)
+        self.storage.set_trial_system_attr(trial._trial_id, workers.HEARTBEAT_ATTR, time.time())
+        try:
+            config = self._trial_config(trial)
+            active.run_dir, resume = self._prepare(trial, config)
+            active.job = submit_trial(active.run_dir, self.spec, resume)
+            trial.set_user_attr("prepare_seconds", time.time() - active.started)  # ask -> submitted
+        except ConfigError as error:
+            self.active.remove(active)
+            self._fail(active, str(error), kind=None)
+            return
+        self.display.started(trial.number, trial.user_attrs.get(REFERENCE))
+
+    def _trial_config(self, trial: optuna.Trial) -> RunConfig:
+        if trial.user_attrs.get(REFERENCE) == DDP:
+            raw = ddp_reference_config(self.spec)
+        else:
+            params = {name: suggest(trial, name, dist) for name, dist in self.distributions.items()}
+            raw = apply_overrides(self.spec.base, params)
+        raw["name"] = f"{self.study.study_name}-{trial.number}"
+        config = parse_run_config(raw, f"trial {trial.number}")
+        check_method_layout(config, self.spec.layout.nproc, self.spec.layout.per_node)
+        return config
+
+    def _prepare(self, trial: optuna.Trial, config: RunConfig) -> tuple[Path, bool]:
+        run_dir = self.study_dir / "trials" / str(trial.number)
+        resume = self._adopt_checkpoint(trial, run_dir)
+        prepare_run_dir(config, run_dir, resume=False)
+        write_hook_specs(run_dir, trial_hook_specs(self.spec, self.study.study_name, trial))
+        trial.set_user_attr("run_dir", str(run_dir))
+        return run_dir, resume
+
+    def _adopt_checkpoint(self, trial: optuna.Trial, run_dir: Path) -> bool:
+        """A retry continues from the newest complete checkpoint of the trial it replaces, if any."""
+        previous = trial.user_attrs.get("retry_of")
+        if previous is None:
+            return False
+        source = self.study_dir / "trials" / str(previous)
+        complete = sorted((source / "checkpoints").glob(f"step_*/{COMPLETE_MARK}"))
+        if not complete:
+            return False
+        shutil.copytree(complete[-1].parent, run_dir / "checkpoints" / complete[-1].parent.name)
+        if (source / METRICS_FILE).exists():
+            shutil.copy(source / METRICS_FILE, run_dir / METRICS_FILE)
+        trial.set_user_attr("resumed_from_step", int(complete[-1].parent.name.removeprefix("step_")))
+        return True
+
+    # --- finishing a trial --------------------------------------------------------------------
+    def _finish(self, active: Active) -> None:
+        outcome = _outcome(active.job)
+        if self.stopping and not outcome.ok:
+            self._fail(active, INTERRUPTED, kind=retries.INTERRUPTED)
+            return
+        if not outcome.ok:
+            self._fail(active, outcome.reason or f"the job exited with code {outcome.exit_code}", kind=retries.FAILED)
+            return
+        assert active.run_dir is not None
+        summary_file = active.run_dir / "summary.json"
+        if not summary_file.exists():
+            self._fail(active, f"the run ended without writing {summary_file}", kind=retries.FAILED)
+            return
+        summary = json.loads(summary_file.read_text())
+        attrs = results.result_attrs(summary, time.time() - active.started)
+        budget = self.spec.constraints.max_inter_node_mb
+        if budget is not None:
+            attrs["traffic_excess_mb"] = attrs["inter_node_bytes"] / 1e6 - budget
+        for key, value in attrs.items():
+            active.trial.set_user_attr(key, value)
+        if budget is not None:  # feasible when <= 0; constrained samplers read it from the trial
+            active.trial.set_constraint("traffic_excess_mb", attrs["traffic_excess_mb"])
+        if summary["stopped_early"]:
+            frozen = self.study.tell(active.trial, state=TrialState.PRUNED)
+        else:
+            frozen = self.study.tell(active.trial, [attrs[m] for m in self.spec.objectives])
+        self.display.finished(frozen, self.all_trials())
+
+    def _fail(self, active: Active, reason: str, kind: str | None) -> None:
+        trial = active.trial
+        trial.set_user_attr("fail_reason", reason)
+        frozen = self.storage.get_trial(trial._trial_id)
+        retry = retries.allowed(self.spec, frozen, kind)
+        if retry:
+            trial.set_user_attr("retried", True)
+        frozen = self.study.tell(trial, state=TrialState.FAIL)
+        if retry:
+            retries.enqueue(self.study, frozen, kind)
+        self.display.finished(frozen, self.all_trials())
+
+    # --- other workers' dead trials, and stopping -----------------------------------------------
+    def recover_stale(self) -> None:
+        self._last_scan = time.time()
+        mine = {a.trial._trial_id for a in self.active}
+        for trial in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+            if trial._trial_id not in mine and workers.is_stale(trial, self.spec.retries.stale_after_s):
+                note = retries.fail_stale(self.study, self.spec, trial)
+                if note:
+                    self.display.note(note)
+
+    def _cancel_all(self) -> None:
+        for active in self.active:
+            if active.job is not None:
+                active.job.cancel()
+        deadline = time.time() + CANCEL_GRACE_S
+        for active in list(self.active):
+            while active.job is not None and not active.job.done() and time.time() < deadline:
+                time.sleep(POLL_S)
+            self.active.remove(active)
+            if active.job is not None and active.job.done():
+                self._finish(active)
+            else:
+                self._fail(active, INTERRUPTED, kind=retries.INTERRUPTED)
+
+
+def _outcome(job: Any) -> RunOutcome:
+    try:
+        return job.result()
+    except Exception as error:  # submitit raises when the job process itself died (killed, timeout)
+        lines = str(error).strip().splitlines()
+        return RunOutcome(False, f"the trial's job ended abnormally: {lines[-1] if lines else type(error).__name__}", 1)

@@ -1,0 +1,196 @@
+"""The study file: one typed tree, validated once, before anything touches the storage.
+
+A study file names a base run config (inline or `base: run.yaml`), the layout of every trial,
+the search space, the objectives, sampler, pruner, trial budget and retries. `load_study_spec`
+resolves the base into a full RunConfig dump, so the stored definition is self-contained.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from abtune.config import StrictModel, apply_overrides, describe_validation_error, parse_run_config, read_yaml
+from abtune.errors import ConfigError
+
+Metric = Literal["top1", "inter_node_bytes", "compression"]
+DIRECTIONS: dict[str, str] = {"top1": "maximize", "inter_node_bytes": "minimize", "compression": "maximize"}
+SamplerName = Literal["tpe", "random", "nsgaii", "nsgaiii", "gp", "qmc", "cmaes"]
+PrunerName = Literal["none", "median", "hyperband"]
+CONSTRAINED_SAMPLERS = ("tpe", "nsgaii", "nsgaiii", "gp")
+
+# The paper's guideline (section 4.3) and the design's default search space around it.
+GUIDELINE: dict[str, float] = {
+    "method.warmup_frac": 0.2,
+    "method.ab_frac": 1 / 30,
+    "method.rebound_frac": 0.25,
+    "method.lr_rebound_frac": 0.5,
+    "method.sigma_cutoff": 0.1,
+}
+DEFAULT_SPACE: dict[str, dict[str, Any]] = {
+    "method.warmup_frac": {"low": 0.1, "high": 0.3},
+    "method.ab_frac": {"low": 0.015, "high": 0.07, "log": True},
+    "method.rebound_frac": {"low": 0.1, "high": 0.5},
+    "method.lr_rebound_frac": {"low": 0.25, "high": 1.0},
+    "method.sigma_cutoff": {"low": 0.01, "high": 0.5, "log": True},
+}
+
+
+class Layout(StrictModel):
+    nproc: int = Field(4, ge=1, description="ranks (processes) per trial")
+    ranks_per_node: int | None = Field(None, ge=1, description="ranks per (simulated) node; default all")
+
+    @model_validator(mode="after")
+    def _divides(self) -> Layout:
+        if self.nproc % self.per_node:
+            raise ValueError(f"ranks_per_node {self.per_node} must divide nproc {self.nproc}")
+        return self
+
+    @property
+    def per_node(self) -> int:
+        return self.ranks_per_node or self.nproc
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nproc > self.per_node
+
+
+class Dimension(StrictModel):
+    """A range (`low`, `high`, optional `log` or `step`) or a list of `choices`; its type follows the field's."""
+
+    low: int | float | None = None
+    high: int | float | None = None
+    log: bool = False
+    step: int | float | None = Field(None, gt=0)
+    choices: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _range_or_choices(self) -> Dimension:
+        if self.choices is not None:
+            if self.low is not None or self.high is not None or self.log or self.step is not None:
+                raise ValueError("give either choices or a range (low, high, log, step), not both")
+            if not self.choices:
+                raise ValueError("choices is empty: list at least two values")
+            return self
+        if self.low is None or self.high is None:
+            raise ValueError("a range needs both low and high (or give choices)")
+        if self.low > self.high:
+            raise ValueError(f"`low <= high` must hold, but got (low={self.low}, high={self.high})")
+        if self.low == self.high:
+            raise ValueError(f"empty range: low == high == {self.low}; fix the value in the base config instead")
+        if self.log and self.low <= 0:
+            raise ValueError(f"a log range must be positive, but got low={self.low}; use a positive low or log: false")
+        if self.log and self.step is not None:
+            raise ValueError("step and log cannot be combined")
+        return self
+
+
+class SamplerSpec(StrictModel):
+    name: SamplerName = "tpe"
+    seed: int | None = 0
+    options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the Optuna sampler")
+
+
+class PrunerSpec(StrictModel):
+    name: PrunerName = "none"
+    options: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the Optuna pruner")
+
+
+class Constraints(StrictModel):
+    max_inter_node_mb: float | None = Field(None, gt=0, description="traffic budget: inter-node MB per rank")
+
+
+class References(StrictModel):
+    paper_defaults: bool = Field(True, description="enqueue the paper's guideline configuration first")
+    ddp: bool = Field(True, description="enqueue a plain-DDP reference run (outside the search space)")
+
+
+class Retries(StrictModel):
+    stale: int = Field(2, ge=0, description="re-runs of a trial whose worker died (crash, kill, lost node)")
+    failed: int = Field(0, ge=0, description="re-runs of a trial whose training failed (NaN loss, dead rank)")
+    stale_after_s: int = Field(120, ge=5, description="a trial of another host is stale after this heartbeat age")
+
+
+class StudySpec(StrictModel):
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    base: dict[str, Any] = Field(description="the run config every trial starts from (resolved)")
+    layout: Layout = Layout()
+    space: dict[str, Dimension] = Field(default_factory=lambda: {k: Dimension(**v) for k, v in DEFAULT_SPACE.items()})
+    objectives: list[Metric] = Field(default_factory=lambda: ["top1"], min_length=1)
+    constraints: Constraints = Constraints()
+    sampler: SamplerSpec = SamplerSpec()
+    pruner: PrunerSpec = PrunerSpec()
+    references: References = References()
+    trials: int = Field(20, ge=1, description="trial budget of the whole study, reference trials included")
+    retries: Retries = Retries()
+    trial_timeout_min: int = Field(24 * 60, ge=1)
+    storage: str | None = Field(None, description="default storage for `study create`; --storage wins")
+    study_dir: str | None = Field(None, description="folder of the trial runs; default runs/studies/NAME")
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.objectives) > 1
+
+    @property
+    def directions(self) -> list[str]:
+        return [DIRECTIONS[m] for m in self.objectives]
+
+    def definition(self) -> dict[str, Any]:
+        """What makes two studies the same: everything but where it is stored."""
+        return self.model_dump(mode="json", exclude={"storage", "name"})
+
+
+def load_study_spec(path: Path) -> StudySpec:
+    raw = read_yaml(path)
+    raw["base"] = _resolve_base(raw, path)
+    raw.pop("overrides", None)
+    return parse_study_spec(raw, str(path))
+
+
+def parse_study_spec(raw: dict[str, Any], source: str) -> StudySpec:
+    try:
+        spec = StudySpec.model_validate(raw)
+    except ValidationError as error:
+        raise ConfigError(describe_validation_error(error, source)) from None
+    problem = _inconsistency(spec)
+    if problem:
+        raise ConfigError(f"{source}: {problem}")
+    return spec
+
+
+def _inconsistency(spec: StudySpec) -> str | None:
+    """Rules that tie sections together; the message starts with the section to change."""
+    if len(set(spec.objectives)) != len(spec.objectives) or "top1" not in spec.objectives:
+        return f"objectives: must name top1 and no metric twice, got {spec.objectives}"
+    if spec.multi_objective and spec.pruner.name != "none":
+        return (f"pruner: Optuna does not prune multi-objective studies ({', '.join(spec.objectives)}): "
+                "set pruner: none, or keep only objectives: [top1]")
+    if spec.constraints.max_inter_node_mb is not None and spec.sampler.name not in CONSTRAINED_SAMPLERS:
+        return f"sampler: {spec.sampler.name} ignores constraints; use one of {', '.join(CONSTRAINED_SAMPLERS)}"
+    needs_nodes = "inter_node_bytes" in spec.objectives or spec.constraints.max_inter_node_mb is not None
+    if needs_nodes and not spec.layout.multi_node:
+        return "layout: inter-node traffic needs more than one node: set layout.ranks_per_node below nproc"
+    return None
+
+
+def _resolve_base(raw: dict[str, Any], path: Path) -> dict[str, Any]:
+    """`base:` is a run config (a mapping) or a path relative to the study file; `overrides:` sets dotted keys."""
+    base = raw.get("base")
+    if base is None:
+        raise ConfigError(f"{path}: base: missing: give the run config inline or as a path (base: run.yaml)")
+    if isinstance(base, str):
+        base_path = (path.parent / base).resolve()
+        base = read_yaml(base_path)
+        source = str(base_path)
+    elif isinstance(base, dict):
+        source = f"{path}: base"
+    else:
+        raise ConfigError(f"{path}: base: expected a mapping or a file path, got {type(base).__name__}")
+    overrides = raw.get("overrides") or {}
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"{path}: overrides: expected a mapping of dotted keys, e.g. train.steps: 300")
+    config = parse_run_config(apply_overrides(base, overrides), source)
+    return config.model_dump(mode="json")

@@ -1,0 +1,101 @@
+"""Where studies live: a storage URL -> an Optuna storage, with secrets kept out of every message.
+
+- `sqlite:///optuna.db` (the default, in the working directory): zero set-up, one machine.
+- any SQLAlchemy RDB URL, e.g. `postgresql://user:password@host/db`: many workers, many hosts.
+- `journal:PATH`: Optuna's JournalStorage on a file, for shared file systems without a database.
+
+Relative paths are made absolute once, so trial processes started elsewhere find the same file.
+The URL chosen is: `--storage`, else `$ABTUNE_STORAGE`, else the study file's `storage:`, else the
+default.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import optuna
+from optuna.storages import BaseStorage, RDBStorage
+from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+from abtune.errors import ConfigError
+from abtune.redact import redact
+
+DEFAULT_STORAGE = "sqlite:///optuna.db"
+STORAGE_VARIABLE = "ABTUNE_STORAGE"
+JOURNAL_PREFIX = "journal:"
+SQLITE_PREFIX = "sqlite:///"
+SQLITE_TIMEOUT_S = 60  # several trial processes report into one SQLite file
+
+
+def resolve_storage_url(flag: str | None, from_study_file: str | None = None) -> str:
+    return flag or os.environ.get(STORAGE_VARIABLE) or from_study_file or DEFAULT_STORAGE
+
+
+def absolute_url(url: str) -> str:
+    """The same storage, with a relative file path made absolute (against the working directory)."""
+    if url.startswith(JOURNAL_PREFIX):
+        return JOURNAL_PREFIX + str(Path(url.removeprefix(JOURNAL_PREFIX)).expanduser().resolve())
+    if url.startswith(SQLITE_PREFIX) and ":memory:" not in url:
+        return SQLITE_PREFIX + str(Path(url.removeprefix(SQLITE_PREFIX)).expanduser().resolve())
+    return url
+
+
+def storage_file(url: str) -> Path | None:
+    """The file behind a SQLite or journal URL, None for a database server."""
+    url = absolute_url(url)
+    for prefix in (JOURNAL_PREFIX, SQLITE_PREFIX):
+        if url.startswith(prefix) and ":memory:" not in url:
+            return Path(url.removeprefix(prefix))
+    return None
+
+
+def open_storage(url: str, create: bool = False) -> BaseStorage:
+    """An Optuna storage; ConfigError (one line, password masked) when it cannot be reached.
+
+    `create=False` refuses to create a missing SQLite or journal file: commands that read a study
+    should not leave an empty database behind a typo.
+    """
+    url = absolute_url(url)
+    path = storage_file(url)
+    if path is not None and not path.parent.is_dir():
+        raise ConfigError(f"storage {redact(url)} is unreachable: folder {path.parent} does not exist")
+    if path is not None and not create and not path.exists():
+        raise ConfigError(
+            f"no studies at {redact(url)} (no such file); create one with `abtune study create STUDY.yaml`"
+            " or pass --storage / set ABTUNE_STORAGE"
+        )
+    try:
+        if url.startswith(JOURNAL_PREFIX):
+            return JournalStorage(JournalFileBackend(str(path)))
+        kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else {}
+        return RDBStorage(url, engine_kwargs=kwargs)
+    except Exception as error:  # SQLAlchemy, drivers and Optuna raise many kinds; all mean "cannot use it"
+        raise ConfigError(f"storage {redact(url)} is unreachable: {_first_line(error)}") from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return redact(text[0] if text else type(error).__name__)
+
+
+def study_names(storage: BaseStorage) -> list[str]:
+    return sorted(s.study_name for s in storage.get_all_studies())
+
+
+def require_study(storage: BaseStorage, name: str, url: str) -> int:
+    """The study's id, or a ConfigError listing the studies that do exist."""
+    try:
+        return storage.get_study_id_from_name(name)
+    except KeyError:
+        known = study_names(storage)
+        hint = f"studies there: {', '.join(known)}" if known else "it holds no study yet"
+        raise ConfigError(f"no study named {name!r} in {redact(absolute_url(url))}; {hint}") from None
+
+
+def quiet_optuna() -> None:
+    """abtune prints its own progress; Optuna's per-trial INFO lines and experimental warnings are noise."""
+    import warnings
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

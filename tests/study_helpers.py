@@ -1,0 +1,70 @@
+"""Study files and storage reads shared by the study tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+from optuna.trial import FrozenTrial
+
+from abtune.study.storage import open_storage
+from tests.conftest import TINY_VIT, abtune_command
+
+TINY_BASE = {"name": "tiny", "seed": 0, "model": dict(TINY_VIT), "data": {"name": "digits", "augment": False},
+             "train": {"steps": 30, "local_batch_size": 16, "eval_every": 10, "log_every": 5},
+             "optimizer": {"name": "adamw", "lr": 0.003}, "method": {"name": "ab"}}
+TINY_SPACE = {"method.warmup_frac": {"low": 0.1, "high": 0.3},
+              "method.sigma_cutoff": {"low": 0.01, "high": 0.5, "log": True}}
+
+
+def write_study(path: Path, **fields: Any) -> Path:
+    study = {"name": "tiny", "base": TINY_BASE, "layout": {"nproc": 2, "ranks_per_node": 1},
+             "space": TINY_SPACE, "sampler": {"name": "random", "seed": 0}, "trials": 4}
+    study.update(fields)
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    return path
+
+
+def trials_of(url: str, name: str = "tiny") -> list[FrozenTrial]:
+    storage = open_storage(url)
+    return storage.get_all_trials(storage.get_study_id_from_name(name))
+
+
+def study_attrs(url: str, name: str = "tiny") -> dict[str, Any]:
+    storage = open_storage(url)
+    return storage.get_study_user_attrs(storage.get_study_id_from_name(name))
+
+
+def start_run(cwd: Path, *args: str) -> subprocess.Popen[str]:
+    """`abtune study run` in its own process group, as a terminal would start it."""
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.Popen([*abtune_command(), "study", "run", *args], cwd=cwd, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def wait_for(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def signal_group(process: subprocess.Popen[str], sig: signal.Signals) -> None:
+    os.killpg(process.pid, sig)
+
+
+def running(url: str, name: str = "tiny") -> list[FrozenTrial]:
+    try:
+        return [t for t in trials_of(url, name) if t.state == optuna.trial.TrialState.RUNNING]
+    except Exception:  # the storage is being created by the process under test
+        return []

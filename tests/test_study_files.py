@@ -1,0 +1,165 @@
+"""Study files: bad ones end in one line and exit 2 and touch no storage; create is idempotent and
+refuses to replace a different definition; the space follows the RunConfig's field types."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+from abtune.cli import main
+from abtune.errors import ConfigError
+from abtune.study.definition import DDP, PAPER_DEFAULTS, SPEC_ATTR
+from abtune.study.space import build_distributions
+from abtune.study.spec import GUIDELINE, load_study_spec
+from tests.conftest import run_cli
+from tests.study_helpers import TINY_BASE, study_attrs, trials_of, write_study
+
+ROOT = Path(__file__).parent.parent
+
+
+def _abtune(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+BAD_STUDIES = [
+    ({"space": {"method.sigma_cutof": {"low": 0.1, "high": 0.2}}}, "space.method.sigma_cutof: 'sigma_cutof' is not a field of method 'ab'"),
+    ({"samplr": {"name": "tpe"}}, "samplr: unknown key"),
+    ({"space": {"method.warmup_frac": {"low": 0.2, "high": 0.2}}}, "space.method.warmup_frac: empty range: low == high == 0.2; fix the value in the base config instead"),
+    ({"space": {"method.warmup_frac": {"low": 0.3, "high": 0.1}}}, "`low <= high` must hold, but got (low=0.3, high=0.1)"),
+    ({"space": {"method.sigma_cutoff": {"low": 0.0, "high": 0.5, "log": True}}}, "a log range must be positive"),
+    ({"space": {"method.sigma_cutoff": {"low": 0.1, "high": 1.5}}}, "space.method.sigma_cutoff: value 1.5 is invalid"),
+    ({"space": {"method.ab_frac": {"low": 0.0, "high": 0.05}}}, "space.method.ab_frac: value 0.0 is invalid"),
+    ({"space": {"method.group_size": {"low": 1, "high": 2}}}, "method.group_size: value 2 is invalid"),
+    ({"space": {"method.sync_mode": {"low": 1, "high": 2}}}, "takes choices, not a range; e.g. choices: [...]: with-stale"),
+    ({"space": {"train.steps": {"low": 10.5, "high": 20}}}, "an integer field needs integer low/high/step"),
+    ({"space": {"optimizer.lr": {"low": 0.01, "high": 0.1}}}, "the base config's value 0.003"),
+    ({"sampler": {"name": "bayes"}}, "sampler.name: Input should be 'tpe'"),
+    ({"pruner": {"name": "aggressive"}}, "pruner.name: Input should be 'none'"),
+    ({"sampler": {"name": "tpe", "options": {"n_startup": 3}}}, "bad.yaml: sampler tpe with options {'n_startup': 3}: TPESampler.__init__() got an unexpected keyword"),
+    ({"objectives": ["top1", "inter_node_bytes"], "pruner": {"name": "median"}}, "bad.yaml: pruner: Optuna does not prune multi-objective studies"),
+    ({"trials": 2}, "trials: 2 leaves no trial for the search after the 2 reference trials"),
+    ({"layout": {"nproc": 2}, "objectives": ["top1", "inter_node_bytes"]}, "bad.yaml: layout: inter-node traffic needs more than one node"),
+    ({"base": "missing.yaml"}, "missing.yaml: no such file"),
+]
+
+
+@pytest.mark.parametrize(("fields", "expected"), BAD_STUDIES)
+def test_bad_study_file_gives_one_line_exit_2_and_no_storage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fields: dict, expected: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ABTUNE_STORAGE", raising=False)
+    study = write_study(tmp_path / "bad.yaml", **fields)
+    code, out, err = _abtune(capsys, "study", "create", str(study))
+    lines = err.strip().splitlines()
+    assert code == 2
+    assert len(lines) == 1, err
+    assert lines[0].startswith("abtune: error: ") and expected in lines[0], lines[0]
+    assert not (tmp_path / "optuna.db").exists()
+    assert not (tmp_path / "runs").exists()
+
+
+def test_unreachable_storage_is_one_line_without_the_password(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    study = write_study(tmp_path / "s.yaml")
+    for url, expected in [("postgresql://abtune:s3cret-pw@127.0.0.1:9/abtune", "postgresql://abtune:***@127.0.0.1:9/abtune is unreachable"),
+                          (f"sqlite:///{tmp_path}/no/such/dir/o.db", "is unreachable: folder"),
+                          (f"journal:{tmp_path}/no/such/dir/j.log", "is unreachable: folder")]:
+        code, _, err = _abtune(capsys, "study", "create", str(study), "--storage", url)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and expected in err, err
+        assert "s3cret" not in err
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _abtune(capsys, "study", "status", "tiny")
+    assert code == 2 and "no studies at sqlite:///" in err
+    assert not (tmp_path / "optuna.db").exists()  # reading never creates a storage
+
+
+@pytest.mark.parametrize("storage", ["sqlite", "journal"])
+def test_create_enqueues_references_and_refuses_a_different_definition(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], storage: str
+) -> None:
+    url = f"sqlite:///{tmp_path}/o.db" if storage == "sqlite" else f"journal:{tmp_path}/o.log"
+    study = write_study(tmp_path / "s.yaml")
+    code, out, _ = _abtune(capsys, "study", "create", str(study), "--storage", url)
+    assert code == 0 and "created study tiny" in out
+    waiting = trials_of(url)
+    assert [(t.number, t.state.name, t.user_attrs["reference"]) for t in waiting] == [
+        (0, "WAITING", PAPER_DEFAULTS), (1, "WAITING", DDP)]
+    assert waiting[0].system_attrs["fixed_params"] == {k: GUIDELINE[k] for k in ("method.warmup_frac", "method.sigma_cutoff")}
+    stored = study_attrs(url)[SPEC_ATTR]
+    assert stored["base"]["train"]["steps"] == 30 and stored["trials"] == 4
+
+    code, out, _ = _abtune(capsys, "study", "create", str(study), "--storage", url)
+    assert code == 0 and "already exists" in out and len(trials_of(url)) == 2
+
+    changed = write_study(tmp_path / "s2.yaml", trials=6)
+    code, _, err = _abtune(capsys, "study", "create", str(changed), "--storage", url)
+    assert code == 2 and "already exists" in err and "--force" in err
+    assert study_attrs(url)[SPEC_ATTR]["trials"] == 4
+
+    code, out, _ = _abtune(capsys, "study", "create", str(changed), "--storage", url, "--force")
+    assert code == 0 and study_attrs(url)[SPEC_ATTR]["trials"] == 6 and len(trials_of(url)) == 2
+
+    code, _, err = _abtune(capsys, "study", "delete", "tiny", "--storage", url)
+    assert code == 2 and "--yes" in err
+    code, out, _ = _abtune(capsys, "study", "delete", "tiny", "--storage", url, "--yes")
+    assert code == 0
+    code, out, _ = _abtune(capsys, "study", "list", "--storage", url)
+    assert "tiny" not in out
+
+
+def test_space_kinds_follow_the_run_config(tmp_path: Path) -> None:
+    spec = load_study_spec(write_study(tmp_path / "s.yaml", space={
+        "method.sigma_cutoff": {"low": 0.01, "high": 0.5, "log": True},
+        "method.group_size": {"choices": [1]},
+        "method.sync_mode": {"choices": ["with-stale", "full"]},
+        "optimizer.lr": {"low": 1e-4, "high": 1e-2, "log": True},
+        "train.local_batch_size": {"low": 8, "high": 32, "step": 8},
+    }))
+    dists = build_distributions(spec, "s.yaml")
+    assert dists["method.sigma_cutoff"] == FloatDistribution(0.01, 0.5, log=True)
+    assert dists["method.sync_mode"] == CategoricalDistribution(["with-stale", "full"])
+    assert dists["train.local_batch_size"] == IntDistribution(8, 32, step=8)
+    assert dists["method.group_size"] == CategoricalDistribution([1])
+
+
+def test_base_from_a_file_with_overrides(tmp_path: Path) -> None:
+    spec = load_study_spec(ROOT / "studies" / "quickstart.yaml")
+    assert spec.base["train"]["steps"] == 300 and spec.base["model"]["hidden_dim"] == 64
+    assert spec.directions == ["maximize", "minimize"] and spec.layout.per_node == 2
+    ddp_base = write_study(tmp_path / "d.yaml", base={**TINY_BASE, "method": {"name": "ddp"}},
+                           space={"optimizer.lr": {"low": 1e-3, "high": 1e-2}})
+    with pytest.raises(ConfigError, match="references.paper_defaults needs an AB method"):
+        from abtune.study.lifecycle import validate
+
+        validate(load_study_spec(ddp_base), "d.yaml")
+
+
+def test_the_installed_command_creates_and_lists(tmp_path: Path) -> None:
+    study = write_study(tmp_path / "s.yaml")
+    run_cli("study", "create", str(study), cwd=tmp_path)
+    assert (tmp_path / "optuna.db").exists()
+    listing = run_cli("study", "list", cwd=tmp_path).stdout
+    assert "tiny" in listing and "top1" in listing
+    status = run_cli("study", "status", "tiny", cwd=tmp_path).stdout
+    assert "budget 0/4 finished; waiting 2" in status
+    missing = run_cli("study", "best", "nope", cwd=tmp_path, check=False)
+    assert missing.returncode == 2 and "no study named 'nope'" in missing.stderr and "studies there: tiny" in missing.stderr
+
+
+def test_abtune_storage_variable_and_no_password_in_the_stored_definition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"journal:{tmp_path}/env.log"
+    monkeypatch.setenv("ABTUNE_STORAGE", url)
+    study = write_study(tmp_path / "s.yaml", storage="postgresql://me:hunter2@db.example/abtune")
+    code, out, _ = _abtune(capsys, "study", "create", str(study))  # the variable wins over the file's storage
+    assert code == 0 and f"created study tiny in journal:{tmp_path}/env.log" in out
+    assert study_attrs(url)[SPEC_ATTR]["storage"] == "postgresql://me:***@db.example/abtune"
+    code, out, _ = _abtune(capsys, "study", "status", "tiny")
+    assert code == 0 and "budget 0/4 finished" in out and "hunter2" not in out

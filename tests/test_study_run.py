@@ -1,0 +1,138 @@
+"""Real studies: real storages, real multi-process trials, no mocks."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import signal
+from pathlib import Path
+
+import pytest
+from optuna.trial import FrozenTrial, TrialState
+
+from abtune.study import results
+from abtune.study.definition import DDP, PAPER_DEFAULTS
+from abtune.study.runner import INTERRUPTED
+from tests.conftest import run_cli
+from tests.study_helpers import TINY_BASE, running, signal_group, start_run, trials_of, wait_for, write_study
+
+pytestmark = pytest.mark.slow
+FINISHED = {TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL}
+
+
+def _param_sets(trials: list[FrozenTrial]) -> list[tuple]:
+    """Parameter sets the sampler chose (a retry repeats its trial's set on purpose)."""
+    return [tuple(sorted(t.params.items())) for t in trials
+            if t.user_attrs.get("retry_of") is None and not results.replaced(t) and t.params]
+
+
+def _summary(trial: FrozenTrial) -> dict:
+    return json.loads((Path(trial.user_attrs["run_dir"]) / "summary.json").read_text())
+
+
+def test_parallel_study_with_pruning(tmp_path: Path) -> None:
+    """Two trials at a time on SQLite; a median pruner against the paper-defaults trial prunes
+    trials whose learning rate is far too low; every trial ends finished; a restart changes nothing."""
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    study = write_study(tmp_path / "s.yaml", trials=4, space={"optimizer.lr": {"low": 1e-7, "high": 3e-3, "log": True}},
+                        pruner={"name": "median", "options": {"n_startup_trials": 1}})
+    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    run_cli("study", "run", "tiny", "--parallel", "2", "--storage", url, cwd=tmp_path)
+
+    trials = trials_of(url)
+    assert len(trials) == 4 and {t.state for t in trials} <= FINISHED, [t.state for t in trials]
+    assert [t.user_attrs.get("reference") for t in trials[:2]] == [PAPER_DEFAULTS, DDP]
+    first_search_start = min(t.datetime_start for t in trials[2:])
+    assert all(t.datetime_start <= first_search_start for t in trials[:2])  # the references started first
+    params = _param_sets(trials)
+    assert len(params) == len(set(params)) == 3  # the DDP trial has no parameters
+    assert trials[1].params == {} and _summary(trials[1])["method"] == "ddp"
+    for trial in (t for t in trials if t.state == TrialState.COMPLETE):
+        assert trial.values == [_summary(trial)["final"]["val_top1"]]
+        assert trial.user_attrs["wall_seconds"] > trial.user_attrs["train_seconds"] > 0
+
+    pruned = [t for t in trials if t.state == TrialState.PRUNED]
+    assert pruned, [(t.number, t.state, t.params, t.intermediate_values) for t in trials]
+    paper = trials[0].intermediate_values
+    assert sorted(paper) == [10, 20, 30]  # the reference reports every evaluation and is never pruned
+    for trial in pruned:
+        summary = _summary(trial)
+        assert summary["stopped_early"] == "pruned" and summary["steps_done"] < summary["steps"]
+        step = summary["steps_done"]
+        assert trial.user_attrs["steps_done"] == step == max(trial.intermediate_values)
+        assert trial.intermediate_values[step] < paper[step]
+
+    run_cli("study", "run", "tiny", "--storage", url, cwd=tmp_path)  # results survive: nothing left to do
+    assert [(t.number, t.state, t.values) for t in trials_of(url)] == [(t.number, t.state, t.values) for t in trials]
+    _check_exports(tmp_path, url, trials)
+
+
+def _check_exports(tmp_path: Path, url: str, trials: list[FrozenTrial]) -> None:
+    run_cli("study", "export", "tiny", "--format", "json", "--output", str(tmp_path / "t.json"), "--storage", url,
+            cwd=tmp_path)
+    exported = json.loads((tmp_path / "t.json").read_text())
+    assert exported["objectives"] == ["top1"] and exported["definition"]["trials"] == 4
+    assert [(r["number"], r["state"], r["value_top1"]) for r in exported["trials"]] == [
+        (t.number, t.state.name, t.values[0] if t.values else None) for t in trials]
+    assert [r["param_optimizer.lr"] for r in exported["trials"]] == [t.params.get("optimizer.lr") for t in trials]
+    text = run_cli("study", "export", "tiny", "--format", "csv", "--storage", url, cwd=tmp_path).stdout
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [(int(r["number"]), r["state"]) for r in rows] == [(t.number, t.state.name) for t in trials]
+    assert [r["reference"] for r in rows[:2]] == [PAPER_DEFAULTS, DDP]
+    for row, trial in zip(rows, trials, strict=True):
+        assert float(row["top1"]) == pytest.approx(trial.user_attrs["top1"], rel=1e-12)
+        assert float(row["inter_node_bytes"]) == pytest.approx(trial.user_attrs["inter_node_bytes"])
+
+
+def test_interrupt_kill_and_resume_complete_the_budget(tmp_path: Path) -> None:
+    """Ctrl-C leaves nothing RUNNING; a SIGKILLed worker's trial is found stale, failed and retried
+    from its checkpoint; the budget is met with no lost and no duplicated trial (journal storage);
+    `best` of this multi-objective study shows its Pareto front."""
+    url = f"journal:{tmp_path}/journal.log"
+    train = {"steps": 200, "local_batch_size": 16, "eval_every": 100, "log_every": 10, "checkpoint_every": 40}
+    study = write_study(tmp_path / "s.yaml", trials=2, references={"paper_defaults": True, "ddp": False},
+                        base={**TINY_BASE, "train": train}, objectives=["top1", "inter_node_bytes"])
+    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+
+    def checkpointed_running_trial() -> int | None:
+        for trial in running(url):
+            run_dir = trial.user_attrs.get("run_dir")
+            if run_dir and list(Path(run_dir).glob("checkpoints/step_*/COMPLETE")):
+                return trial.number
+        return None
+
+    worker = start_run(tmp_path, "tiny", "--storage", url)
+    interrupted = wait_for(checkpointed_running_trial, 300, "a running trial with a checkpoint")
+    signal_group(worker, signal.SIGINT)  # Ctrl-C on a terminal reaches the whole process group
+    _, err = worker.communicate(timeout=120)
+    assert worker.returncode == 130 and "no trial is left running" in err, err
+    trials = trials_of(url)
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    assert trials[interrupted].state == TrialState.FAIL and trials[interrupted].user_attrs["fail_reason"] == INTERRUPTED
+    assert [t.user_attrs.get("retry_of") for t in trials if t.state == TrialState.WAITING] == [interrupted]
+
+    worker = start_run(tmp_path, "tiny", "--storage", url)
+    killed = wait_for(checkpointed_running_trial, 300, "a running trial with a checkpoint")
+    signal_group(worker, signal.SIGKILL)
+    worker.wait(timeout=60)
+    assert [t.number for t in running(url)] == [killed]  # left behind by the dead worker
+
+    best = run_cli("study", "run", "tiny", "--parallel", "2", "--storage", url, cwd=tmp_path).stdout
+    trials = trials_of(url)
+    assert {t.state for t in trials} <= FINISHED
+    assert trials[killed].state == TrialState.FAIL and trials[killed].user_attrs["fail_reason"].startswith("stale")
+    retry = next(t for t in trials if t.user_attrs.get("retry_of") == killed)
+    assert retry.state == TrialState.COMPLETE and retry.params == trials[killed].params
+    assert retry.user_attrs["resumed_from_step"] >= 40 and retry.user_attrs["steps_done"] == 200
+    assert results.budget_used(trials) == results.finished_count(trials) == 2  # none lost
+    params = _param_sets(trials)
+    assert len(params) == len(set(params))  # none duplicated
+    assert sum(1 for t in trials if not results.replaced(t) and t.state == TrialState.COMPLETE) == 2
+
+    front = results.pareto_front(results.search_trials(trials), ["top1", "inter_node_bytes"])
+    assert f"Pareto front (top1, inter_node_bytes): {len(front)} trial(s)" in best
+    for trial in front:
+        assert f"{trial.user_attrs['inter_node_bytes'] / 1e6:.2f}" in best
+    status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
+    assert "budget 2/2 finished" in status and "re-enqueued" in status
