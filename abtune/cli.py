@@ -18,6 +18,7 @@ import yaml
 
 from abtune.config import RunConfig, flatten, load_run_config
 from abtune.errors import AbtuneError, ConfigError
+from abtune.launch.profiles import Layout, LocalProfile, Profile, SlurmProfile, check_fits, load_profile
 
 DEFAULT_RUNS_DIR = Path("runs")
 INTERRUPTED_EXIT = 130
@@ -37,20 +38,15 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
     return result
 
 
-def _check_method_layout(config: RunConfig, nproc: int, ranks_per_node: int) -> None:
-    """Problems that depend on the number of ranks, found before any process starts."""
-    if config.method.name == "ab":
-        from abtune.methods.ab.groups import resolve_group_size
-
-        resolve_group_size(config.method.group_size, nproc, ranks_per_node, nproc // ranks_per_node)
+def _default_run_dir(config: RunConfig) -> Path:
+    return DEFAULT_RUNS_DIR / f"{config.name}-{config.method.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def _prepare_run_dir(config: RunConfig, run_dir: Path | None, resume: bool) -> Path:
     if run_dir is None:
         if resume:
             raise ConfigError("--resume needs --run-dir: the folder of the run to continue")
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        run_dir = DEFAULT_RUNS_DIR / f"{config.name}-{config.method.name}-{stamp}"
+        run_dir = _default_run_dir(config)
     stored = run_dir / "config.yaml"
     if resume:
         _check_same_config(stored, config)
@@ -75,26 +71,97 @@ def _check_same_config(stored: Path, config: RunConfig) -> None:
         )
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    from abtune.launch.local import check_layout, launch
-    from abtune.training.report import print_summary
+def _layout(profile: Profile, nproc: int | None, ranks_per_node: int | None) -> Layout:
+    """Ranks and nodes: from --nproc/--ranks-per-node locally, from the profile on SLURM, 1 x 1 in debug."""
+    if isinstance(profile, LocalProfile):
+        from abtune.launch.local import check_layout
 
+        nproc = nproc or 1
+        ranks_per_node = ranks_per_node or nproc
+        check_layout(nproc, ranks_per_node)
+        return Layout(nproc // ranks_per_node, ranks_per_node)
+    if nproc is not None or ranks_per_node is not None:
+        where = "set nodes and tasks_per_node in the profile" if profile.kind == "slurm" else "debug runs one rank"
+        raise ConfigError(f"--nproc and --ranks-per-node are for --launcher local; {where}")
+    if isinstance(profile, SlurmProfile):
+        return Layout(profile.nodes, profile.tasks_per_node)
+    return Layout(1, 1)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
     config = load_run_config(args.config, _overrides(args.set))
-    ranks_per_node = args.ranks_per_node or args.nproc
-    check_layout(args.nproc, ranks_per_node)
-    _check_method_layout(config, args.nproc, ranks_per_node)
+    profile = load_profile(args.launcher)
+    layout = _layout(profile, args.nproc, args.ranks_per_node)
+    check_fits(config, layout)
+    if args.dry_run:
+        return _dry_run(config, profile, layout, args.run_dir or _default_run_dir(config))
     run_dir = _prepare_run_dir(config, args.run_dir, args.resume)
     try:
-        launch(run_dir, args.nproc, ranks_per_node, resume=args.resume)
+        if isinstance(profile, LocalProfile):
+            _train_locally(run_dir, layout, args.resume)
+        elif isinstance(profile, SlurmProfile):
+            if not _train_on_slurm(run_dir, layout, profile, args.resume, args.detach):
+                return 0
+        else:
+            _train_in_process(run_dir, layout, profile, args.resume)
     except KeyboardInterrupt:
         print(f"abtune: interrupted; continue with: abtune train {args.config} --run-dir {run_dir} --resume",
               file=sys.stderr)
         return INTERRUPTED_EXIT
     except AbtuneError as error:
         raise type(error)(f"{error} (run folder {run_dir}; checkpoints allow --resume)") from None
-    summary = json.loads((run_dir / "summary.json").read_text())
-    print_summary(summary, run_dir)
+    from abtune.training.report import print_summary
+
+    print_summary(json.loads((run_dir / "summary.json").read_text()), run_dir)
     return 0
+
+
+def _dry_run(config: RunConfig, profile: Profile, layout: Layout, run_dir: Path) -> int:
+    """What would start, and nothing else: the sbatch script on SLURM."""
+    if isinstance(profile, SlurmProfile):
+        from abtune.launch.slurm import sbatch_script
+
+        print(sbatch_script(run_dir, layout, profile), end="")
+    else:
+        print(f"{profile.kind}: {layout.world_size} rank(s) of run {config.name} in {run_dir} "
+              f"({layout.nodes} simulated node(s) x {layout.ranks_per_node})")
+    return 0
+
+
+def _train_locally(run_dir: Path, layout: Layout, resume: bool) -> None:
+    from abtune.launch.local import launch
+
+    launch(run_dir, layout.world_size, layout.ranks_per_node, resume=resume)
+
+
+def _train_in_process(run_dir: Path, layout: Layout, profile: Profile, resume: bool) -> None:
+    from abtune.launch.submit import submit_run
+
+    result = submit_run(run_dir, layout, profile, resume=resume).result()
+    if not result.ok:
+        raise AbtuneError(result.reason or "the run failed")
+
+
+def _train_on_slurm(run_dir: Path, layout: Layout, profile: SlurmProfile, resume: bool, detach: bool) -> bool:
+    """Submit; unless detached, follow the job to its end (True: a summary to print)."""
+    from abtune.launch.follow import follow
+    from abtune.launch.submit import job_folder, submit_run
+
+    job = submit_run(run_dir, layout, profile, resume=resume)
+    print(f"submitted SLURM job {job.job_id}: {layout.nodes} node(s) x {layout.ranks_per_node} rank(s), "
+          f"run folder {run_dir}, logs {job_folder(run_dir)}", flush=True)
+    if detach:
+        print(f"follow with: squeue -j {job.job_id}; the result appears in {run_dir / 'summary.json'}")
+        return False
+    try:
+        result = follow(job, run_dir)
+    except KeyboardInterrupt:
+        print(f"abtune: stopped following; SLURM job {job.job_id} keeps running (scancel {job.job_id} stops it)",
+              file=sys.stderr)
+        raise SystemExit(INTERRUPTED_EXIT) from None
+    if not result.ok:
+        raise AbtuneError(result.reason or f"SLURM job {job.job_id} failed")
+    return True
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
@@ -107,13 +174,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="abtune", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
-    train = commands.add_parser("train", help="train one run on local processes")
+    train = commands.add_parser("train", help="train one run (local processes, in-process debug, or SLURM)")
     train.add_argument("config", type=Path, help="run config YAML")
-    train.add_argument("--nproc", type=int, default=1, help="number of ranks (processes)")
-    train.add_argument("--ranks-per-node", type=int, default=None, help="ranks per simulated node (default: all)")
+    train.add_argument("--launcher", default="local", metavar="NAME|PATH",
+                       help="launcher profile: local (default), debug, slurm, or a YAML file")
+    train.add_argument("--nproc", type=int, default=None, help="local: number of ranks (processes; default 1)")
+    train.add_argument("--ranks-per-node", type=int, default=None, help="local: ranks per simulated node (default: all)")
     train.add_argument("--run-dir", type=Path, default=None, help="output folder (default: runs/NAME-METHOD-TIME)")
     train.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its checkpoint")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    train.add_argument("--dry-run", action="store_true", help="print what would start (SLURM: the sbatch script); change nothing")
+    train.add_argument("--detach", action="store_true", help="SLURM: submit, print the job id and return")
     train.set_defaults(func=cmd_train)
 
     config = commands.add_parser("config", help="inspect run configs")
