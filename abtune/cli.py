@@ -7,6 +7,7 @@ never a traceback for either.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import sys
@@ -108,12 +109,24 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"abtune: interrupted; continue with: abtune train {args.config} --run-dir {run_dir} --resume",
               file=sys.stderr)
         return INTERRUPTED_EXIT
+    except ConfigError:
+        raise
     except AbtuneError as error:
         raise type(error)(f"{error} (run folder {run_dir}; checkpoints allow --resume)") from None
     from abtune.training.report import print_summary
 
     print_summary(json.loads((run_dir / "summary.json").read_text()), run_dir)
     return 0
+
+
+def _discard_unstarted(run_dir: Path) -> None:
+    """Nothing ran: remove what _prepare_run_dir and submitit made, so the same --run-dir works next time."""
+    from abtune.launch.submit import job_folder
+
+    (run_dir / "config.yaml").unlink(missing_ok=True)
+    shutil.rmtree(job_folder(run_dir), ignore_errors=True)
+    with contextlib.suppress(OSError):
+        run_dir.rmdir()  # only if empty: never a folder the user had filled
 
 
 def _dry_run(config: RunConfig, profile: Profile, layout: Layout, run_dir: Path) -> int:
@@ -145,9 +158,15 @@ def _train_in_process(run_dir: Path, layout: Layout, profile: Profile, resume: b
 def _train_on_slurm(run_dir: Path, layout: Layout, profile: SlurmProfile, resume: bool, detach: bool) -> bool:
     """Submit; unless detached, follow the job to its end (True: a summary to print)."""
     from abtune.launch.follow import follow
+    from abtune.launch.slurm import SubmissionFailed
     from abtune.launch.submit import job_folder, submit_run
 
-    job = submit_run(run_dir, layout, profile, resume=resume)
+    try:
+        job = submit_run(run_dir, layout, profile, resume=resume)
+    except SubmissionFailed as error:
+        if not resume:
+            _discard_unstarted(run_dir)
+        raise ConfigError(str(error)) from None
     print(f"submitted SLURM job {job.job_id}: {layout.nodes} node(s) x {layout.ranks_per_node} rank(s), "
           f"run folder {run_dir}, logs {job_folder(run_dir)}", flush=True)
     if detach:

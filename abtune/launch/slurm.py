@@ -34,6 +34,11 @@ from abtune.launch.outcome import RunOutcome, recorded_failure
 from abtune.launch.profiles import Layout, SlurmProfile
 
 JOBS_DIR = "jobs"
+
+
+class SubmissionFailed(AbtuneError):
+    """sbatch refused the job (unknown partition, impossible request) or there is no SLURM here."""
+
 SRUN_ARGS = ("--kill-on-bad-exit=1",)  # one failed rank ends the job instead of hanging its peers
 
 
@@ -127,7 +132,7 @@ def make_executor(folder: Path, layout: Layout, profile: SlurmProfile, job_name:
         executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=profile.max_requeues,
                                           python=python_command(profile))
     except RuntimeError as error:
-        raise AbtuneError(f"no SLURM here ({error}); use --launcher local") from None
+        raise SubmissionFailed(f"no SLURM here ({error}); use --launcher local") from None
     executor.update_parameters(**sbatch_parameters(profile, layout, job_name))
     return executor
 
@@ -143,12 +148,15 @@ def submit_quietly(executor: submitit.SlurmExecutor, body: Any) -> submitit.Job[
         try:
             return executor.submit(body)
         except FailedJobError as error:
-            raise AbtuneError(f"sbatch refused the job: {_sbatch_error(str(error))}") from None
+            raise SubmissionFailed(f"sbatch refused the job: {_sbatch_error(str(error))}") from None
 
 
 def _sbatch_error(stderr: str) -> str:
-    lines = [line.removeprefix("sbatch: error: ").strip() for line in stderr.splitlines() if line.strip()]
-    return lines[0] if lines else "no message"
+    """sbatch's fatal line if any (no configuration, no controller), else its first error (invalid partition)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    fatal = [line.removeprefix("sbatch: fatal: ") for line in lines if line.startswith("sbatch: fatal: ")]
+    errors = [line.removeprefix("sbatch: error: ") for line in lines]
+    return (fatal or errors or ["no message"])[0]
 
 
 # --- following a job --------------------------------------------------------------------------
