@@ -97,22 +97,23 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(config, profile, layout, args.run_dir or _default_run_dir(config))
     run_dir = _prepare_run_dir(config, args.run_dir, args.resume)
+    if isinstance(profile, SlurmProfile):
+        return _train_on_slurm(run_dir, layout, profile, args.resume, args.detach)
     try:
         if isinstance(profile, LocalProfile):
             _train_locally(run_dir, layout, args.resume)
-        elif isinstance(profile, SlurmProfile):
-            if not _train_on_slurm(run_dir, layout, profile, args.resume, args.detach):
-                return 0
         else:
             _train_in_process(run_dir, layout, profile, args.resume)
     except KeyboardInterrupt:
         print(f"abtune: interrupted; continue with: abtune train {args.config} --run-dir {run_dir} --resume",
               file=sys.stderr)
         return INTERRUPTED_EXIT
-    except ConfigError:
-        raise
     except AbtuneError as error:
         raise type(error)(f"{error} (run folder {run_dir}; checkpoints allow --resume)") from None
+    return _print_summary(run_dir)
+
+
+def _print_summary(run_dir: Path) -> int:
     from abtune.training.report import print_summary
 
     print_summary(json.loads((run_dir / "summary.json").read_text()), run_dir)
@@ -155,8 +156,8 @@ def _train_in_process(run_dir: Path, layout: Layout, profile: Profile, resume: b
         raise AbtuneError(result.reason or "the run failed")
 
 
-def _train_on_slurm(run_dir: Path, layout: Layout, profile: SlurmProfile, resume: bool, detach: bool) -> bool:
-    """Submit; unless detached, follow the job to its end (True: a summary to print)."""
+def _train_on_slurm(run_dir: Path, layout: Layout, profile: SlurmProfile, resume: bool, detach: bool) -> int:
+    """Submit; unless detached, follow the job to its end and print the summary."""
     from abtune.launch.follow import follow
     from abtune.launch.slurm import SubmissionFailed
     from abtune.launch.submit import job_folder, submit_run
@@ -171,16 +172,16 @@ def _train_on_slurm(run_dir: Path, layout: Layout, profile: SlurmProfile, resume
           f"run folder {run_dir}, logs {job_folder(run_dir)}", flush=True)
     if detach:
         print(f"follow with: squeue -j {job.job_id}; the result appears in {run_dir / 'summary.json'}")
-        return False
+        return 0
     try:
         result = follow(job, run_dir)
     except KeyboardInterrupt:
         print(f"abtune: stopped following; SLURM job {job.job_id} keeps running (scancel {job.job_id} stops it)",
               file=sys.stderr)
-        raise SystemExit(INTERRUPTED_EXIT) from None
+        return INTERRUPTED_EXIT
     if not result.ok:
-        raise AbtuneError(result.reason or f"SLURM job {job.job_id} failed")
-    return True
+        raise AbtuneError(f"{result.reason} (run folder {run_dir}; checkpoints allow --resume)")
+    return _print_summary(run_dir)
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:

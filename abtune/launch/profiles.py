@@ -134,8 +134,8 @@ def load_profile(name_or_path: str) -> Profile:
     except ValidationError as error:
         valid = f"valid keys of a {raw['kind']} profile: {', '.join(schema.model_fields)}"
         message = describe_validation_error(error, str(path))
-        raise ConfigError(re.sub(r"\(check the spelling; see `abtune config show` for valid keys\)", f"({valid})",
-                                 message)) from None
+        raise ConfigError(message.replace("(check the spelling; see `abtune config show` for valid keys)",
+                                          f"({valid})")) from None
 
 
 def check_fits(config: RunConfig, layout: Layout) -> None:
@@ -148,5 +148,5 @@ def check_fits(config: RunConfig, layout: Layout) -> None:
     if layout.nodes > 1 and size % layout.ranks_per_node and layout.ranks_per_node % size:
         raise ConfigError(
             f"method.group_size {size} and tasks_per_node {layout.ranks_per_node}: AB's groups would straddle "
-            f"nodes; choose tasks_per_node dividing {size} (or a group size dividing {layout.ranks_per_node})"
+            f"nodes; choose ranks per node dividing {size} (or a group size dividing {layout.ranks_per_node})"
         )

@@ -173,8 +173,7 @@ def state(job: submitit.Job[Any], force: bool = True) -> str:
 
 def outcome(job: submitit.Job[Any], run_dir: Path, force: bool = True) -> RunOutcome | None:
     """None while the job is pending, running or requeued; else how it ended, the SLURM state as the reason."""
-    rank0 = job.task(0) if len(job._tasks) > 1 else job  # noqa: SLF001 - submitit keeps tasks private
-    result = _success(rank0)
+    result = _success(job.task(0))
     if result is not None:
         return result
     current = state(job, force)
