@@ -142,6 +142,18 @@ def submit(run_dir: Path, layout: Layout, profile: SlurmProfile, resume: bool = 
     return submit_quietly(executor, RankJob(str(run_dir.absolute()), resume))
 
 
+def submit_array(folder: Path, layout: Layout, profile: SlurmProfile, bodies: list[Any],
+                 job_name: str) -> list[submitit.Job[Any]]:
+    """One job array, a task per body (e.g. `abtune study launch`'s W workers), at most
+    `profile.array_parallelism` running at once; returns at once with the jobs (ids `ARRAY_INDEX`)."""
+    executor = make_executor(folder, layout, profile, job_name)
+    with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            return executor.submit_array(bodies)
+        except FailedJobError as error:
+            raise SubmissionFailed(f"sbatch refused the job array: {_sbatch_error(str(error))}") from None
+
+
 def submit_quietly(executor: submitit.SlurmExecutor, body: Any) -> submitit.Job[Any]:
     """Submit; an sbatch refusal becomes one line (submitit would also print sbatch's stderr)."""
     with contextlib.redirect_stderr(io.StringIO()):

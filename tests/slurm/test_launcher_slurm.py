@@ -3,7 +3,9 @@ groups stay inside a node, a cancelled job, and a preempted or requeued job that
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
 import subprocess
 import time
@@ -16,6 +18,7 @@ import yaml
 from abtune.cli import _prepare_run_dir
 from abtune.config import load_run_config
 from abtune.launch.profiles import Layout, load_profile
+from abtune.launch.slurm import submit_array
 from abtune.launch.submit import attach, job_folder, outcome, submit_run, wait
 from abtune.training.hooks import read_metrics
 from tests.conftest import abtune_command, run_cli, write_config
@@ -153,3 +156,15 @@ def test_unknown_partition_is_one_line(tmp_path: Path, profile: Path) -> None:
         2, "abtune: error: sbatch refused the job: invalid partition specified: nosuchpart\n")
     assert not (tmp_path / "run").exists()
 
+
+
+def test_job_array_for_study_workers(tmp_path: Path, profile: Path) -> None:
+    """What `abtune study launch N --workers W` builds on: W bodies, one array, back at once with the ids."""
+    jobs = submit_array(tmp_path / "workers", Layout(1, 1), load_profile(str(profile)),
+                        [functools.partial(os.getenv, "SLURM_ARRAY_TASK_ID") for _ in range(2)], "abtune-workers")
+    array_id = jobs[0].job_id.split("_")[0]
+    assert [job.job_id for job in jobs] == [f"{array_id}_0", f"{array_id}_1"]
+    wait_until(lambda: all(job.done(force_check=True) for job in jobs), JOB_TIMEOUT_S, "the array")
+    assert [job.result() for job in jobs] == ["0", "1"]
+    script = (tmp_path / "workers" / f"{array_id}_submission.sh").read_text()
+    assert "#SBATCH --array=0-1%2" in script and "#SBATCH --ntasks-per-node=1" in script
