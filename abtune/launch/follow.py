@@ -37,7 +37,9 @@ def follow(job: submitit.Job[RunOutcome], run_dir: Path, out: TextIO = sys.stdou
         state = job.state
         record = latest_record(run_dir)
         now = time.monotonic()
-        if state != last_state or (record and now - last_print >= PROGRESS_SECONDS):
+        if state == "UNKNOWN":  # not in sacct yet
+            pass
+        elif state != last_state or (record and now - last_print >= PROGRESS_SECONDS):
             step = f"  step {record['step']} ({record.get('phase', '')})" if record else ""
             print(f"job {job.job_id}: {state}{step}", file=out, flush=True)
             last_state, last_print = state, now

@@ -109,6 +109,20 @@ def test_cancelled_job_fails_with_the_slurm_state(tmp_path: Path, profile: Path)
     assert result is not None and (result.ok, result.reason) == (False, f"SLURM job {job_id} CANCELLED")
 
 
+def test_failed_rank_ends_the_job_with_its_cause(tmp_path: Path, profile: Path) -> None:
+    """One rank's error ends the whole job at once (srun --kill-on-bad-exit), reported with the SLURM state."""
+    config = write_config(tmp_path / "nan.yaml", optimizer={"name": "sgd", "lr": 1e30, "momentum": 0.0},
+                          train={"steps": 1000})
+    two_ranks = tmp_path / "two.yaml"
+    two_ranks.write_text(profile.read_text().replace("tasks_per_node: 2", "tasks_per_node: 1"))
+    result = run_cli("train", str(config), "--launcher", str(two_ranks), "--run-dir", str(tmp_path / "run"),
+                     check=False)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.fullmatch(r"abtune: error: SLURM job \d+ FAILED: the loss became nan at step \d+ .*",
+                                            lines[0]), result.stderr
+
+
 def test_interrupted_job_resumes_from_its_checkpoint(tmp_path: Path, profile: Path) -> None:
     """Interrupted twice, then completes: first preempted the way submitit sees it (rank 0 calls
     checkpoint() and requeues), then requeued by SLURM itself (`scontrol requeue`: the job restarts
