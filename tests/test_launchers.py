@@ -50,6 +50,7 @@ AB = {"name": "ab"}
         ({"time_limit": "0:14:00"}, AB, "time_limit: 14 minutes is too short"),
         ({"time_limit": "2h"}, AB, "time_limit: expected minutes or [D-]HH:MM:SS"),
         ({"mem": "lots"}, AB, "mem: String should match pattern"),
+        ({"sbatch": {"time": "4:00:00"}}, AB, "sbatch: time is set by abtune; use the profile key time_limit"),
         ({"kind": "kubernetes"}, AB, "kind: expected one of local, debug, slurm (got 'kubernetes')"),
         ({"nodes": 3, "tasks_per_node": 2}, {"name": "ab", "group_size": 3},
          "method.group_size 3 and tasks_per_node 2: AB's groups would straddle nodes"),

@@ -29,6 +29,15 @@ MIN_TIME_LIMIT_MIN = 15
 _TIME_PATTERN = re.compile(r"^(?:(?P<days>\d+)-)?(?P<hours>\d+):(?P<minutes>\d{2}):(?P<seconds>\d{2})$")
 
 
+# sbatch options the profile sets through its own keys ("" : abtune sets them itself)
+_TYPED_OPTIONS = {
+    "partition": "partition", "account": "account", "qos": "qos", "nodes": "nodes", "ntasks-per-node": "tasks_per_node",
+    "gpus-per-node": "gpus_per_node", "cpus-per-task": "cpus_per_task", "mem": "mem", "time": "time_limit",
+    "chdir": "workdir", "signal": "signal_delay_s", "array": "array_parallelism", "job-name": "", "output": "",
+    "error": "", "open-mode": "",
+}
+
+
 def parse_time_limit(value: int | str) -> int:
     """Minutes from an int (minutes) or SLURM's `[D-]HH:MM:SS`, rounded up."""
     if isinstance(value, int):
@@ -83,6 +92,15 @@ class SlurmProfile(StrictModel):
                 f"{minutes} minutes is too short to checkpoint and requeue: submitit counts every signal in a job "
                 f"of 10 minutes or less as a timeout; use at least {MIN_TIME_LIMIT_MIN} minutes"
             )
+        return value
+
+    @field_validator("sbatch")
+    @classmethod
+    def _not_a_typed_option(cls, value: dict[str, str | int | bool]) -> dict[str, str | int | bool]:
+        for key in value:
+            own = _TYPED_OPTIONS.get(key.replace("_", "-"))
+            if own is not None:
+                raise ValueError(f"{key} is set by abtune{f'; use the profile key {own}' if own else ''}")
         return value
 
     @property

@@ -21,6 +21,7 @@ import shlex
 import shutil
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +35,11 @@ from abtune.launch.outcome import RunOutcome, recorded_failure
 from abtune.launch.profiles import Layout, SlurmProfile
 
 JOBS_DIR = "jobs"
+SRUN_ARGS = ("--kill-on-bad-exit=1",)  # one failed rank ends the job instead of hanging its peers
 
 
 class SubmissionFailed(AbtuneError):
     """sbatch refused the job (unknown partition, impossible request) or there is no SLURM here."""
-
-SRUN_ARGS = ("--kill-on-bad-exit=1",)  # one failed rank ends the job instead of hanging its peers
 
 
 # --- the job body, on every task --------------------------------------------------------------
@@ -139,7 +139,8 @@ def make_executor(folder: Path, layout: Layout, profile: SlurmProfile, job_name:
 
 def submit(run_dir: Path, layout: Layout, profile: SlurmProfile, resume: bool = False) -> submitit.Job[RunOutcome]:
     executor = make_executor(job_folder(run_dir), layout, profile, _name(run_dir))
-    return submit_quietly(executor, RankJob(str(run_dir.absolute()), resume))
+    with _sbatch_errors_in_one_line():
+        return executor.submit(RankJob(str(run_dir.absolute()), resume))
 
 
 def submit_array(folder: Path, layout: Layout, profile: SlurmProfile, bodies: list[Any],
@@ -147,18 +148,16 @@ def submit_array(folder: Path, layout: Layout, profile: SlurmProfile, bodies: li
     """One job array, a task per body (e.g. `abtune study launch`'s W workers), at most
     `profile.array_parallelism` running at once; returns at once with the jobs (ids `ARRAY_INDEX`)."""
     executor = make_executor(folder, layout, profile, job_name)
-    with contextlib.redirect_stderr(io.StringIO()):
-        try:
-            return executor.submit_array(bodies)
-        except FailedJobError as error:
-            raise SubmissionFailed(f"sbatch refused the job array: {_sbatch_error(str(error))}") from None
+    with _sbatch_errors_in_one_line():
+        return executor.submit_array(bodies)
 
 
-def submit_quietly(executor: submitit.SlurmExecutor, body: Any) -> submitit.Job[Any]:
-    """Submit; an sbatch refusal becomes one line (submitit would also print sbatch's stderr)."""
+@contextlib.contextmanager
+def _sbatch_errors_in_one_line() -> Iterator[None]:
+    """An sbatch refusal becomes SubmissionFailed with one line (submitit would also print sbatch's stderr)."""
     with contextlib.redirect_stderr(io.StringIO()):
         try:
-            return executor.submit(body)
+            yield
         except FailedJobError as error:
             raise SubmissionFailed(f"sbatch refused the job: {_sbatch_error(str(error))}") from None
 
