@@ -127,9 +127,13 @@ def test_interrupted_job_resumes_from_its_checkpoint(tmp_path: Path, profile: Pa
     """Interrupted twice, then completes: first preempted the way submitit sees it (rank 0 calls
     checkpoint() and requeues), then requeued by SLURM itself (`scontrol requeue`: the job restarts
     as first submitted, and SLURM_RESTART_COUNT tells it to resume). Same job, same run folder."""
-    steps = 200
-    run_dir = prepared_run(ab_config(tmp_path, steps=steps, checkpoint_every=10), tmp_path / "run")
-    job = submit_run(run_dir, Layout(2, 2), load_profile(str(profile)))
+    steps = 600  # long enough that the second interruption lands before the run ends, even on a fast machine
+    # ddp: what is tested here is the job's requeue; AB's resume from a full-rank checkpoint taken after a
+    # sync is broken in the trainer (tests/test_resume_after_sync.py, xfail)
+    config = write_config(tmp_path / "ddp.yaml", train={"steps": steps, "eval_every": steps, "log_every": 10,
+                                                        "checkpoint_every": 20})
+    run_dir = prepared_run(config, tmp_path / "run")
+    job = submit_run(run_dir, Layout(2, 1), load_profile(str(profile)))  # 2 ranks: half the start-up cost of 4
     log = job_folder(run_dir) / f"{job.job_id}_0_log.out"
 
     wait_until(lambda: any((run_dir / "checkpoints").glob("step_*/COMPLETE")), JOB_TIMEOUT_S, "a first checkpoint")
@@ -143,7 +147,7 @@ def test_interrupted_job_resumes_from_its_checkpoint(tmp_path: Path, profile: Pa
     assert result.ok, result
     assert json.loads((run_dir / "summary.json").read_text())["steps_done"] == steps
     first, second = resumed_at(log, run_dir)
-    assert 10 <= first < second < steps
+    assert 20 <= first < second < steps
     steps_logged = [r["step"] for r in read_metrics(run_dir) if r["kind"] == "log"]
     assert steps_logged == list(range(10, steps + 1, 10))  # the count continues: no step twice, none missing
     wait_until(lambda: sacct_states(job.job_id)[-1] == "COMPLETED", 30, "sacct to record COMPLETED")
