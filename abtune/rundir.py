@@ -19,20 +19,15 @@ DEFAULT_RUNS_DIR = Path("runs")
 CONFIG_FILE = "config.yaml"
 
 
-def check_method_layout(config: RunConfig, nproc: int, ranks_per_node: int) -> None:
-    """Problems that depend on the number of ranks, found before any process starts."""
-    if config.method.name == "ab":
-        from abtune.methods.ab.groups import resolve_group_size
-
-        resolve_group_size(config.method.group_size, nproc, ranks_per_node, nproc // ranks_per_node)
+def default_run_dir(config: RunConfig) -> Path:
+    return DEFAULT_RUNS_DIR / f"{config.name}-{config.method.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def prepare_run_dir(config: RunConfig, run_dir: Path | None, resume: bool) -> Path:
     if run_dir is None:
         if resume:
             raise ConfigError("--resume needs --run-dir: the folder of the run to continue")
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        run_dir = DEFAULT_RUNS_DIR / f"{config.name}-{config.method.name}-{stamp}"
+        run_dir = default_run_dir(config)
     stored = run_dir / CONFIG_FILE
     if resume:
         check_same_config(stored, config)

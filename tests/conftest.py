@@ -21,8 +21,9 @@ def abtune_command() -> list[str]:
     return [installed] if installed else [sys.executable, "-m", "abtune.cli"]
 
 
-def run_cli(*args: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}
+def run_cli(*args: str, cwd: Path | None = None, check: bool = True,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**(os.environ if env is None else env), "COLUMNS": "200"}
     result = subprocess.run(
         [*abtune_command(), *args], capture_output=True, text=True, timeout=CLI_TIMEOUT_S, cwd=cwd, env=env
     )

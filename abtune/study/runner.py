@@ -30,8 +30,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import ConfigError
+from abtune.launch.profiles import Layout, check_fits
 from abtune.launch.submit import RunOutcome, submit_local
-from abtune.rundir import check_method_layout, prepare_run_dir
+from abtune.rundir import prepare_run_dir
 from abtune.study import results, retries, workers
 from abtune.study.definition import DDP, REFERENCE, open_search_study, seed_offset, stored_study_dir
 from abtune.study.display import RunDisplay
@@ -183,7 +184,7 @@ class StudyRunner:
             raw = apply_overrides(self.spec.base, params)
         raw["name"] = f"{self.study.study_name}-{trial.number}"
         config = parse_run_config(raw, f"trial {trial.number}")
-        check_method_layout(config, self.spec.layout.nproc, self.spec.layout.per_node)
+        check_fits(config, Layout(self.spec.layout.nproc // self.spec.layout.per_node, self.spec.layout.per_node))
         return config
 
     def _prepare(self, trial: optuna.Trial, config: RunConfig) -> tuple[Path, bool]:

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from abtune.config import AbConfig, DdpConfig, RunConfig, apply_overrides, parse_run_config
 from abtune.errors import ConfigError
-from abtune.rundir import check_method_layout
+from abtune.launch.profiles import Layout, check_fits
 from abtune.study.spec import GUIDELINE, Dimension, StudySpec
 
 Kind = Literal["int", "float", "categorical"]
@@ -118,7 +118,7 @@ def check_value(spec: StudySpec, overrides: dict[str, Any]) -> RunConfig:
     (name, value), *_ = overrides.items()
     try:
         config = parse_run_config(apply_overrides(spec.base, overrides), "override")
-        check_method_layout(config, spec.layout.nproc, spec.layout.per_node)
+        check_fits(config, Layout(spec.layout.nproc // spec.layout.per_node, spec.layout.per_node))
     except ConfigError as error:
         detail = str(error).removeprefix("override: ").removeprefix(f"{name}: ")
         raise ConfigError(f"{name}: value {value!r} is invalid: {detail}") from None

@@ -1,0 +1,47 @@
+"""Follow a submitted run from the login node: one line when the job's state changes, and the
+latest step from RUN_DIR/metrics.jsonl (written by rank 0) at most every PROGRESS_SECONDS."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import submitit
+
+from abtune.launch.submit import POLL_SECONDS, RunOutcome, outcome
+from abtune.training.hooks import METRICS_FILE
+
+PROGRESS_SECONDS = 30.0
+
+
+def latest_record(run_dir: Path) -> dict[str, Any] | None:
+    """The last complete line of metrics.jsonl (a line being written is skipped)."""
+    path = run_dir / METRICS_FILE
+    if not path.exists():
+        return None
+    for line in reversed(path.read_text().splitlines()):
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            continue
+    return None
+
+
+def follow(job: submitit.Job[RunOutcome], run_dir: Path, out: TextIO = sys.stdout,
+           poll_s: float = POLL_SECONDS) -> RunOutcome:
+    last_state, last_print = "", 0.0
+    while (result := outcome(job, run_dir)) is None:
+        state = job.state
+        record = latest_record(run_dir)
+        now = time.monotonic()
+        if state == "UNKNOWN":  # not in sacct yet
+            pass
+        elif state != last_state or (record and now - last_print >= PROGRESS_SECONDS):
+            step = f"  step {record['step']} ({record.get('phase', '')})" if record else ""
+            print(f"job {job.job_id}: {state}{step}", file=out, flush=True)
+            last_state, last_print = state, now
+        time.sleep(poll_s)
+    return result

@@ -1,0 +1,25 @@
+"""How a run ended, as every launcher reports it: ok, or the one-line cause and an exit code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    ok: bool
+    reason: str | None = None
+    exit_code: int = 0
+
+
+def recorded_failure(run_dir: Path) -> str | None:
+    """The first line a failed rank wrote: an abtune error (NaN loss, bad value) before a crash (often an echo)."""
+    from abtune.training.worker import FAILURES_DIR  # imports torch: not before a rank sets its environment
+
+    folder = run_dir / FAILURES_DIR
+    for kind in ("error", "crash"):
+        files = sorted(folder.glob(f"{kind}_rank_*.txt"))
+        if files:
+            return files[0].read_text().splitlines()[0]
+    return None

@@ -1,0 +1,170 @@
+"""Launcher profiles: where the ranks of a run start (`local`, `debug`, `slurm`), one typed YAML file each.
+
+`--launcher NAME|PATH`: a path to a YAML file, or a name looked up as `./launchers/NAME.yaml` (a
+project's own profiles) and then among the profiles shipped in `abtune/launchers/`. A profile is
+validated once, when it is loaded (unknown keys, ranges), and again against the run it will start
+(`check_fits`): AB's groups must not straddle nodes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError, field_validator
+
+from abtune.config import RunConfig, StrictModel, describe_validation_error, read_yaml
+from abtune.errors import ConfigError
+
+BUILTIN_DIR = Path(__file__).resolve().parent.parent / "launchers"
+PROJECT_DIR = Path("launchers")
+
+# submitit sends the preemption signal (USR2) `signal_delay_s` before the limit and counts it as a
+# *timeout* (which spends one of `max_requeues`) once the job ran min(0.8 x limit, limit - 10 min).
+# At 10 minutes or less that bound is <= 0, so every preemption counts as a timeout; 15 minutes
+# leaves a 5-minute window in which a preempted job is requeued for free and time to reach a checkpoint.
+MIN_TIME_LIMIT_MIN = 15
+_TIME_PATTERN = re.compile(r"^(?:(?P<days>\d+)-)?(?P<hours>\d+):(?P<minutes>\d{2}):(?P<seconds>\d{2})$")
+
+
+# sbatch options the profile sets through its own keys ("" : abtune sets them itself)
+_TYPED_OPTIONS = {
+    "partition": "partition", "account": "account", "qos": "qos", "nodes": "nodes", "ntasks-per-node": "tasks_per_node",
+    "gpus-per-node": "gpus_per_node", "cpus-per-task": "cpus_per_task", "mem": "mem", "time": "time_limit",
+    "chdir": "workdir", "signal": "signal_delay_s", "array": "array_parallelism", "job-name": "", "output": "",
+    "error": "", "open-mode": "",
+}
+
+
+def parse_time_limit(value: int | str) -> int:
+    """Minutes from an int (minutes) or SLURM's `[D-]HH:MM:SS`, rounded up."""
+    if isinstance(value, int):
+        return value
+    match = _TIME_PATTERN.match(value.strip())
+    if match is None:
+        raise ValueError(f"expected minutes or [D-]HH:MM:SS such as 2:00:00, got {value!r}")
+    parts = {k: int(v or 0) for k, v in match.groupdict().items()}
+    seconds = ((parts["days"] * 24 + parts["hours"]) * 60 + parts["minutes"]) * 60 + parts["seconds"]
+    return -(-seconds // 60)
+
+
+class LocalProfile(StrictModel):
+    """Ranks as processes on this machine (`--nproc`, `--ranks-per-node` simulate nodes)."""
+
+    kind: Literal["local"] = "local"
+
+
+class DebugProfile(StrictModel):
+    """One rank inside the `abtune` process itself, so breakpoints and debuggers work."""
+
+    kind: Literal["debug"] = "debug"
+
+
+class SlurmProfile(StrictModel):
+    """One SLURM job of `nodes x tasks_per_node` tasks per run; every task is one rank."""
+
+    kind: Literal["slurm"] = "slurm"
+    partition: str | None = Field(None, description="sbatch --partition; default: the cluster's default")
+    account: str | None = None
+    qos: str | None = None
+    nodes: int = Field(1, ge=1)
+    tasks_per_node: int = Field(1, ge=1, description="ranks per node; one per GPU on a GPU cluster")
+    gpus_per_node: int | None = Field(None, ge=0)
+    cpus_per_task: int | None = Field(None, ge=1)
+    mem: str | None = Field(None, pattern=r"^\d+[KMGT]?$", description="memory per node, sbatch --mem (e.g. 64G)")
+    time_limit: int | str = Field("1:00:00", description="minutes or [D-]HH:MM:SS; at least 15 minutes")
+    setup: tuple[str, ...] = Field((), description="shell lines before the ranks start (module load ...)")
+    sbatch: dict[str, str | int | bool] = Field({}, description="extra sbatch options, e.g. {constraint: a100}")
+    array_parallelism: int = Field(8, ge=1, description="array jobs (study workers) running at once")
+    max_requeues: int = Field(3, ge=0, description="times a job that hits its time limit is requeued")
+    signal_delay_s: int = Field(120, ge=10, description="the preemption signal comes this long before the limit")
+    python: str | None = Field(None, description="python on the nodes; default: the one running abtune")
+    workdir: Path | None = Field(None, description="the jobs' working directory; default: where abtune runs")
+
+    @field_validator("time_limit")
+    @classmethod
+    def _long_enough(cls, value: int | str) -> int | str:
+        minutes = parse_time_limit(value)
+        if minutes < MIN_TIME_LIMIT_MIN:
+            raise ValueError(
+                f"{minutes} minutes is too short to checkpoint and requeue: submitit counts every signal in a job "
+                f"of 10 minutes or less as a timeout; use at least {MIN_TIME_LIMIT_MIN} minutes"
+            )
+        return value
+
+    @field_validator("sbatch")
+    @classmethod
+    def _not_a_typed_option(cls, value: dict[str, str | int | bool]) -> dict[str, str | int | bool]:
+        for key in value:
+            own = _TYPED_OPTIONS.get(key.replace("_", "-"))
+            if own is not None:
+                raise ValueError(f"{key} is set by abtune{f'; use the profile key {own}' if own else ''}")
+        return value
+
+    @property
+    def time_limit_min(self) -> int:
+        return parse_time_limit(self.time_limit)
+
+
+Profile = LocalProfile | DebugProfile | SlurmProfile
+KINDS: dict[str, type[Profile]] = {"local": LocalProfile, "debug": DebugProfile, "slurm": SlurmProfile}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How many ranks a run has and how they sit on nodes (real ones on SLURM, simulated locally)."""
+
+    nodes: int
+    ranks_per_node: int
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+
+def resolve_profile_path(name_or_path: str) -> Path:
+    """A path if it looks like one (or exists), else ./launchers/NAME.yaml, else the shipped NAME.yaml."""
+    given = Path(name_or_path)
+    if given.suffix in (".yaml", ".yml") or given.exists() or "/" in name_or_path:
+        return given
+    for folder in (PROJECT_DIR, BUILTIN_DIR):
+        if (folder / f"{name_or_path}.yaml").is_file():
+            return folder / f"{name_or_path}.yaml"
+    raise ConfigError(f"--launcher {name_or_path}: no such profile; choose one of {', '.join(profile_names())} "
+                      "or give the path of a YAML file")
+
+
+def profile_names() -> list[str]:
+    names = {p.stem for folder in (PROJECT_DIR, BUILTIN_DIR) if folder.is_dir() for p in folder.glob("*.yaml")}
+    return sorted(names)
+
+
+def load_profile(name_or_path: str) -> Profile:
+    path = resolve_profile_path(name_or_path)
+    raw = read_yaml(path)
+    schema = KINDS.get(raw.get("kind"))  # type: ignore[arg-type]
+    if schema is None:
+        raise ConfigError(f"{path}: kind: expected one of {', '.join(KINDS)} (got {raw.get('kind')!r})")
+    try:
+        return schema.model_validate(raw)
+    except ValidationError as error:
+        valid = f"valid keys of a {raw['kind']} profile: {', '.join(schema.model_fields)}"
+        message = describe_validation_error(error, str(path))
+        raise ConfigError(message.replace("(check the spelling; see `abtune config show` for valid keys)",
+                                          f"({valid})")) from None
+
+
+def check_fits(config: RunConfig, layout: Layout) -> None:
+    """Problems of this run on this layout, found before anything is submitted."""
+    if config.method.name != "ab":
+        return
+    from abtune.methods.ab.groups import resolve_group_size
+
+    size = resolve_group_size(config.method.group_size, layout.world_size, layout.ranks_per_node, layout.nodes)
+    if layout.nodes > 1 and size % layout.ranks_per_node and layout.ranks_per_node % size:
+        raise ConfigError(
+            f"method.group_size {size} and tasks_per_node {layout.ranks_per_node}: AB's groups would straddle "
+            f"nodes; choose ranks per node dividing {size} (or a group size dividing {layout.ranks_per_node})"
+        )

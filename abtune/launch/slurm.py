@@ -1,0 +1,202 @@
+"""SLURM through submitit: one job per run, one task per rank, requeued on preemption and timeout.
+
+The sbatch script comes from submitit's own writer (`_make_sbatch_string`), for `--dry-run` and for
+the real submission alike, so the two cannot drift. Every task runs `RankJob`: it exports the
+torch.distributed variables from SLURM's (submitit's `TorchDistributedEnvironment`) and runs one
+rank in its own process. `srun --kill-on-bad-exit` stops the other ranks when one fails.
+
+Requeue: SLURM signals the job `signal_delay_s` before its time limit (or on preemption); submitit
+calls `RankJob.checkpoint()` on rank 0 only, inside the signal handler, and requeues the job. The
+handler saves nothing itself (it cannot run collectives): the requeued job resumes from the run's
+latest periodic checkpoint (`train.checkpoint_every`), in the same run folder. A job requeued by
+SLURM itself (`scontrol requeue`, a node failure) resumes the same way: SLURM_RESTART_COUNT > 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shlex
+import shutil
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import submitit
+from submitit.core.utils import FailedJobError
+from submitit.helpers import Checkpointable, DelayedSubmission, TorchDistributedEnvironment
+from submitit.slurm.slurm import _make_sbatch_string
+
+from abtune.errors import AbtuneError
+from abtune.launch.outcome import RunOutcome, recorded_failure
+from abtune.launch.profiles import Layout, SlurmProfile
+
+JOBS_DIR = "jobs"
+SRUN_ARGS = ("--kill-on-bad-exit=1",)  # one failed rank ends the job instead of hanging its peers
+
+
+class SubmissionFailed(AbtuneError):
+    """sbatch refused the job (unknown partition, impossible request) or there is no SLURM here."""
+
+
+# --- the job body, on every task --------------------------------------------------------------
+class RankJob(Checkpointable):
+    """One rank of a run; submitit pickles it, SLURM runs it once per task."""
+
+    def __init__(self, run_dir: str, resume: bool = False) -> None:
+        self.run_dir = run_dir
+        self.resume = resume
+
+    def __call__(self) -> RunOutcome:
+        restarted = int(os.environ.get("SLURM_RESTART_COUNT", "0")) > 0
+        export_rank_environment()
+        from abtune.training.worker import FAILURES_DIR, run_rank  # torch-heavy: after the environment
+
+        if os.environ["RANK"] == "0":
+            shutil.rmtree(Path(self.run_dir) / FAILURES_DIR, ignore_errors=True)  # left by an earlier attempt
+        run_rank(Path(self.run_dir), self.resume or restarted)  # raises on failure: the task exits non-zero
+        return RunOutcome(True)
+
+    def checkpoint(self) -> DelayedSubmission:
+        """Rank 0, in the signal handler: resubmit this run with resume (the checkpoint is on disk)."""
+        return DelayedSubmission(RankJob(self.run_dir, resume=True))
+
+
+def export_rank_environment() -> None:
+    """RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT from SLURM's variables; node = SLURM_NODEID."""
+    # Not CUDA_VISIBLE_DEVICES: SLURM already limits it to the node's GPUs and abtune picks cuda:LOCAL_RANK.
+    env = TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+    os.environ["MASTER_ADDR"] = _reachable(env.master_addr)
+    os.environ["ABTUNE_NODE_RANK"] = os.environ.get("SLURM_NODEID", "0")  # not one inherited from the submitter
+    os.environ.setdefault("OMP_NUM_THREADS", os.environ.get("SLURM_CPUS_PER_TASK", "1"))
+
+
+def _reachable(host: str) -> str:
+    """The first node's name if it resolves, else the address of the node that runs the batch script."""
+    try:
+        socket.getaddrinfo(host, None)
+    except OSError:
+        return os.environ.get("SLURM_LAUNCH_NODE_IPADDR", host)
+    return host
+
+
+# --- the sbatch script ------------------------------------------------------------------------
+def python_command(profile: SlurmProfile) -> str:
+    return profile.python or shlex.quote(sys.executable)
+
+
+def setup_lines(profile: SlurmProfile) -> list[str]:
+    """The profile's lines, after exporting the PYTHONPATH abtune runs with (so the nodes import the same tree)."""
+    lines = []
+    if os.environ.get("PYTHONPATH"):
+        lines.append(f"export PYTHONPATH={shlex.quote(os.environ['PYTHONPATH'])}")
+    return lines + list(profile.setup)
+
+
+def sbatch_parameters(profile: SlurmProfile, layout: Layout, job_name: str) -> dict[str, Any]:
+    """submitit's names for the script's options; None means leave it to the cluster."""
+    workdir = (profile.workdir or Path.cwd()).absolute()
+    params: dict[str, Any] = {
+        "job_name": job_name, "partition": profile.partition, "account": profile.account, "qos": profile.qos,
+        "nodes": layout.nodes, "ntasks_per_node": layout.ranks_per_node,
+        "gpus_per_node": profile.gpus_per_node or None, "cpus_per_task": profile.cpus_per_task,
+        "mem": profile.mem, "time": profile.time_limit_min, "setup": setup_lines(profile),
+        "signal_delay_s": profile.signal_delay_s, "array_parallelism": profile.array_parallelism,
+        "srun_args": list(SRUN_ARGS), "additional_parameters": {"chdir": str(workdir), **profile.sbatch},
+    }
+    return {key: value for key, value in params.items() if value is not None}
+
+
+def job_folder(run_dir: Path) -> Path:
+    return run_dir.absolute() / JOBS_DIR
+
+
+def sbatch_script(run_dir: Path, layout: Layout, profile: SlurmProfile) -> str:
+    """The script `submit` would hand to sbatch, written by submitit's own function; nothing is created."""
+    folder = job_folder(run_dir)
+    command = f"{python_command(profile)} -u -m submitit.core._submit {shlex.quote(str(folder))}"
+    return _make_sbatch_string(command=command, folder=folder, **sbatch_parameters(profile, layout, _name(run_dir)))
+
+
+def _name(run_dir: Path) -> str:
+    return f"abtune-{run_dir.absolute().name}"
+
+
+# --- submitting -------------------------------------------------------------------------------
+def make_executor(folder: Path, layout: Layout, profile: SlurmProfile, job_name: str) -> submitit.SlurmExecutor:
+    """A submitit executor for this profile and layout; study workers may submit other bodies with it."""
+    try:
+        executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=profile.max_requeues,
+                                          python=python_command(profile))
+    except RuntimeError as error:
+        raise SubmissionFailed(f"no SLURM here ({error}); use --launcher local") from None
+    executor.update_parameters(**sbatch_parameters(profile, layout, job_name))
+    return executor
+
+
+def submit(run_dir: Path, layout: Layout, profile: SlurmProfile, resume: bool = False) -> submitit.Job[RunOutcome]:
+    executor = make_executor(job_folder(run_dir), layout, profile, _name(run_dir))
+    with _sbatch_errors_in_one_line():
+        return executor.submit(RankJob(str(run_dir.absolute()), resume))
+
+
+def submit_array(folder: Path, layout: Layout, profile: SlurmProfile, bodies: list[Any],
+                 job_name: str) -> list[submitit.Job[Any]]:
+    """One job array, a task per body (e.g. `abtune study launch`'s W workers), at most
+    `profile.array_parallelism` running at once; returns at once with the jobs (ids `ARRAY_INDEX`)."""
+    executor = make_executor(folder, layout, profile, job_name)
+    with _sbatch_errors_in_one_line():
+        return executor.submit_array(bodies)
+
+
+@contextlib.contextmanager
+def _sbatch_errors_in_one_line() -> Iterator[None]:
+    """An sbatch refusal becomes SubmissionFailed with one line (submitit would also print sbatch's stderr)."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            yield
+        except FailedJobError as error:
+            raise SubmissionFailed(f"sbatch refused the job: {_sbatch_error(str(error))}") from None
+
+
+def _sbatch_error(stderr: str) -> str:
+    """sbatch's fatal line if any (no configuration, no controller), else its first error (invalid partition)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    fatal = [line.removeprefix("sbatch: fatal: ") for line in lines if line.startswith("sbatch: fatal: ")]
+    errors = [line.removeprefix("sbatch: error: ") for line in lines]
+    return (fatal or errors or ["no message"])[0]
+
+
+# --- following a job --------------------------------------------------------------------------
+def attach(job_id: str, folder: Path) -> submitit.Job[RunOutcome]:
+    """The job with this id whose submitit files are in `folder` (RUN_DIR/jobs); rank 0's view."""
+    return submitit.SlurmJob(folder=folder, job_id=job_id)
+
+
+def state(job: submitit.Job[Any], force: bool = True) -> str:
+    """SLURM's state from sacct, first word only ("CANCELLED by 0" -> "CANCELLED")."""
+    words = job.watcher.get_state(job.job_id, mode="force" if force else "standard").split()
+    return words[0] if words else "UNKNOWN"
+
+
+def outcome(job: submitit.Job[Any], run_dir: Path, force: bool = True) -> RunOutcome | None:
+    """None while the job is pending, running or requeued; else how it ended, the SLURM state as the reason."""
+    result = _success(job.task(0))
+    if result is not None:
+        return result
+    current = state(job, force)
+    if not job.watcher.is_done(job.job_id, mode="cache"):
+        return None
+    cause = recorded_failure(run_dir)
+    return RunOutcome(False, f"SLURM job {job.job_id} {current}" + (f": {cause}" if cause else ""), 1)
+
+
+def _success(rank0: submitit.Job[Any]) -> RunOutcome | None:
+    path = rank0.paths.result_pickle
+    if not path.exists():
+        return None
+    status, value = submitit.core.utils.pickle_load(path)
+    return value if status == "success" and isinstance(value, RunOutcome) else None

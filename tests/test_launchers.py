@@ -1,0 +1,200 @@
+"""Launcher profiles and the launchers that need no SLURM: validation, --dry-run, local and debug runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from abtune.errors import ConfigError
+from abtune.launch.outcome import recorded_failure
+from abtune.launch.profiles import Layout, SlurmProfile, load_profile, parse_time_limit, profile_names
+from abtune.launch.slurm import sbatch_script
+from abtune.launch.submit import submit_run, wait
+from tests.conftest import run_cli, write_config
+
+SLURM_PROFILE = {"kind": "slurm", "partition": "gpu4", "nodes": 2, "tasks_per_node": 2, "time_limit": "0:30:00"}
+
+
+def write_profile(path: Path, **fields: object) -> Path:
+    path.write_text(yaml.safe_dump({**SLURM_PROFILE, **fields}))
+    return path
+
+
+def without_slurm() -> dict[str, str]:
+    """An environment whose PATH holds only this venv's tools: no sbatch, srun or sacct."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    return {**env, "PATH": str(Path(sys.executable).parent)}
+
+
+@pytest.mark.parametrize("name", ["local", "debug", "slurm", "horeka_example"])
+def test_shipped_profiles_load(name: str) -> None:
+    assert name in profile_names()
+    assert load_profile(name).kind == ("slurm" if name in ("slurm", "horeka_example") else name)
+
+
+AB = {"name": "ab"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "method", "expected"),
+    [
+        ({"partitoin": "gpu"}, AB, "partitoin: unknown key (valid keys of a slurm profile: kind, partition,"),
+        ({"nodes": 0}, AB, "nodes: Input should be greater than or equal to 1 (got 0)"),
+        ({"time_limit": 10}, AB, "time_limit: 10 minutes is too short to checkpoint and requeue"),
+        ({"time_limit": "0:14:00"}, AB, "time_limit: 14 minutes is too short"),
+        ({"time_limit": "2h"}, AB, "time_limit: expected minutes or [D-]HH:MM:SS"),
+        ({"mem": "lots"}, AB, "mem: String should match pattern"),
+        ({"sbatch": {"time": "4:00:00"}}, AB, "sbatch: time is set by abtune; use the profile key time_limit"),
+        ({"kind": "kubernetes"}, AB, "kind: expected one of local, debug, slurm (got 'kubernetes')"),
+        ({"nodes": 3, "tasks_per_node": 2}, {"name": "ab", "group_size": 3},
+         "method.group_size 3 and tasks_per_node 2: AB's groups would straddle nodes"),
+        ({"nodes": 1, "tasks_per_node": 1}, AB, "method ab needs at least 2 ranks"),
+    ],
+)
+def test_bad_profile_gives_one_line_and_exit_2(tmp_path: Path, fields: dict, method: dict, expected: str) -> None:
+    config = write_config(tmp_path / "run.yaml", method=method)
+    profile = write_profile(tmp_path / "bad.yaml", **fields)
+    result = run_cli("train", str(config), "--launcher", str(profile), "--run-dir", str(tmp_path / "run"), check=False)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("abtune: error: ") and expected in lines[0], lines[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_profile_name_lists_the_choices(tmp_path: Path, tiny_config: Path) -> None:
+    result = run_cli("train", str(tiny_config), "--launcher", "slurmm", check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("abtune: error: --launcher slurmm: no such profile; choose one of debug, "
+                                     "horeka_example, local, slurm or give the path of a YAML file")
+
+
+def test_nproc_is_refused_on_slurm(tmp_path: Path, tiny_config: Path) -> None:
+    result = run_cli("train", str(tiny_config), "--launcher", "slurm", "--nproc", "4", check=False)
+    assert result.returncode == 2
+    assert "--nproc and --ranks-per-node are for --launcher local; set nodes and tasks_per_node" in result.stderr
+
+
+def test_time_limits() -> None:
+    assert [parse_time_limit(v) for v in (90, "1:30:00", "1-00:00:00", "0:15:01")] == [90, 90, 1440, 16]
+
+
+def test_dry_run_prints_the_script_and_writes_nothing(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "run.yaml", method={"name": "ab"})
+    profile = write_profile(tmp_path / "p.yaml", setup=["module load cuda/12.4"], sbatch={"constraint": "a100"},
+                            account="proj-7")
+    before = sorted(tmp_path.rglob("*"))
+    result = run_cli("train", str(config), "--launcher", str(profile), "--dry-run", cwd=tmp_path,
+                     env=without_slurm())
+    script = result.stdout
+    assert script.startswith("#!/bin/bash\n")
+    for line in ("#SBATCH --partition=gpu4", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2",
+                 "#SBATCH --time=30", "#SBATCH --account=proj-7", "#SBATCH --constraint=a100",
+                 f"#SBATCH --chdir={tmp_path}", "#SBATCH --signal=USR2@120", "module load cuda/12.4"):
+        assert line in script.splitlines(), line
+    srun = script.splitlines()[-1]
+    assert srun.startswith("srun ") and "--kill-on-bad-exit=1" in srun
+    assert f"{shlex.quote(sys.executable)} -u -m submitit.core._submit" in srun  # the same python as abtune
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_sbatch_script_golden(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/src/abtune")
+    profile = SlurmProfile(partition="gpu4", nodes=2, tasks_per_node=4, gpus_per_node=4, cpus_per_task=8,
+                           mem="64G", time_limit="2:00:00", setup=("module load cuda",), python="/venv/bin/python",
+                           workdir=Path("/home/me/project"), sbatch={"exclusive": True})
+    script = sbatch_script(Path("/scratch/runs/r1"), Layout(2, 4), profile)
+    assert script == GOLDEN_SCRIPT
+
+
+GOLDEN_SCRIPT = """#!/bin/bash
+
+# Parameters
+#SBATCH --chdir=/home/me/project
+#SBATCH --cpus-per-task=8
+#SBATCH --error=/scratch/runs/r1/jobs/%j_0_log.err
+#SBATCH --exclusive
+#SBATCH --gpus-per-node=4
+#SBATCH --job-name=abtune-r1
+#SBATCH --mem=64G
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=4
+#SBATCH --open-mode=append
+#SBATCH --output=/scratch/runs/r1/jobs/%j_0_log.out
+#SBATCH --partition=gpu4
+#SBATCH --signal=USR2@120
+#SBATCH --time=120
+#SBATCH --wckey=submitit
+
+# setup
+export PYTHONPATH=/src/abtune
+module load cuda
+
+# command
+export SUBMITIT_EXECUTOR=slurm
+srun --unbuffered --output /scratch/runs/r1/jobs/%j_%t_log.out --error /scratch/runs/r1/jobs/%j_%t_log.err \
+--kill-on-bad-exit=1 /venv/bin/python -u -m submitit.core._submit /scratch/runs/r1/jobs
+"""
+
+
+def test_local_launcher_needs_no_slurm(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "run.yaml", method={"name": "ab"}, train={"steps": 12})
+    result = run_cli("train", str(config), "--launcher", "local", "--nproc", "2", "--ranks-per-node", "1",
+                     "--run-dir", str(tmp_path / "run"), env=without_slurm())
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (summary["steps_done"], summary["num_nodes"], summary["ranks_per_node"]) == (12, 2, 1)
+    assert "final top-1" in result.stdout
+
+
+def test_slurm_launcher_without_slurm_is_one_line(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "run.yaml", method={"name": "ab"})
+    profile = write_profile(tmp_path / "p.yaml")
+    result = run_cli("train", str(config), "--launcher", str(profile), "--run-dir", str(tmp_path / "run"),
+                     check=False, env=without_slurm())
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        'abtune: error: no SLURM here (Could not detect "srun", are you indeed on a slurm cluster?); '
+        "use --launcher local"
+    ]
+    assert not (tmp_path / "run").exists()  # nothing ran: the same --run-dir works next time
+
+
+def test_debug_launcher_runs_in_process(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    config = write_config(run_dir / "config.yaml", train={"steps": 5})
+    assert config.exists()
+    job = submit_run(run_dir, Layout(1, 1), load_profile("debug"))
+    outcome = wait(job, run_dir)
+    assert outcome.ok, outcome
+    assert json.loads((run_dir / "summary.json").read_text())["steps_done"] == 5
+
+
+def test_local_submit_reports_the_failure(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write_config(run_dir / "config.yaml", optimizer={"name": "sgd", "lr": 1e30, "momentum": 0.0})
+    outcome = wait(submit_run(run_dir, Layout(1, 1), load_profile("local")), run_dir, poll_s=0.2)
+    assert not outcome.ok and outcome.exit_code == 1
+    assert outcome.reason is not None and "the loss became nan" in outcome.reason
+    assert recorded_failure(run_dir) == outcome.reason
+
+
+def test_recorded_failure_prefers_errors_to_crashes(tmp_path: Path) -> None:
+    assert recorded_failure(tmp_path) is None
+    (tmp_path / "failures").mkdir()
+    (tmp_path / "failures" / "crash_rank_0.txt").write_text("rank 0: RuntimeError: peer gone\n\ntrace")
+    assert recorded_failure(tmp_path) == "rank 0: RuntimeError: peer gone"
+    (tmp_path / "failures" / "error_rank_3.txt").write_text("the loss became nan at step 7")
+    assert recorded_failure(tmp_path) == "the loss became nan at step 7"
+
+
+def test_profile_errors_are_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such file"):
+        load_profile(str(tmp_path / "missing.yaml"))
