@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from abtune.comm import CommGroup, CommMeter
+from abtune.errors import TrainingFailed
 
 COMPLETE_MARK = "COMPLETE"
 STEP_DIGITS = 8
@@ -77,3 +78,44 @@ class Checkpointer:
 
     def load(self, folder: Path) -> dict[str, Any]:
         return torch.load(folder / f"rank_{self.rank}.pt", map_location="cpu", weights_only=False)
+
+
+def optimizer_state_by_name(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's state keyed by parameter name instead of by position.
+
+    A method rebuilds parameters as the model changes shape (factors appear, merged weights are
+    re-registered), so positions differ between a running model and a freshly built one restored
+    from a checkpoint; names do not.
+    """
+    saved = optimizer.state_dict()
+    by_index = dict(zip(_indices(saved), _names(model, optimizer), strict=True))
+    return {
+        "state": {by_index[i]: s for i, s in saved["state"].items()},
+        "param_groups": [{**g, "params": [by_index[i] for i in g["params"]]} for g in saved["param_groups"]],
+    }
+
+
+def load_optimizer_state_by_name(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                                 saved: dict[str, Any]) -> None:
+    current = optimizer.state_dict()
+    names = _names(model, optimizer)
+    saved_names = [n for g in saved["param_groups"] for n in g["params"]]
+    if sorted(saved_names) != sorted(names):
+        missing = sorted(set(names) ^ set(saved_names))
+        raise TrainingFailed(f"the checkpoint's optimizer holds other parameters than the model ({', '.join(missing[:3])}...)")
+    by_name = dict(zip(names, _indices(current), strict=True))
+    optimizer.load_state_dict({
+        "state": {by_name[n]: s for n, s in saved["state"].items()},
+        "param_groups": [{**g, "params": c["params"]}
+                         for g, c in zip(saved["param_groups"], current["param_groups"], strict=True)],
+    })
+
+
+def _indices(state_dict: dict[str, Any]) -> list[int]:
+    return [i for group in state_dict["param_groups"] for i in group["params"]]
+
+
+def _names(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
+    """Names of the optimizer's parameters, in the optimizer's order."""
+    name_of = {id(p): n for n, p in model.named_parameters()}
+    return [name_of[id(p)] for group in optimizer.param_groups for p in group["params"]]

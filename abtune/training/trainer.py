@@ -23,7 +23,13 @@ from abtune.dist import DistEnv, discover_topology
 from abtune.errors import TrainingFailed
 from abtune.methods import MethodContext, build_method
 from abtune.models import build_model
-from abtune.training.checkpoint import Checkpointer, rng_state, set_rng_state
+from abtune.training.checkpoint import (
+    Checkpointer,
+    load_optimizer_state_by_name,
+    optimizer_state_by_name,
+    rng_state,
+    set_rng_state,
+)
 from abtune.training.evaluate import Evaluation, evaluate
 from abtune.training.hooks import MetricsFile, TrainingHook, build_hooks, configured_hook_specs
 from abtune.training.lr import scheduled_lr
@@ -209,7 +215,7 @@ class Trainer:
                 "train_state": asdict(self.state),
                 "method": self.method.state_dict(),
                 "model": self.method.model.state_dict(),
-                "optimizer": self.method.optimizer.state_dict(),
+                "optimizer": optimizer_state_by_name(self.method.model, self.method.optimizer),
                 "meter": self.meter.state_dict(),
                 "progress": self.progress.state_dict(),
                 "rng": rng_state(),
@@ -221,7 +227,7 @@ class Trainer:
         self.state = TrainState(**saved["train_state"])
         self.method.load_state_dict(saved["method"])
         self.method.model.load_state_dict(saved["model"])
-        self.method.optimizer.load_state_dict(saved["optimizer"])
+        load_optimizer_state_by_name(self.method.model, self.method.optimizer, saved["optimizer"])
         self.meter.load_state_dict(saved["meter"])
         self.progress.load_state_dict(saved["progress"])
         set_rng_state(saved["rng"])
