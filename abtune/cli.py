@@ -77,24 +77,59 @@ def _check_same_config(stored: Path, config: RunConfig) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from abtune.launch.local import check_layout, launch
+    from abtune.tracking import LaunchInfo, open_tracking
     from abtune.training.report import print_summary
 
     config = load_run_config(args.config, _overrides(args.set))
     ranks_per_node = args.ranks_per_node or args.nproc
     check_layout(args.nproc, ranks_per_node)
     _check_method_layout(config, args.nproc, ranks_per_node)
+    tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
     run_dir = _prepare_run_dir(config, args.run_dir, args.resume)
+    run_id = tracking.start_run(config, experiment=config.name, run_name=run_dir.name,
+                                launch=LaunchInfo("local", args.nproc, ranks_per_node),
+                                tags={"abtune.run_dir": str(run_dir.resolve()),
+                                      **_resumed_from(run_dir, args.resume)})
+    _install_tracking_hook(run_dir, tracking.hook_spec(run_id))
+    status = "FAILED"
     try:
         launch(run_dir, args.nproc, ranks_per_node, resume=args.resume)
+        status = "FINISHED"
     except KeyboardInterrupt:
+        status = "KILLED"
         print(f"abtune: interrupted; continue with: abtune train {args.config} --run-dir {run_dir} --resume",
               file=sys.stderr)
         return INTERRUPTED_EXIT
     except AbtuneError as error:
         raise type(error)(f"{error} (run folder {run_dir}; checkpoints allow --resume)") from None
+    finally:
+        tracking.finish_run(run_id, run_dir, status)
     summary = json.loads((run_dir / "summary.json").read_text())
     print_summary(summary, run_dir)
+    if run_id is not None:
+        print(f"MLflow: run {run_id} in experiment {config.name!r} at {tracking.describe()} (see it: abtune ui)")
     return 0
+
+
+def _install_tracking_hook(run_dir: Path, spec: dict[str, Any] | None) -> None:
+    """Put the tracking hook into hooks.yaml next to any others, replacing one from an earlier launch."""
+    from abtune.tracking._base import Tracking
+    from abtune.training.hooks import configured_hook_specs, write_hook_specs
+
+    others = [s for s in configured_hook_specs(run_dir) if s["factory"] != Tracking.HOOK_FACTORY]
+    if spec is not None or len(others) != len(configured_hook_specs(run_dir)):
+        write_hook_specs(run_dir, [*others, *([spec] if spec else [])])
+
+
+def _resumed_from(run_dir: Path, resume: bool) -> dict[str, str]:
+    """A resumed run is a new MLflow run pointing at the one it continues (metrics replayed into it)."""
+    from abtune.tracking._base import Tracking
+    from abtune.training.hooks import configured_hook_specs
+
+    if not resume:
+        return {}
+    previous = [s for s in configured_hook_specs(run_dir) if s["factory"] == Tracking.HOOK_FACTORY]
+    return {"abtune.resumed_from": previous[0]["options"]["run_id"]} if previous else {}
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
@@ -114,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--run-dir", type=Path, default=None, help="output folder (default: runs/NAME-METHOD-TIME)")
     train.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its checkpoint")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    train.add_argument("--tracking-uri", default=None, metavar="URI",
+                       help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+    train.add_argument("--no-tracking", action="store_true", help="record nothing in MLflow")
     train.set_defaults(func=cmd_train)
 
     config = commands.add_parser("config", help="inspect run configs")

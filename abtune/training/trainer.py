@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from abtune.comm import sum_rows
 from abtune.config import RunConfig
 from abtune.data import build_datasets, build_loaders, steps_per_epoch
 from abtune.dist import DistEnv, discover_topology
@@ -181,9 +182,17 @@ class Trainer:
             "total_bytes": self.meter.total(),
             "inter_node_bytes": self.meter.total(locality="inter"),
             "intra_node_bytes": self.meter.total(locality="intra"),
+            **self._bytes_by_phase(),
         }
         for hook in self.hooks:
             hook.on_log(record)
+
+    def _bytes_by_phase(self) -> dict[str, dict[str, float]]:
+        """Rank 0's cumulative wire bytes per phase, all and inter-node (for trackers' per-phase curves)."""
+        rows = self.meter.rows()
+        phases = sorted({row["phase"] for row in rows})
+        return {"phase_bytes": {p: sum_rows(rows, phase=p) for p in phases},
+                "phase_inter_node_bytes": {p: sum_rows(rows, phase=p, locality="inter") for p in phases}}
 
     def _ask_hooks_to_continue(self, row: dict[str, Any]) -> None:
         """Rank 0's hooks may stop the run (pruning); the decision is broadcast so all ranks stop together."""
