@@ -132,6 +132,13 @@ def _resumed_from(run_dir: Path, resume: bool) -> dict[str, str]:
     return {"abtune.resumed_from": previous[0]["options"]["run_id"]} if previous else {}
 
 
+def cmd_ui(args: argparse.Namespace) -> int:
+    from abtune.tracking import resolve_tracking_uri
+    from abtune.tracking.ui import serve
+
+    return serve(resolve_tracking_uri(args.tracking_uri), args.storage, args.host)
+
+
 def cmd_config_show(args: argparse.Namespace) -> int:
     config = load_run_config(args.config) if args.config else RunConfig()
     print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), end="")
@@ -153,6 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
     train.add_argument("--no-tracking", action="store_true", help="record nothing in MLflow")
     train.set_defaults(func=cmd_train)
+
+    ui = commands.add_parser("ui", help="start the MLflow UI and optuna-dashboard on this machine")
+    ui.add_argument("--tracking-uri", default=None, metavar="URI",
+                    help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+    ui.add_argument("--storage", default=None, metavar="OPTUNA_URL", help="Optuna storage for optuna-dashboard")
+    ui.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: 127.0.0.1)")
+    ui.set_defaults(func=cmd_ui)
 
     config = commands.add_parser("config", help="inspect run configs")
     config_commands = config.add_subparsers(dest="config_command", required=True)

@@ -21,8 +21,9 @@ def abtune_command() -> list[str]:
     return [installed] if installed else [sys.executable, "-m", "abtune.cli"]
 
 
-def run_cli(*args: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}
+def run_cli(*args: str, cwd: Path | None = None, check: bool = True,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200", **(env or {})}
     result = subprocess.run(
         [*abtune_command(), *args], capture_output=True, text=True, timeout=CLI_TIMEOUT_S, cwd=cwd, env=env
     )
@@ -44,3 +45,14 @@ def write_config(path: Path, **sections: Any) -> Path:
 @pytest.fixture
 def tiny_config(tmp_path: Path) -> Path:
     return write_config(tmp_path / "run.yaml")
+
+
+@pytest.fixture(autouse=True)
+def _mlflow_store_outside_the_repo(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`abtune train` tracks by default into ./mlflow.db; tests that do not choose a store share one
+    in a temporary folder (and restore any tracking variables a test changes)."""
+    store = tmp_path_factory.getbasetemp() / "mlflow-tests" / "mlflow.db"
+    store.parent.mkdir(exist_ok=True)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+    for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)

@@ -132,7 +132,7 @@ def importances(by_objective: dict[str, dict[str, float]], path: Path) -> Path:
         names = list(values)[::-1]
         axis.barh(names, [values[n] for n in names], color="tab:blue")
         axis.set_title(f"importance for {objective}")
-        axis.set_xlabel("fANOVA importance")
+        axis.set_xlabel("importance (Optuna's default evaluator)")
         axis.tick_params(axis="y", labelsize=7)
     return _save(figure, path)
 

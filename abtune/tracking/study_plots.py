@@ -8,6 +8,7 @@ Reference trials carry the user attr `reference` (`ddp` or `paper-defaults`).
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -59,15 +60,24 @@ def _dominates(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def importances(study: optuna.Study) -> dict[str, dict[str, float]]:
-    """fANOVA importances per objective over the searched (non-reference) trials."""
+    """Parameter importances per objective over the searched (non-reference) trials."""
     searched = [t for t in study.get_trials(states=(TrialState.COMPLETE,)) if REFERENCE_ATTR not in t.user_attrs]
-    copy = optuna.create_study(directions=study.directions)
-    copy.add_trials(searched)
     top1, nbytes = objective_indices(study)
     result = {}
-    for name, index in (("top-1", top1), ("inter-node bytes", nbytes)):
-        if index is not None:
-            result[name] = optuna.importance.get_param_importances(copy, target=lambda t, i=index: t.values[i])
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "new study created in memory" line per update
+    try:
+        copy = optuna.create_study(directions=study.directions)
+        copy.add_trials(searched)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the evaluator's note on target direction: handled by the sign
+            # Optuna's default evaluator rates what drives a target low: top-1 is negated.
+            for name, index, sign in (("top-1", top1, -1.0), ("inter-node bytes", nbytes, 1.0)):
+                if index is not None:
+                    result[name] = optuna.importance.get_param_importances(
+                        copy, target=lambda t, i=index, s=sign: s * t.values[i])
+    finally:
+        optuna.logging.set_verbosity(verbosity)
     return result
 
 
