@@ -56,3 +56,21 @@ def _mlflow_store_outside_the_repo(tmp_path_factory: pytest.TempPathFactory, mon
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
     for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session")
+def _mlflow_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from mlflow import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def mlflow_db(tmp_path: Path, _mlflow_template: Path) -> Path:
+    """A fresh MLflow SQLite file, already migrated (a new one runs every migration: seconds each)."""
+    target = tmp_path / "mlflow-store" / "mlflow.db"
+    target.parent.mkdir()
+    shutil.copy(_mlflow_template, target)
+    return target

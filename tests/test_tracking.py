@@ -16,19 +16,20 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import create_trial
 
 from abtune.config import RunConfig
+from abtune.launch.local import free_port
 from abtune.tracking import LaunchInfo, open_tracking, resolve_tracking_uri
 from abtune.tracking.records import PHASE_CODES, MetricStream, records_points
 from abtune.tracking.study_plots import study_points
 from abtune.tracking.uri import RedactingFilter, export_tracking_uri
-from tests.conftest import TINY_VIT
+from tests.conftest import TINY_VIT, run_cli, write_config
 
 SECRET = "hunter2-s3cret"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def store(mlflow_db: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    uri = f"sqlite:///{mlflow_db}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     return uri
 
@@ -158,3 +159,14 @@ def test_a_study_has_one_parent_run_with_its_front_importances_and_history(store
     tags = client.get_run(child).data.tags
     assert (tags["mlflow.parentRunId"], tags["optuna.trial_number"], tags["abtune.role"]) == (parent, "7", "trial")
     assert client.get_run(child).info.experiment_id == run.info.experiment_id
+
+
+def test_an_unreachable_store_stops_abtune_train_before_anything_starts(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "run.yaml")
+    closed = f"http://bob:{SECRET}@127.0.0.1:{free_port()}"
+    result = run_cli("train", str(config), "--run-dir", str(tmp_path / "run"), "--tracking-uri", closed,
+                     check=False, env={"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"})
+    assert result.returncode == 1
+    assert result.stderr.startswith("abtune: error: cannot reach MLflow at http://127.0.0.1:")
+    assert "--no-tracking" in result.stderr and "Traceback" not in result.stderr and SECRET not in result.stderr
+    assert not (tmp_path / "run").exists()

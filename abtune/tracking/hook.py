@@ -11,6 +11,7 @@ username/password variables), never from hooks.yaml.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -46,6 +47,7 @@ class MlflowHook(TrainingHook):
         from mlflow import MlflowClient  # imported on rank 0 only, when tracking is on
 
         quiet_secrets_in_mlflow_logs()
+        logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)  # no start/stop chatter
         self.stream = MetricStream()
         self.sender = _Sender(MlflowClient(uri), run_id, flush_seconds)
         self.sender.describe_rank0()
