@@ -107,7 +107,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     summary = json.loads((run_dir / "summary.json").read_text())
     print_summary(summary, run_dir)
     if run_id is not None:
-        print(f"MLflow: run {run_id} in experiment {config.name!r} at {tracking.describe()} (see it: abtune ui)")
+        where = tracking.describe()
+        see = f"open {where}" if where.startswith("http") else f"abtune ui --tracking-uri {where}"
+        print(f"MLflow: run {run_id} in experiment {config.name!r} at {where} (see it: {see})")
     return 0
 
 

@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,13 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from abtune.errors import AbtuneError
-from abtune.launch.local import free_port
 from abtune.tracking.uri import local_artifact_root
 
 READY_TIMEOUT_S = 120.0
 STOP_GRACE_S = 10.0
 DASHBOARD_STORAGE_VARIABLE = "ABTUNE_DASHBOARD_STORAGE"
 QUIET_SERVER = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -23,6 +23,9 @@ def serve(tracking_uri: str, storage: str | None, host: str = "127.0.0.1") -> in
     try:
         with tempfile.TemporaryDirectory(prefix="abtune-ui-") as logs:
             started = _start_all(tracking_uri, storage, host, Path(logs))
+            if not started:
+                _print_access(started, tracking_uri)
+                return 0
             for service in started:
                 servers.wait_ready(service)
             _print_access(started, tracking_uri)
@@ -64,4 +67,4 @@ def _print_access(started: list[servers.Service], tracking_uri: str) -> None:
     if started:
         forwards = " ".join(f"-L {s.port}:127.0.0.1:{s.port}" for s in started)
         print(f"from your laptop: ssh -N {forwards} {getpass.getuser()}@{socket.getfqdn()}")
-    print("Ctrl-C stops them.", flush=True)
+    print("Ctrl-C stops them." if started else "nothing to start here (no --storage)", flush=True)
