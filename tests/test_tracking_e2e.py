@@ -47,6 +47,7 @@ def test_abtune_train_records_params_metrics_and_plots_in_the_default_store(
             env={"MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "0.5"})
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert (tmp_path / "mlflow.db").is_file() and (tmp_path / "mlartifacts" / "tiny").is_dir()
+    assert "control" not in summary["traffic"]["by_phase"]  # tracking adds no collective
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])

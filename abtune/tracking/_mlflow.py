@@ -79,7 +79,7 @@ class MlflowTracking(Tracking):
         return str(run.info.run_id)
 
     def hook_spec(self, run_id: str | None) -> dict[str, Any] | None:
-        return None if run_id is None else {"factory": self.HOOK_FACTORY, "options": {"run_id": run_id}}
+        return None if run_id is None else {"factory": self.HOOK_FACTORY, "options": {"run_id": run_id}, "may_stop": False}
 
     def finish_run(self, run_id: str | None, run_dir: Path | None, status: str = "FINISHED") -> str:
         if run_id is None:

@@ -76,6 +76,7 @@ class Trainer:
         self.checkpointer = Checkpointer(run_dir, env.rank, config.train.keep_checkpoints, self.meter, self.world)
         self.progress = ProgressReporter(env.is_main, config.train.steps)
         self.hook_specs = configured_hook_specs(run_dir)  # every rank reads them: stopping is collective
+        self.hooks_may_stop = any(spec.get("may_stop", True) for spec in self.hook_specs)
         self.hooks: list[TrainingHook] = []
         self._window = _LogWindow()
 
@@ -197,7 +198,7 @@ class Trainer:
     def _ask_hooks_to_continue(self, row: dict[str, Any]) -> None:
         """Rank 0's hooks may stop the run (pruning); the decision is broadcast so all ranks stop together."""
         reasons = [reason for hook in self.hooks if (reason := hook.on_evaluation(row))]
-        if not self.hook_specs or self.state.step >= self.config.train.steps:
+        if not self.hooks_may_stop or self.state.step >= self.config.train.steps:
             return  # the final evaluation ends the run anyway
         decision = torch.tensor([1 if reasons else 0], dtype=torch.uint8, device=self.env.device)
         self.meter.phase = "control"
