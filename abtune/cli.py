@@ -87,7 +87,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
     run_dir = _prepare_run_dir(config, args.run_dir, args.resume)
     run_id = tracking.start_run(config, experiment=config.name, run_name=run_dir.name,
-                                launch=LaunchInfo("local", args.nproc, ranks_per_node),
+                                launch_info=LaunchInfo("local", args.nproc, ranks_per_node),
                                 tags={"abtune.run_dir": str(run_dir.resolve()),
                                       **_resumed_from(run_dir, args.resume)})
     _install_tracking_hook(run_dir, tracking.hook_spec(run_id))

@@ -94,7 +94,7 @@ def test_finish_run_replays_what_rank_0_could_not_log_exactly_once(store: str, t
     run_dir = _fake_run_dir(tmp_path / "run")
     tracking = open_tracking()
     config = RunConfig.model_validate(yaml.safe_load((run_dir / "config.yaml").read_text()))
-    run_id = tracking.start_run(config, experiment="fake", run_name="r", launch=LaunchInfo("local", 4, 2))
+    run_id = tracking.start_run(config, experiment="fake", run_name="r", launch_info=LaunchInfo("local", 4, 2))
 
     assert tracking.finish_run(run_id, run_dir, "FINISHED") == "replayed"  # nothing was logged live
     assert tracking.finish_run(run_id, run_dir, "FINISHED") == "complete"  # and nothing twice
@@ -154,10 +154,12 @@ def test_a_study_has_one_parent_run_with_its_front_importances_and_history(store
         assert data.startswith(PNG_MAGIC) and len(data) > 5000, name
 
     config = RunConfig.model_validate({"name": "t", "model": TINY_VIT})
-    child = tracking.start_run(config, experiment="tiny-study", run_name="trial-7", parent_run_id=parent,
-                               tags={"optuna.study": "tiny-study", "optuna.trial_number": 7})
+    trial = study.ask()
+    child = tracking.start_trial_run(config, trial, study_name="tiny-study", parent_run_id=parent)
     tags = client.get_run(child).data.tags
-    assert (tags["mlflow.parentRunId"], tags["optuna.trial_number"], tags["abtune.role"]) == (parent, "7", "trial")
+    assert (tags["mlflow.parentRunId"], tags["optuna.study"], tags["abtune.role"]) == (parent, "tiny-study", "trial")
+    assert tags["optuna.trial_number"] == str(trial.number) == "6"
+    assert study.trials[trial.number].user_attrs["mlflow_run_id"] == child
     assert client.get_run(child).info.experiment_id == run.info.experiment_id
 
 

@@ -173,7 +173,7 @@ def test_a_server_outage_mid_run_loses_no_metric(tmp_path: Path, mlflow_db: Path
         run_dir.mkdir()
         (run_dir / "config.yaml").write_text(write_config(tmp_path / "run.yaml", **AB_RUN).read_text())
         run_id = tracking.start_run(load_run_config(run_dir / "config.yaml"), experiment="outage", run_name="r",
-                                    launch=LaunchInfo("local", 2, 1))
+                                    launch_info=LaunchInfo("local", 2, 1))
         spec = tracking.hook_spec(run_id)
         spec["options"]["flush_seconds"] = 0.2
         write_hook_specs(run_dir, [spec, {"factory": "tests.test_tracking_e2e:gate", "options": {"step": 20}}])

@@ -3,7 +3,7 @@
 The orchestrating process (`abtune train`, the study runner) holds a `Tracking`::
 
     tracking = open_tracking(uri)                      # None: --tracking-uri > MLFLOW_TRACKING_URI > ./mlflow.db
-    run_id = tracking.start_run(config, experiment=..., run_name=..., launch=LaunchInfo(...))
+    run_id = tracking.start_run(config, experiment=..., run_name=..., launch_info=LaunchInfo(...))
     write_hook_specs(run_dir, [tracking.hook_spec(run_id), ...])   # rank 0 logs step metrics
     ... launch the ranks ...
     tracking.finish_run(run_id, run_dir, "FINISHED")   # replay gaps, results, artifacts, plots

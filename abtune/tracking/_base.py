@@ -8,6 +8,8 @@ from typing import Any
 
 from abtune.config import RunConfig
 
+RUN_ID_ATTR = "mlflow_run_id"  # the Optuna trial's user attr naming its MLflow run
+
 
 @dataclass(frozen=True)
 class LaunchInfo:
@@ -35,9 +37,20 @@ class Tracking:
         return "off"
 
     def start_run(self, config: RunConfig, *, experiment: str, run_name: str, parent_run_id: str | None = None,
-                  tags: dict[str, Any] | None = None, launch: LaunchInfo | None = None) -> str | None:
+                  tags: dict[str, Any] | None = None, launch_info: LaunchInfo | None = None) -> str | None:
         """Create the run and log its params; return its id (goes into hooks.yaml via `hook_spec`)."""
         return None
+
+    def start_trial_run(self, config: RunConfig, trial: Any, *, study_name: str, parent_run_id: str | None,
+                        launch_info: LaunchInfo | None = None) -> str | None:
+        """A trial's child run under the study's parent, linked both ways: tags `optuna.study` and
+        `optuna.trial_number` on the run, user attr `mlflow_run_id` on the Optuna trial."""
+        run_id = self.start_run(config, experiment=study_name, run_name=f"trial-{trial.number}",
+                                parent_run_id=parent_run_id, launch_info=launch_info,
+                                tags={"optuna.study": study_name, "optuna.trial_number": trial.number})
+        if run_id is not None:
+            trial.set_user_attr(RUN_ID_ATTR, run_id)
+        return run_id
 
     def hook_spec(self, run_id: str | None) -> dict[str, Any] | None:
         """The entry for RUN_DIR/hooks.yaml that makes rank 0 log into `run_id` (no secrets in it)."""

@@ -62,8 +62,8 @@ class MlflowTracking(Tracking):
 
     # --- runs -----------------------------------------------------------------------------
     def start_run(self, config: RunConfig, *, experiment: str, run_name: str, parent_run_id: str | None = None,
-                  tags: dict[str, Any] | None = None, launch: LaunchInfo | None = None) -> str:
-        launch = launch or LaunchInfo()
+                  tags: dict[str, Any] | None = None, launch_info: LaunchInfo | None = None) -> str:
+        launch = launch_info or LaunchInfo()
         all_tags = {"abtune.role": "trial" if parent_run_id else "run", "abtune.launcher": launch.launcher,
                     **({"mlflow.parentRunId": parent_run_id} if parent_run_id else {}), **(tags or {})}
         try:
