@@ -93,8 +93,8 @@ class MlflowTracking(Tracking):
             self.client.set_terminated(run_id, status)
             return state
         except Exception as error:
-            _warn(f"MLflow run {run_id} at {self.describe()} is incompletely logged ({_first_line(error)}); "
-                  f"every metric is kept in {run_dir}/metrics.jsonl and summary.json")
+            kept = f"; every metric is kept in {run_dir}/metrics.jsonl and summary.json" if run_dir else ""
+            _warn(f"MLflow run {run_id} at {self.describe()} is incompletely logged ({_first_line(error)}){kept}")
             _try(lambda: self.client.set_tag(run_id, "abtune.logging", "incomplete"))
             _try(lambda: self.client.set_terminated(run_id, status))
             return "incomplete"
