@@ -12,7 +12,6 @@ from types import FrameType
 
 from abtune.redact import redact
 from abtune.tracking import servers
-from abtune.tracking.uri import export_tracking_uri
 
 
 def serve(tracking_uri: str, storage: str | None, host: str = "127.0.0.1") -> int:
@@ -61,7 +60,7 @@ def _start_all(tracking_uri: str, storage: str | None, host: str, logs: Path) ->
 
 def _print_access(started: list[servers.Service], tracking_uri: str) -> None:
     if tracking_uri.startswith(("http://", "https://")):
-        print(f"MLflow UI:        {redact(export_tracking_uri(tracking_uri))} (the tracking server itself)")
+        print(f"MLflow UI:        {redact(tracking_uri)} (the tracking server itself)")
     for service in started:
         print(f"{service.name + ':':<17} {service.url}")
     if started:
