@@ -8,6 +8,10 @@ The orchestrating process (`abtune train`, the study runner) holds a `Tracking`:
     ... launch the ranks ...
     tracking.finish_run(run_id, run_dir, "FINISHED")   # replay gaps, results, artifacts, plots
 
+A study: `parent = tracking.study_parent_run(study_name, storage)`, per trial
+`tracking.start_trial_run(config, trial, study_name=..., parent_run_id=parent, launch_info=...)`, then
+hook_spec / finish_run as above and `tracking.update_study_artifacts(parent, study)` after each trial.
+
 `open_tracking(enabled=False)` returns the do-nothing base. mlflow is imported only when used.
 """
 
