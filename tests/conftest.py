@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +48,30 @@ def tiny_config(tmp_path: Path) -> Path:
     return write_config(tmp_path / "run.yaml")
 
 
-@pytest.fixture(autouse=True)
-def _mlflow_store_outside_the_repo(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`abtune train` tracks by default into ./mlflow.db; tests that do not choose a store share one
-    in a temporary folder (and restore any tracking variables a test changes)."""
+TRACKING_VARIABLES = ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _mlflow_store_outside_the_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """`abtune train` tracks by default into ./mlflow.db; tests that do not choose a store share one in
+    a temporary folder. Session scope: module-scoped fixtures that train run before function ones."""
     store = tmp_path_factory.getbasetemp() / "mlflow-tests" / "mlflow.db"
     store.parent.mkdir(exist_ok=True)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
-    for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
-        monkeypatch.delenv(name, raising=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+        for name in TRACKING_VARIABLES[1:]:
+            patch.delenv(name, raising=False)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _restore_tracking_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tracking code exports these; whatever a test changes is undone after it."""
+    for name in TRACKING_VARIABLES:
+        value = os.environ.get(name)
+        monkeypatch.setenv(name, value or "unset")  # records the value to restore, even "not set"
+        if value is None:
+            monkeypatch.delenv(name)
 
 
 @pytest.fixture(scope="session")
