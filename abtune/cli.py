@@ -138,7 +138,10 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from abtune.tracking import resolve_tracking_uri
     from abtune.tracking.ui import serve
 
-    return serve(resolve_tracking_uri(args.tracking_uri), args.storage, args.host)
+    uri = resolve_tracking_uri(args.tracking_uri)
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        raise ConfigError(f"no MLflow store at {uri}; run abtune ui where you trained, or pass --tracking-uri")
+    return serve(uri, args.storage, args.host)
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:

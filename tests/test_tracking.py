@@ -172,3 +172,9 @@ def test_an_unreachable_store_stops_abtune_train_before_anything_starts(tmp_path
     assert result.stderr.startswith("abtune: error: cannot reach MLflow at http://127.0.0.1:")
     assert "--no-tracking" in result.stderr and "Traceback" not in result.stderr and SECRET not in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_abtune_ui_refuses_a_store_that_does_not_exist(tmp_path: Path) -> None:
+    result = run_cli("ui", "--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}", check=False)
+    assert result.returncode == 2 and result.stderr.startswith("abtune: error: no MLflow store at sqlite:///")
+    assert not (tmp_path / "none.db").exists()
