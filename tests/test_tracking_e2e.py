@@ -31,6 +31,7 @@ pytestmark = pytest.mark.slow
 SECRET = "s3cr3t-t0ken"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 AB_RUN = {"method": {"name": "ab"}, "train": {"steps": 60, "eval_every": 20, "log_every": 5}}
+GATE_STEP = 20
 NO_TRACKING_VARIABLES = ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
 
 
@@ -44,7 +45,7 @@ def test_abtune_train_records_params_metrics_and_plots_in_the_default_store(
         monkeypatch.delenv(name, raising=False)
     config = write_config(tmp_path / "run.yaml", **AB_RUN)
     run_cli("train", str(config), "--nproc", "2", "--ranks-per-node", "1", "--run-dir", "run", cwd=tmp_path,
-            env={"MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "0.5"})
+            env={"MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "0.2"})
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert (tmp_path / "mlflow.db").is_file() and (tmp_path / "mlartifacts" / "tiny").is_dir()
     assert "control" not in summary["traffic"]["by_phase"]  # tracking adds no collective
@@ -149,9 +150,19 @@ def gate(run_dir: Path, step: int) -> Gate:
     return Gate(run_dir, step)
 
 
-def _stop_server_at_the_gate(run_dir: Path, service: Service) -> threading.Thread:
+def _logged_through(client: MlflowClient, run_id: str, step: int) -> bool:
+    steps = [s for s, _ in _history(client, run_id, "train/loss")]
+    return bool(steps) and steps[-1] >= step
+
+
+def _stop_server_at_the_gate(run_dir: Path, service: Service, run_id: str) -> threading.Thread:
+    """Once rank 0 waits at the gate and its points up to there reached the store, stop the server."""
+    client = MlflowClient(service.url)
+
     def work() -> None:
-        while not (run_dir / "gate.paused").exists():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not (
+                (run_dir / "gate.paused").exists() and _logged_through(client, run_id, GATE_STEP)):
             time.sleep(0.1)
         stop(service)
         (run_dir / "gate.go").touch()
@@ -176,8 +187,8 @@ def test_a_server_outage_mid_run_loses_no_metric(tmp_path: Path, mlflow_db: Path
                                     launch_info=LaunchInfo("local", 2, 1))
         spec = tracking.hook_spec(run_id)
         spec["options"]["flush_seconds"] = 0.2
-        write_hook_specs(run_dir, [spec, {"factory": "tests.test_tracking_e2e:gate", "options": {"step": 20}}])
-        stopper = _stop_server_at_the_gate(run_dir, service)
+        write_hook_specs(run_dir, [spec, {"factory": "tests.test_tracking_e2e:gate", "options": {"step": GATE_STEP}}])
+        stopper = _stop_server_at_the_gate(run_dir, service, run_id)
         launch(run_dir, 2, 1)  # completes although the store vanished at step 20
         stopper.join()
         assert json.loads((run_dir / "summary.json").read_text())["steps_done"] == 60
@@ -186,8 +197,7 @@ def test_a_server_outage_mid_run_loses_no_metric(tmp_path: Path, mlflow_db: Path
         service = start_mlflow_server(backend, port=port, log=tmp_path / "server2.log")
         wait_ready(service)
         client = MlflowClient(service.url)
-        before = [s for s, _ in _history(client, run_id, "train/loss")]
-        assert before and max(before) < 60  # the outage left a gap
+        assert [s for s, _ in _history(client, run_id, "train/loss")] == [5, 10, 15, 20]  # the outage's gap
         assert tracking.finish_run(run_id, run_dir, "FINISHED") == "replayed"
         assert [s for s, _ in _history(client, run_id, "train/loss")] == list(range(5, 61, 5))
         assert [s for s, _ in _history(client, run_id, "val/top1")] == [20, 40, 60]
