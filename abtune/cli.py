@@ -59,27 +59,51 @@ def _layout(profile: Profile, nproc: int | None, ranks_per_node: int | None) -> 
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from abtune.tracking import LaunchInfo, open_tracking
+
     config = load_run_config(args.config, _overrides(args.set))
     profile = load_profile(args.launcher)
     layout = _layout(profile, args.nproc, args.ranks_per_node)
     check_fits(config, layout)
     if args.dry_run:
         return _dry_run(config, profile, layout, args.run_dir or default_run_dir(config))
+    tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
     run_dir = prepare_run_dir(config, args.run_dir, args.resume)
-    if isinstance(profile, SlurmProfile):
-        return _train_on_slurm(run_dir, layout, profile, args.resume, args.detach)
+    run_id = tracking.start_run(config, experiment=config.name, run_name=run_dir.name,
+                                launch_info=LaunchInfo(profile.kind, layout.world_size, layout.ranks_per_node),
+                                tags={"abtune.run_dir": str(run_dir.resolve()), **_resumed_from(run_dir, args.resume)})
+    _install_tracking_hook(run_dir, tracking.hook_spec(run_id))
+    if isinstance(profile, SlurmProfile) and args.detach:
+        return _train_on_slurm(run_dir, layout, profile, args.resume, detach=True)  # rank 0 of the job logs
+    status, ran = "FAILED", True
     try:
+        if isinstance(profile, SlurmProfile):
+            code = _train_on_slurm(run_dir, layout, profile, args.resume, detach=False)
+            status = "FINISHED" if code == 0 else "KILLED"
+            return code
         if isinstance(profile, LocalProfile):
             _train_locally(run_dir, layout, args.resume)
         else:
             _train_in_process(run_dir, layout, profile, args.resume)
+        status = "FINISHED"
     except KeyboardInterrupt:
+        status = "KILLED"
         print(f"abtune: interrupted; continue with: abtune train {args.config} --run-dir {run_dir} --resume",
               file=sys.stderr)
         return INTERRUPTED_EXIT
+    except ConfigError:
+        ran = False  # a refused submission: nothing ran, nothing to resume or replay
+        raise
     except AbtuneError as error:
         raise type(error)(f"{error} (run folder {run_dir}; checkpoints allow --resume)") from None
-    return _print_summary(run_dir)
+    finally:
+        tracking.finish_run(run_id, run_dir if ran else None, status)
+    code = _print_summary(run_dir)
+    if run_id is not None:
+        where = tracking.describe()
+        see = f"open {where}" if where.startswith("http") else f"abtune ui --tracking-uri {where}"
+        print(f"MLflow: run {run_id} in experiment {config.name!r} at {where} (see it: {see})")
+    return code
 
 
 def _print_summary(run_dir: Path) -> int:
@@ -174,8 +198,10 @@ def cmd_report_scaling(args: argparse.Namespace) -> int:
 def _discard_unstarted(run_dir: Path) -> None:
     """Nothing ran: remove what prepare_run_dir and submitit made, so the same --run-dir works next time."""
     from abtune.launch.submit import job_folder
+    from abtune.training.hooks import HOOKS_FILE
 
-    (run_dir / "config.yaml").unlink(missing_ok=True)
+    for made in ("config.yaml", HOOKS_FILE):
+        (run_dir / made).unlink(missing_ok=True)
     shutil.rmtree(job_folder(run_dir), ignore_errors=True)
     with contextlib.suppress(OSError):
         run_dir.rmdir()  # only if empty: never a folder the user had filled
@@ -231,8 +257,39 @@ def _train_on_slurm(run_dir: Path, layout: Layout, profile: SlurmProfile, resume
               file=sys.stderr)
         return INTERRUPTED_EXIT
     if not result.ok:
-        raise AbtuneError(f"{result.reason} (run folder {run_dir}; checkpoints allow --resume)")
+        raise AbtuneError(result.reason or "the SLURM job failed")
     return _print_summary(run_dir)
+
+
+def _install_tracking_hook(run_dir: Path, spec: dict[str, Any] | None) -> None:
+    """Put the tracking hook into hooks.yaml next to any others, replacing one from an earlier launch."""
+    from abtune.tracking._base import Tracking
+    from abtune.training.hooks import configured_hook_specs, write_hook_specs
+
+    others = [s for s in configured_hook_specs(run_dir) if s["factory"] != Tracking.HOOK_FACTORY]
+    if spec is not None or len(others) != len(configured_hook_specs(run_dir)):
+        write_hook_specs(run_dir, [*others, *([spec] if spec else [])])
+
+
+def _resumed_from(run_dir: Path, resume: bool) -> dict[str, str]:
+    """A resumed run is a new MLflow run pointing at the one it continues (metrics replayed into it)."""
+    from abtune.tracking._base import Tracking
+    from abtune.training.hooks import configured_hook_specs
+
+    if not resume:
+        return {}
+    previous = [s for s in configured_hook_specs(run_dir) if s["factory"] == Tracking.HOOK_FACTORY]
+    return {"abtune.resumed_from": previous[0]["options"]["run_id"]} if previous else {}
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from abtune.tracking import resolve_tracking_uri
+    from abtune.tracking.ui import serve
+
+    uri = resolve_tracking_uri(args.tracking_uri)
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        raise ConfigError(f"no MLflow store at {uri}; run abtune ui where you trained, or pass --tracking-uri")
+    return serve(uri, args.storage, args.host)
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
@@ -256,6 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     train.add_argument("--dry-run", action="store_true", help="print what would start (SLURM: the sbatch script); change nothing")
     train.add_argument("--detach", action="store_true", help="SLURM: submit, print the job id and return")
+    train.add_argument("--tracking-uri", default=None, metavar="URI",
+                       help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+    train.add_argument("--no-tracking", action="store_true", help="record nothing in MLflow")
     train.set_defaults(func=cmd_train)
 
     comp = commands.add_parser("compare", help="train one config with several methods and compare them")
@@ -292,6 +352,13 @@ def build_parser() -> argparse.ArgumentParser:
     scaling.add_argument("campaigns", type=Path, nargs="+", help="campaign folder(s) written by abtune promote")
     scaling.add_argument("--out", type=Path, default=None, help="where to write scaling.md/.csv/.png (default: the first campaign)")
     scaling.set_defaults(func=cmd_report_scaling)
+
+    ui = commands.add_parser("ui", help="start the MLflow UI and optuna-dashboard on this machine")
+    ui.add_argument("--tracking-uri", default=None, metavar="URI",
+                    help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+    ui.add_argument("--storage", default=None, metavar="OPTUNA_URL", help="Optuna storage for optuna-dashboard")
+    ui.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: 127.0.0.1)")
+    ui.set_defaults(func=cmd_ui)
 
     config = commands.add_parser("config", help="inspect run configs")
     config_commands = config.add_subparsers(dest="config_command", required=True)

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,3 +46,47 @@ def write_config(path: Path, **sections: Any) -> Path:
 @pytest.fixture
 def tiny_config(tmp_path: Path) -> Path:
     return write_config(tmp_path / "run.yaml")
+
+
+TRACKING_VARIABLES = ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _mlflow_store_outside_the_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """`abtune train` tracks by default into ./mlflow.db; tests that do not choose a store share one in
+    a temporary folder. Session scope: module-scoped fixtures that train run before function ones."""
+    store = tmp_path_factory.getbasetemp() / "mlflow-tests" / "mlflow.db"
+    store.parent.mkdir(exist_ok=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+        for name in TRACKING_VARIABLES[1:]:
+            patch.delenv(name, raising=False)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _restore_tracking_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tracking code exports these; whatever a test changes is undone after it."""
+    for name in TRACKING_VARIABLES:
+        value = os.environ.get(name)
+        monkeypatch.setenv(name, value or "unset")  # records the value to restore, even "not set"
+        if value is None:
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture(scope="session")
+def _mlflow_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from mlflow import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def mlflow_db(tmp_path: Path, _mlflow_template: Path) -> Path:
+    """A fresh MLflow SQLite file, already migrated (a new one runs every migration: seconds each)."""
+    target = tmp_path / "mlflow-store" / "mlflow.db"
+    target.parent.mkdir()
+    shutil.copy(_mlflow_template, target)
+    return target

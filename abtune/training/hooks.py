@@ -5,6 +5,8 @@ Every run writes `metrics.jsonl` (one JSON object per line: `kind` is `log`, `ev
 
     - factory: abtune.study.pruning:make_hook     # module:callable returning a TrainingHook
       options: {study: quickstart, trial: 3}      # keyword arguments; never secrets
+      may_stop: true                              # default; false: never stops the run (a tracker),
+                                                  # so no stop decision is broadcast at evaluations
 
 Hooks run on rank 0 only. Secrets (a storage password) reach a hook through the environment,
 never through this file. An evaluation hook may ask the run to stop early (pruning); rank 0

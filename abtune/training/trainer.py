@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from abtune.comm import sum_rows
 from abtune.config import RunConfig
 from abtune.data import build_datasets, build_loaders, steps_per_epoch
 from abtune.dist import DistEnv, discover_topology
@@ -81,6 +82,7 @@ class Trainer:
         self.checkpointer = Checkpointer(run_dir, env.rank, config.train.keep_checkpoints, self.meter, self.world)
         self.progress = ProgressReporter(env.is_main, config.train.steps)
         self.hook_specs = configured_hook_specs(run_dir)  # every rank reads them: stopping is collective
+        self.hooks_may_stop = any(spec.get("may_stop", True) for spec in self.hook_specs)
         self.hooks: list[TrainingHook] = []
         self._window = _LogWindow()
 
@@ -187,14 +189,22 @@ class Trainer:
             "total_bytes": self.meter.total(),
             "inter_node_bytes": self.meter.total(locality="inter"),
             "intra_node_bytes": self.meter.total(locality="intra"),
+            **self._bytes_by_phase(),
         }
         for hook in self.hooks:
             hook.on_log(record)
 
+    def _bytes_by_phase(self) -> dict[str, dict[str, float]]:
+        """Rank 0's cumulative wire bytes per phase, all and inter-node (for trackers' per-phase curves)."""
+        rows = self.meter.rows()
+        phases = sorted({row["phase"] for row in rows})
+        return {"phase_bytes": {p: sum_rows(rows, phase=p) for p in phases},
+                "phase_inter_node_bytes": {p: sum_rows(rows, phase=p, locality="inter") for p in phases}}
+
     def _ask_hooks_to_continue(self, row: dict[str, Any]) -> None:
         """Rank 0's hooks may stop the run (pruning); the decision is broadcast so all ranks stop together."""
         reasons = [reason for hook in self.hooks if (reason := hook.on_evaluation(row))]
-        if not self.hook_specs or self.state.step >= self.config.train.steps:
+        if not self.hooks_may_stop or self.state.step >= self.config.train.steps:
             return  # the final evaluation ends the run anyway
         decision = torch.tensor([1 if reasons else 0], dtype=torch.uint8, device=self.env.device)
         self.meter.phase = "control"

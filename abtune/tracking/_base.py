@@ -1,0 +1,71 @@
+"""The tracking contract the CLI and the study runner call; this base records nothing (--no-tracking)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from abtune.config import RunConfig
+
+RUN_ID_ATTR = "mlflow_run_id"  # the Optuna trial's user attr naming its MLflow run
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    """Where a run goes: recorded as params."""
+
+    launcher: str = "local"
+    world_size: int = 1
+    ranks_per_node: int = 1
+    slurm_job_id: str | None = None
+
+    @property
+    def nodes(self) -> int:
+        return max(1, self.world_size // max(1, self.ranks_per_node))
+
+
+class Tracking:
+    """Called by the orchestrating process (never by ranks): start a run, hand rank 0 a hook, finish it.
+
+    A run id of None means "not tracked"; every method accepts it and does nothing.
+    """
+
+    HOOK_FACTORY = "abtune.tracking.hook:make_hook"
+
+    def describe(self) -> str:
+        return "off"
+
+    def start_run(self, config: RunConfig, *, experiment: str, run_name: str, parent_run_id: str | None = None,
+                  tags: dict[str, Any] | None = None, launch_info: LaunchInfo | None = None) -> str | None:
+        """Create the run and log its params; return its id (goes into hooks.yaml via `hook_spec`)."""
+        return None
+
+    def start_trial_run(self, config: RunConfig, trial: Any, *, study_name: str, parent_run_id: str | None,
+                        launch_info: LaunchInfo | None = None) -> str | None:
+        """A trial's child run under the study's parent, linked both ways: tags `optuna.study` and
+        `optuna.trial_number` on the run, user attr `mlflow_run_id` on the Optuna trial."""
+        run_id = self.start_run(config, experiment=study_name, run_name=f"trial-{trial.number}",
+                                parent_run_id=parent_run_id, launch_info=launch_info,
+                                tags={"optuna.study": study_name, "optuna.trial_number": trial.number})
+        if run_id is not None:
+            trial.set_user_attr(RUN_ID_ATTR, run_id)
+        return run_id
+
+    def hook_spec(self, run_id: str | None) -> dict[str, Any] | None:
+        """The entry for RUN_DIR/hooks.yaml that makes rank 0 log into `run_id` (no secrets in it)."""
+        return None
+
+    def finish_run(self, run_id: str | None, run_dir: Path | None, status: str = "FINISHED") -> str:
+        """Replay what rank 0 could not log, log results and artifacts, close the run.
+
+        `status`: FINISHED, FAILED or KILLED. Returns complete | replayed | incomplete | off.
+        """
+        return "off"
+
+    def study_parent_run(self, study_name: str, storage: str) -> str | None:
+        """The parent run of a study (one experiment per study), created once, found again on resume."""
+        return None
+
+    def update_study_artifacts(self, parent_run_id: str | None, study: Any) -> None:
+        """Pareto front, importances, optimization history of an Optuna study, as PNGs on the parent run."""

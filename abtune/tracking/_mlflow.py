@@ -1,0 +1,269 @@
+"""MLflow as the record of every run: created by the orchestrator, filled by rank 0, finished here.
+
+Layout: one experiment per study (or per run config name for `abtune train`); a study has one
+parent run and one child run per trial (`mlflow.parentRunId`, tags `optuna.study` and
+`optuna.trial_number`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import abtune
+from abtune.config import RunConfig, flatten, load_run_config
+from abtune.errors import AbtuneError
+from abtune.redact import redact
+from abtune.tracking._base import LaunchInfo, Tracking
+from abtune.tracking.records import Point, final_points, records_points
+from abtune.tracking.uri import export_tracking_uri, local_artifact_root, quiet_secrets_in_mlflow_logs
+from abtune.training.hooks import read_metrics
+
+PARAMS_PER_BATCH = 100  # MLflow's limit per log_batch
+METRICS_PER_BATCH = 1000
+# An orchestrator may wait a little for a flaky server, not MLflow's default of minutes.
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+
+
+class TrackingUnavailable(AbtuneError):
+    """The tracking store cannot be reached or refused a request when a run starts."""
+
+
+class MlflowTracking(Tracking):
+    def __init__(self, uri: str) -> None:
+        import os
+
+        for name, value in HTTP_DEFAULTS.items():
+            os.environ.setdefault(name, value)
+        self.uri = export_tracking_uri(uri)  # the ranks inherit it (and any credentials) from here
+        from mlflow import MlflowClient
+
+        quiet_secrets_in_mlflow_logs()
+        self.client = MlflowClient(self.uri)
+
+    def describe(self) -> str:
+        return redact(self.uri)
+
+    def check(self) -> MlflowTracking:
+        """Fail before anything starts when the store cannot be reached."""
+        try:
+            self.client.search_experiments(max_results=1)
+        except Exception as error:
+            raise TrackingUnavailable(f"cannot reach MLflow at {self.describe()}: {_first_line(error)}; start or "
+                                      "fix the tracking server (--tracking-uri), or pass --no-tracking") from None
+        return self
+
+    # --- runs -----------------------------------------------------------------------------
+    def start_run(self, config: RunConfig, *, experiment: str, run_name: str, parent_run_id: str | None = None,
+                  tags: dict[str, Any] | None = None, launch_info: LaunchInfo | None = None) -> str:
+        launch = launch_info or LaunchInfo()
+        all_tags = {"abtune.role": "trial" if parent_run_id else "run", "abtune.launcher": launch.launcher,
+                    **({"mlflow.parentRunId": parent_run_id} if parent_run_id else {}), **(tags or {})}
+        try:
+            experiment_id = self._experiment_id(experiment)
+            run = self.client.create_run(experiment_id, run_name=run_name,
+                                         tags={k: redact(str(v)) for k, v in all_tags.items()})
+            self._log_params(run.info.run_id, run_params(config, launch))
+        except AbtuneError:
+            raise
+        except Exception as error:
+            raise TrackingUnavailable(f"MLflow at {self.describe()} refused the run: {_first_line(error)}; "
+                                      "start or fix the tracking server, or pass --no-tracking") from None
+        return str(run.info.run_id)
+
+    def hook_spec(self, run_id: str | None) -> dict[str, Any] | None:
+        return None if run_id is None else {"factory": self.HOOK_FACTORY, "options": {"run_id": run_id}, "may_stop": False}
+
+    def finish_run(self, run_id: str | None, run_dir: Path | None, status: str = "FINISHED") -> str:
+        if run_id is None:
+            return "off"
+        try:
+            replayed = self._replay(run_id, run_dir) if run_dir is not None else 0
+            if run_dir is not None:
+                self._log_artifacts(run_id, run_dir)
+            state = "replayed" if replayed else "complete"
+            self.client.set_tag(run_id, "abtune.logging", state)
+            self.client.set_terminated(run_id, status)
+            return state
+        except Exception as error:
+            kept = f"; every metric is kept in {run_dir}/metrics.jsonl and summary.json" if run_dir else ""
+            _warn(f"MLflow run {run_id} at {self.describe()} is incompletely logged ({_first_line(error)}){kept}")
+            _try(lambda: self.client.set_tag(run_id, "abtune.logging", "incomplete"))
+            _try(lambda: self.client.set_terminated(run_id, status))
+            return "incomplete"
+
+    def _experiment_id(self, name: str) -> str:
+        from mlflow.exceptions import MlflowException
+
+        found = self.client.get_experiment_by_name(name)
+        if found is None:
+            root = local_artifact_root(self.uri)
+            location = (root / re.sub(r"[^A-Za-z0-9_.-]", "_", name)).as_uri() if root else None
+            try:
+                return str(self.client.create_experiment(name, artifact_location=location))
+            except MlflowException:  # created meanwhile by another process
+                found = self.client.get_experiment_by_name(name)
+                if found is None:
+                    raise
+        if found.lifecycle_stage == "deleted":
+            raise AbtuneError(f"MLflow experiment {name!r} is deleted; restore it (mlflow experiments restore "
+                              f"--experiment-id {found.experiment_id}) or use another name")
+        return str(found.experiment_id)
+
+    def _log_params(self, run_id: str, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, redact(str(v))) for k, v in params.items()]
+        for start in range(0, len(items), PARAMS_PER_BATCH):
+            self.client.log_batch(run_id, params=items[start:start + PARAMS_PER_BATCH])
+
+    # --- the end of a run -------------------------------------------------------------------
+    def _replay(self, run_id: str, run_dir: Path) -> int:
+        """Log every point of metrics.jsonl and summary.json that the store does not hold yet;
+        return how many of the step points (the hook's share) were missing."""
+        missing = self._missing(run_id, records_points(read_metrics(run_dir)))
+        summary = _read_summary(run_dir)
+        final = self._missing(run_id, final_points(summary, self._wall_seconds(run_id))) if summary else []
+        self._log_points(run_id, missing + final)
+        return len(missing)
+
+    def _missing(self, run_id: str, points: list[Point]) -> list[Point]:
+        held = {key: {m.step for m in self.client.get_metric_history(run_id, key)} for key in {p.key for p in points}}
+        return [p for p in points if p.step not in held[p.key]]
+
+    def _log_points(self, run_id: str, points: list[Point]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        for start in range(0, len(points), METRICS_PER_BATCH):
+            batch = points[start:start + METRICS_PER_BATCH]
+            self.client.log_batch(run_id, metrics=[Metric(p.key, p.value, now, p.step) for p in batch])
+
+    def _wall_seconds(self, run_id: str) -> float:
+        return time.time() - self.client.get_run(run_id).info.start_time / 1000
+
+    def _log_artifacts(self, run_id: str, run_dir: Path) -> None:
+        with tempfile.TemporaryDirectory(prefix="abtune-artifacts-") as folder:
+            staging = Path(folder)
+            for name in ("config.yaml", "summary.json", "metrics.jsonl"):
+                if (run_dir / name).exists():
+                    (staging / name).write_text(redact((run_dir / name).read_text()))
+            (staging / "plots").mkdir()
+            _write_run_plots(run_dir, staging / "plots")
+            self.client.log_artifacts(run_id, str(staging))
+
+    # --- studies ----------------------------------------------------------------------------
+    def study_parent_run(self, study_name: str, storage: str) -> str:
+        """The study's parent run in the experiment named after it: found again when a study resumes."""
+        experiment_id = self._experiment_id(study_name)
+        query = f"tags.`abtune.role` = 'study' and tags.`optuna.study` = '{study_name}'"
+        found = self.client.search_runs([experiment_id], filter_string=query, max_results=1)
+        if found:
+            return str(found[0].info.run_id)
+        tags = {"abtune.role": "study", "optuna.study": study_name, "optuna.storage": redact(storage)}
+        return str(self.client.create_run(experiment_id, run_name=f"{study_name}-study", tags=tags).info.run_id)
+
+    def update_study_artifacts(self, parent_run_id: str | None, study: Any) -> None:
+        """Pareto front, importances and optimization history of `study` as PNGs on the parent run."""
+        if parent_run_id is None:
+            return
+        from abtune.tracking.study_plots import write_study_plots
+
+        try:
+            with tempfile.TemporaryDirectory(prefix="abtune-study-") as folder:
+                written = write_study_plots(study, Path(folder))
+                self.client.log_artifacts(parent_run_id, folder, "study")
+                self.client.log_batch(parent_run_id, tags=_study_tags(written))
+        except Exception as error:  # a dashboard must not stop a study
+            _warn(f"could not update the study plots on MLflow run {parent_run_id}: {_first_line(error)}")
+
+
+def run_params(config: RunConfig, launch: LaunchInfo) -> dict[str, Any]:
+    """The fully resolved config (flattened), the absolute AB schedule and where the run ran."""
+    params: dict[str, Any] = flatten(config)
+    params.update(method=config.method.name, world_size=launch.world_size, nodes=launch.nodes,
+                  ranks_per_node=launch.ranks_per_node, launcher=launch.launcher, git_commit=git_commit(),
+                  abtune_version=abtune.__version__)
+    if launch.slurm_job_id:
+        params["slurm_job_id"] = launch.slurm_job_id
+    if config.method.name in ("ab", "ab-nogroups"):
+        from abtune.methods.ab.schedule import ABSchedule
+
+        schedule = ABSchedule.from_config(config.method, config.train.steps).describe()
+        params.update({f"method.{k}": v for k, v in schedule.items() if k != "total_steps"})
+        if config.method.name == "ab":
+            params["group_size"] = config.method.group_size or launch.ranks_per_node
+    return params
+
+
+def git_commit() -> str:
+    """The commit of the abtune code that ran, `-dirty` when it has uncommitted changes."""
+    folder = Path(abtune.__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head}-dirty" if dirty else head
+
+
+def _write_run_plots(run_dir: Path, folder: Path) -> None:
+    from abtune.tracking import plots
+
+    summary = _read_summary(run_dir)
+    config = load_run_config(run_dir / "config.yaml")
+    records = read_metrics(run_dir)
+    if records:
+        plots.accuracy_and_loss(records, phase_segments(config, summary), folder / "accuracy_loss.png")
+    if summary is not None:
+        plots.traffic_per_phase(summary, folder / "traffic_per_phase.png")
+        plots.spectra(summary, getattr(config.method, "sigma_cutoff", None), folder / "spectra.png")
+
+
+def phase_segments(config: RunConfig, summary: dict[str, Any] | None) -> list[tuple[str, int, int]]:
+    done = summary["steps_done"] if summary else config.train.steps
+    if config.method.name not in ("ab", "ab-nogroups"):
+        return [("train", 0, done)]
+    from abtune.methods.ab.schedule import ABSchedule
+
+    schedule = ABSchedule.from_config(config.method, config.train.steps)
+    return [(s.phase.value, s.start, min(s.end, done)) for s in schedule.segments if s.start < done]
+
+
+def _study_tags(written: dict[str, str]) -> list[Any]:
+    from mlflow.entities import RunTag
+
+    return [RunTag(f"abtune.plot.{name}", state) for name, state in written.items()]
+
+
+def _read_summary(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _try(call: Any) -> None:
+    try:
+        call()
+    except Exception:  # noqa: BLE001 - best effort while the store is down; the warning was given
+        return
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return redact(f"{type(error).__name__}: {text.splitlines()[0] if text else ''}")[:300]
+
+
+def _warn(message: str) -> None:
+    print(f"abtune: warning: {redact(message)}", file=sys.stderr, flush=True)
+
+
+__all__ = ["MlflowTracking", "TrackingUnavailable", "git_commit", "run_params", "phase_segments"]

@@ -1,0 +1,158 @@
+"""The PNGs people look at: one run's curves, traffic and spectra; a study's front, importances, history.
+
+matplotlib only (Agg, no display); every function writes one file and returns its path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+PHASE_COLORS = {"warmup": "0.85", "ab": "tab:orange", "rebound": "tab:cyan", "train": "0.95"}
+DPI = 110
+
+
+def _save(figure: Any, path: Path) -> Path:
+    figure.tight_layout()
+    figure.savefig(path, dpi=DPI)
+    plt.close(figure)
+    return path
+
+
+def _shade_phases(axis: Any, segments: list[tuple[str, int, int]]) -> None:
+    labelled: set[str] = set()
+    for phase, start, end in segments:
+        if phase == "train":
+            continue
+        axis.axvspan(start, end, color=PHASE_COLORS.get(phase, "0.9"), alpha=0.25, lw=0,
+                     label=None if phase in labelled else phase)
+        labelled.add(phase)
+
+
+def accuracy_and_loss(records: list[dict[str, Any]], segments: list[tuple[str, int, int]], path: Path) -> Path:
+    """Validation top-1/top-5 and train/validation loss over steps, phases shaded."""
+    logs = [r for r in records if r.get("kind") == "log"]
+    evals = [r for r in records if r.get("kind") == "evaluation"]
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    for axis in (top, bottom):
+        _shade_phases(axis, segments)
+    top.plot([r["step"] for r in evals], [r["val_top1"] for r in evals], "o-", label="val top-1")
+    top.plot([r["step"] for r in evals], [r["val_top5"] for r in evals], "s--", label="val top-5")
+    top.set_ylabel("accuracy")
+    top.legend(loc="lower right", fontsize="small")
+    bottom.plot([r["step"] for r in logs], [r["loss"] for r in logs], label="train loss")
+    bottom.plot([r["step"] for r in evals], [r["val_loss"] for r in evals], "o-", label="val loss")
+    bottom.set_yscale("log")
+    bottom.set_xlabel("step")
+    bottom.set_ylabel("loss")
+    bottom.legend(loc="upper right", fontsize="small")
+    return _save(figure, path)
+
+
+def traffic_per_phase(summary: dict[str, Any], path: Path) -> Path:
+    """Wire bytes per rank (mean over ranks) per phase, inter-node stacked on intra-node."""
+    by_phase = summary["traffic"]["by_phase"]
+    phases = list(by_phase)
+    inter = [by_phase[p]["inter"]["mean"] / 1e6 for p in phases]
+    intra = [(by_phase[p]["total"]["mean"] - by_phase[p]["inter"]["mean"]) / 1e6 for p in phases]
+    figure, axis = plt.subplots(figsize=(8, 4.5))
+    axis.bar(phases, inter, label="inter-node", color="tab:red")
+    axis.bar(phases, intra, bottom=inter, label="intra-node", color="tab:blue")
+    ddp = summary["traffic"]["ddp_reference_bytes"] / 1e6
+    axis.axhline(ddp, color="k", ls="--", lw=1, label=f"DDP reference ({ddp:,.1f} MB)")
+    axis.set_ylabel("MB per rank")
+    axis.set_title(f"{summary['method']}: traffic per phase (reduction vs DDP "
+                   f"{summary['traffic']['reduction_vs_ddp']:.2f}:1)")
+    axis.legend(fontsize="small")
+    return _save(figure, path)
+
+
+def spectra(summary: dict[str, Any], cutoff: float | None, path: Path) -> Path | None:
+    """Normalized singular values per layer at the last decomposition, with the rank each layer kept."""
+    values, decompositions = summary.get("spectra") or {}, summary.get("decompositions") or []
+    if not values or not decompositions:
+        return None
+    ranks = decompositions[-1]["ranks"]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
+    for layer, sigma in values.items():
+        normalized = [s / sigma[0] for s in sigma] if sigma and sigma[0] else sigma
+        (line,) = left.plot(range(1, len(sigma) + 1), normalized, lw=1)
+        kept = ranks.get(layer)
+        if kept:
+            left.plot([kept], [normalized[kept - 1]], "o", color=line.get_color(), ms=4)
+    if cutoff is not None:
+        left.axhline(cutoff, color="k", ls="--", lw=1, label=f"cutoff {cutoff}")
+        left.legend(fontsize="small")
+    left.set_yscale("log")
+    left.set_xlabel("index i")
+    left.set_ylabel("σ_i / σ_max")
+    left.set_title(f"spectra at step {decompositions[-1]['step']} (dots: chosen rank)")
+    layers = list(values)
+    right.barh(range(len(layers)), [len(values[k]) for k in layers], color="0.85", label="full rank")
+    right.barh(range(len(layers)), [ranks.get(k, 0) for k in layers], color="tab:orange", label="kept rank")
+    right.set_yticks(range(len(layers)), [".".join(k.split(".")[-3:]) for k in layers], fontsize=6)
+    right.invert_yaxis()
+    right.set_xlabel("rank")
+    right.legend(fontsize="small")
+    return _save(figure, path)
+
+
+# --- studies --------------------------------------------------------------------------------
+def pareto_front(points: list[dict[str, Any]], path: Path) -> Path:
+    """Top-1 against inter-node bytes; each point: {number, top1, bytes, front, reference}."""
+    figure, axis = plt.subplots(figsize=(8, 5.5))
+    others = [p for p in points if not p["front"] and not p["reference"]]
+    front = sorted((p for p in points if p["front"]), key=lambda p: p["bytes"])
+    axis.scatter([p["bytes"] / 1e6 for p in others], [p["top1"] for p in others], c="0.6", s=20, label="trials")
+    axis.plot([p["bytes"] / 1e6 for p in front], [p["top1"] for p in front], "o-", c="tab:blue",
+              label="Pareto front")
+    for marker, name in (("*", "ddp"), ("D", "paper-defaults")):
+        marked = [p for p in points if p["reference"] == name]
+        if marked:
+            axis.scatter([p["bytes"] / 1e6 for p in marked], [p["top1"] for p in marked], marker=marker, s=160,
+                         c="tab:red" if name == "ddp" else "tab:green", zorder=5, label=name)
+    for p in front:
+        axis.annotate(str(p["number"]), (p["bytes"] / 1e6, p["top1"]), fontsize=7, xytext=(3, 3),
+                      textcoords="offset points")
+    axis.set_xlabel("inter-node MB per rank")
+    axis.set_ylabel("top-1")
+    axis.set_title("Pareto front (numbers: trial)")
+    axis.legend(fontsize="small")
+    return _save(figure, path)
+
+
+def importances(by_objective: dict[str, dict[str, float]], path: Path) -> Path:
+    figure, axes = plt.subplots(1, len(by_objective), figsize=(6 * len(by_objective), 4.5), squeeze=False)
+    for axis, (objective, values) in zip(axes[0], by_objective.items(), strict=True):
+        names = list(values)[::-1]
+        axis.barh(names, [values[n] for n in names], color="tab:blue")
+        axis.set_title(f"importance for {objective}")
+        axis.set_xlabel("importance (Optuna's default evaluator)")
+        axis.tick_params(axis="y", labelsize=7)
+    return _save(figure, path)
+
+
+def optimization_history(points: list[dict[str, Any]], path: Path) -> Path:
+    """Top-1 and inter-node bytes per trial number, with the best top-1 so far."""
+    ordered = sorted(points, key=lambda p: p["number"])
+    figure, top = plt.subplots(figsize=(9, 4.5))
+    numbers = [p["number"] for p in ordered]
+    top.plot(numbers, [p["top1"] for p in ordered], "o", c="tab:blue", label="top-1")
+    best, running = [], float("-inf")
+    for p in ordered:
+        running = max(running, p["top1"])
+        best.append(running)
+    top.step(numbers, best, where="post", c="tab:blue", alpha=0.6, label="best top-1 so far")
+    top.set_xlabel("trial")
+    top.set_ylabel("top-1", color="tab:blue")
+    right = top.twinx()
+    right.plot(numbers, [p["bytes"] / 1e6 for p in ordered], "x", c="tab:red", label="inter-node MB")
+    right.set_ylabel("inter-node MB per rank", color="tab:red")
+    top.legend(loc="lower left", fontsize="small")
+    right.legend(loc="lower right", fontsize="small")
+    return _save(figure, path)

@@ -1,0 +1,107 @@
+"""Which MLflow metrics a run's records become, in one place: the live hook and the replay from
+metrics.jsonl use the same conversion, so a replay fills exactly the gaps an outage left.
+
+Step series (x-axis: the training step; bytes are rank 0's cumulative wire bytes):
+    train/loss, train/lr, train/phase (PHASE_CODES), train/step_seconds,
+    traffic/total_bytes, traffic/inter_node_bytes, traffic/intra_node_bytes, traffic/inter_node_gb_per_s,
+    traffic/bytes_<phase>, traffic/inter_node_bytes_<phase>,
+    val/top1, val/top5, val/loss, model/compression, model/trainable_params,
+    ab/compression, ab/params, ab/trainable_params, ab/svd_seconds (at each decomposition).
+Final metrics (from summary.json, mean over ranks, at the last step): see `summary_metrics`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+PHASE_CODES = {"train": 0, "warmup": 1, "ab": 2, "rebound": 3}
+GIGA = 1e9
+
+
+@dataclass(frozen=True)
+class Point:
+    key: str
+    value: float
+    step: int
+
+
+def _points(step: int, values: dict[str, Any]) -> list[Point]:
+    """Skip what MLflow cannot hold (None, inf, NaN)."""
+    return [Point(key, float(v), step) for key, v in values.items()
+            if isinstance(v, int | float) and math.isfinite(v)]
+
+
+class MetricStream:
+    """Converts records in order; keeps the training seconds so far for the GB/s curve."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.last_step = 0
+
+    def log_points(self, record: dict[str, Any]) -> list[Point]:
+        step = int(record["step"])
+        self.seconds += record["step_seconds"] * max(0, step - self.last_step)
+        self.last_step = step
+        values = {
+            "train/loss": record["loss"], "train/lr": record["lr"],
+            "train/phase": PHASE_CODES.get(record["phase"], -1), "train/step_seconds": record["step_seconds"],
+            "traffic/total_bytes": record["total_bytes"],
+            "traffic/inter_node_bytes": record["inter_node_bytes"],
+            "traffic/intra_node_bytes": record["intra_node_bytes"],
+            "traffic/inter_node_gb_per_s": record["inter_node_bytes"] / GIGA / self.seconds if self.seconds else 0.0,
+        }
+        values.update({f"traffic/bytes_{p}": v for p, v in record.get("phase_bytes", {}).items()})
+        values.update({f"traffic/inter_node_bytes_{p}": v for p, v in record.get("phase_inter_node_bytes", {}).items()})
+        return _points(step, values)
+
+    @staticmethod
+    def evaluation_points(row: dict[str, Any]) -> list[Point]:
+        return _points(int(row["step"]), {
+            "val/top1": row.get("val_top1"), "val/top5": row.get("val_top5"), "val/loss": row.get("val_loss"),
+            "model/compression": row.get("compression"), "model/trainable_params": row.get("trainable_params"),
+        })
+
+    def record_points(self, record: dict[str, Any]) -> list[Point]:
+        """One line of metrics.jsonl (`kind` log or evaluation; the summary line is read from summary.json)."""
+        if record.get("kind") == "log":
+            return self.log_points(record)
+        if record.get("kind") == "evaluation":
+            return self.evaluation_points(record)
+        return []
+
+
+def records_points(records: list[dict[str, Any]]) -> list[Point]:
+    stream = MetricStream()
+    return [point for record in records for point in stream.record_points(record)]
+
+
+def decomposition_points(summary: dict[str, Any]) -> list[Point]:
+    return [point for d in summary.get("decompositions", []) for point in _points(int(d["step"]), {
+        "ab/compression": d["compression"], "ab/params": d["params"], "ab/trainable_params": d["trainable"],
+        "ab/svd_seconds": d["svd_seconds"],
+    })]
+
+
+def summary_metrics(summary: dict[str, Any], wall_seconds: float | None) -> dict[str, float | None]:
+    """The run's result: top-1, traffic (per rank, mean over ranks, as in summary.json), compression, time."""
+    traffic, final = summary["traffic"], summary["final"]
+    values: dict[str, float | None] = {
+        "best_top1": summary["best_top1"], "final_top1": final["val_top1"], "final_top5": final["val_top5"],
+        "final_val_loss": final["val_loss"],
+        "total_bytes": traffic["total_bytes"]["mean"], "inter_node_bytes": traffic["inter_node_bytes"]["mean"],
+        "intra_node_bytes": traffic["intra_node_bytes"]["mean"], "training_bytes": traffic["training_bytes"],
+        "ddp_reference_bytes": traffic["ddp_reference_bytes"], "reduction_vs_ddp": traffic["reduction_vs_ddp"],
+        "inter_node_gb_per_s": traffic["inter_node_gb_per_s"], "compression": summary["compression"]["final_ratio"],
+        "train_seconds": summary["timing"]["train_seconds"], "seconds_per_step": summary["timing"]["seconds_per_step"],
+        "wall_seconds": wall_seconds,
+    }
+    for phase, by in traffic["by_phase"].items():
+        values[f"bytes_{phase}"] = by["total"]["mean"]
+        values[f"inter_node_bytes_{phase}"] = by["inter"]["mean"]
+    return values
+
+
+def final_points(summary: dict[str, Any], wall_seconds: float | None) -> list[Point]:
+    return decomposition_points(summary) + _points(int(summary["steps_done"]), summary_metrics(summary, wall_seconds))

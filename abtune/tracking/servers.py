@@ -1,0 +1,114 @@
+"""Dashboards as child processes: the MLflow UI (an `mlflow server`) and optuna-dashboard.
+
+Each one runs in its own process group on 127.0.0.1 and a free port, so stopping it ends every
+process it started (uvicorn workers included) and nothing else. Store URLs reach them through the
+environment, never the command line (which any user of the machine can read).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from abtune.errors import AbtuneError
+from abtune.tracking.uri import local_artifact_root
+
+READY_TIMEOUT_S = 120.0
+STOP_GRACE_S = 10.0
+DASHBOARD_STORAGE_VARIABLE = "ABTUNE_DASHBOARD_STORAGE"
+QUIET_SERVER = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Service:
+    name: str
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1].split("/")[0])
+
+
+def _executable(name: str) -> str:
+    return shutil.which(name, path=str(Path(sys.executable).parent)) or name
+
+
+def _start(name: str, command: list[str], env: dict[str, str], port: int, host: str, log: Path | None) -> Service:
+    stream = log.open("ab") if log else subprocess.DEVNULL
+    process = subprocess.Popen(command, env={**os.environ, **env}, stdout=stream, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL, start_new_session=True)
+    return Service(name, f"http://{host}:{port}", process, log)
+
+
+def start_mlflow_server(backend_uri: str, *, host: str = "127.0.0.1", port: int | None = None,
+                        log: Path | None = None) -> Service:
+    """`mlflow server` on `backend_uri`; artifacts of a SQLite store are served from mlartifacts/ beside it."""
+    port = port or free_port()
+    command = [_executable("mlflow"), "server", "--host", host, "--port", str(port), "--workers", "1"]
+    artifacts = local_artifact_root(backend_uri)
+    if artifacts is not None:
+        command += ["--artifacts-destination", str(artifacts)]
+    return _start("MLflow", command, {"MLFLOW_BACKEND_STORE_URI": backend_uri, **QUIET_SERVER}, port, host, log)
+
+
+def start_optuna_dashboard(storage: str, *, host: str = "127.0.0.1", port: int | None = None,
+                           log: Path | None = None) -> Service:
+    port = port or free_port()
+    command = [sys.executable, "-m", "abtune.tracking.dashboard", host, str(port)]
+    return _start("optuna-dashboard", command, {DASHBOARD_STORAGE_VARIABLE: storage}, port, host, log)
+
+
+def wait_ready(service: Service, timeout: float = READY_TIMEOUT_S) -> None:
+    """Until the page answers 200; an exit or the timeout raises AbtuneError with the log's last line."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if service.process.poll() is not None:
+            raise AbtuneError(f"{service.name} exited with code {service.process.returncode}{_last_line(service)}")
+        with contextlib.suppress(OSError, urllib.error.URLError), \
+                urllib.request.urlopen(service.url + "/", timeout=5) as response:
+            if response.status == 200:
+                return
+        time.sleep(0.3)
+    raise AbtuneError(f"{service.name} did not answer on {service.url} within {timeout:.0f} s{_last_line(service)}")
+
+
+def _last_line(service: Service) -> str:
+    if service.log is None or not service.log.exists():
+        return ""
+    lines = [line for line in service.log.read_text(errors="replace").splitlines() if line.strip()]
+    return f": {lines[-1][:300]}" if lines else ""
+
+
+def stop(service: Service) -> None:
+    """SIGTERM to the service's process group, SIGKILL after a grace period; waits for the leader."""
+    if service.process.poll() is None:
+        _signal_group(service.process.pid, signal.SIGTERM)
+        try:
+            service.process.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            _signal_group(service.process.pid, signal.SIGKILL)
+            service.process.wait()
+    _signal_group(service.process.pid, signal.SIGKILL)  # workers that outlived their leader
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)

@@ -1,0 +1,180 @@
+"""MLflow tracking in one process, on a real SQLite store: URIs and credentials, the metric
+conversion, replay from metrics.jsonl, and a study's parent run with its plots."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from mlflow import MlflowClient
+from optuna.distributions import FloatDistribution
+from optuna.trial import create_trial
+
+from abtune.config import RunConfig
+from abtune.launch.local import free_port
+from abtune.tracking import LaunchInfo, open_tracking, resolve_tracking_uri
+from abtune.tracking.records import PHASE_CODES, MetricStream, records_points
+from abtune.tracking.study_plots import study_points
+from abtune.tracking.uri import RedactingFilter, export_tracking_uri
+from tests.conftest import TINY_VIT, run_cli, write_config
+
+SECRET = "hunter2-s3cret"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def store(mlflow_db: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    uri = f"sqlite:///{mlflow_db}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return uri
+
+
+def test_the_uri_comes_from_the_flag_then_the_environment_then_a_sqlite_file_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert resolve_tracking_uri(None, tmp_path) == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    assert resolve_tracking_uri("sqlite:///sub/x.db", tmp_path) == f"sqlite:///{tmp_path.resolve() / 'sub/x.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracking:5000")
+    assert resolve_tracking_uri(None, tmp_path) == "http://tracking:5000"
+    assert resolve_tracking_uri("http://other:80", tmp_path) == "http://other:80"
+
+
+def test_a_password_in_the_uri_moves_into_mlflows_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    shown = export_tracking_uri(f"https://alice:{SECRET}@mlflow.example.org:8443/prefix")
+    assert shown == "https://mlflow.example.org:8443/prefix"
+    assert os.environ["MLFLOW_TRACKING_URI"] == shown
+    assert (os.environ["MLFLOW_TRACKING_USERNAME"], os.environ["MLFLOW_TRACKING_PASSWORD"]) == ("alice", SECRET)
+
+
+def test_mlflow_log_lines_are_redacted() -> None:
+    record = logging.LogRecord("mlflow.x", logging.WARNING, __file__, 1, "request to %s failed",
+                               (f"postgresql://bob:{SECRET}@db/x",), None)
+    RedactingFilter().filter(record)
+    assert SECRET not in record.getMessage() and "bob:***@db" in record.getMessage()
+
+
+def _log(step: int, phase: str, seconds: float, inter: float) -> dict:
+    return {"kind": "log", "step": step, "phase": phase, "loss": 1.0 / step, "lr": 0.01, "step_seconds": seconds,
+            "total_bytes": 2 * inter, "inter_node_bytes": inter, "intra_node_bytes": inter,
+            "phase_bytes": {phase: inter}, "phase_inter_node_bytes": {phase: inter / 2}}
+
+
+def test_records_become_step_metrics_with_cumulative_gb_per_s() -> None:
+    stream = MetricStream()
+    first = {p.key: p for p in stream.log_points(_log(10, "warmup", 0.5, 5e9))}
+    second = {p.key: p for p in stream.log_points(_log(20, "ab", 0.25, 10e9))}
+    assert first["traffic/inter_node_gb_per_s"].value == pytest.approx(5 / (10 * 0.5))
+    assert second["traffic/inter_node_gb_per_s"].value == pytest.approx(10 / (10 * 0.5 + 10 * 0.25))
+    assert second["train/phase"].value == PHASE_CODES["ab"] and second["train/phase"].step == 20
+    assert second["traffic/bytes_ab"].value == 10e9 and second["traffic/inter_node_bytes_ab"].value == 5e9
+    evaluation = MetricStream.evaluation_points({"step": 20, "val_top1": 0.5, "val_top5": None, "val_loss": 1.2,
+                                                 "compression": float("inf"), "trainable_params": 100})
+    assert {p.key for p in evaluation} == {"val/top1", "val/loss", "model/trainable_params"}  # None, inf skipped
+
+
+def _fake_run_dir(folder: Path) -> Path:
+    folder.mkdir()
+    config = RunConfig.model_validate({"name": "fake", "model": TINY_VIT, "method": {"name": "ab"},
+                                       "train": {"steps": 30}})
+    (folder / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json")))
+    records = [_log(s, "warmup" if s <= 6 else "ab", 0.01, 1e6 * s) for s in (5, 10, 15, 20, 25, 30)]
+    records += [{"kind": "evaluation", "step": s, "epoch": 1.0, "phase": "ab", "loss": 1.0, "val_top1": s / 100,
+                 "val_top5": 0.9, "val_loss": 1.1, "compression": 1.3, "trainable_params": 1000,
+                 "inter_node_bytes": 1.0, "intra_node_bytes": 1.0} for s in (15, 30)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder
+
+
+def test_finish_run_replays_what_rank_0_could_not_log_exactly_once(store: str, tmp_path: Path) -> None:
+    run_dir = _fake_run_dir(tmp_path / "run")
+    tracking = open_tracking()
+    config = RunConfig.model_validate(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    run_id = tracking.start_run(config, experiment="fake", run_name="r", launch_info=LaunchInfo("local", 4, 2))
+
+    assert tracking.finish_run(run_id, run_dir, "FINISHED") == "replayed"  # nothing was logged live
+    assert tracking.finish_run(run_id, run_dir, "FINISHED") == "complete"  # and nothing twice
+
+    client = MlflowClient(store)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["abtune.logging"] == "complete"
+    expected = records_points(json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines())
+    for key in {p.key for p in expected}:
+        steps = [m.step for m in client.get_metric_history(run_id, key)]
+        assert sorted(steps) == [p.step for p in expected if p.key == key], key
+    params = run.data.params
+    assert (params["method.warmup_steps"], params["method.ab_steps"], params["method.ab_cycles"]) == ("6", "1", "24")
+    assert (params["world_size"], params["nodes"], params["group_size"], params["launcher"]) == ("4", "2", "2", "local")
+    names = {a.path for a in client.list_artifacts(run_id, "plots")}
+    assert names == {"plots/accuracy_loss.png"}  # no summary.json: no traffic or spectra plot
+
+
+def _study(storage: str) -> optuna.Study:
+    study = optuna.create_study(study_name="tiny-study", storage=storage, directions=["maximize", "minimize"])
+    study.set_metric_names(["top1", "inter_node_bytes"])
+    space = {"warmup_frac": FloatDistribution(0.0, 0.5), "sigma_cutoff": FloatDistribution(0.01, 0.5)}
+    trials = [  # (top1, inter-node bytes, params, reference)
+        (0.97, 256e6, {"warmup_frac": 0.2, "sigma_cutoff": 0.1}, "ddp"),
+        (0.95, 107e6, {"warmup_frac": 0.2, "sigma_cutoff": 0.1}, "paper-defaults"),
+        (0.93, 60e6, {"warmup_frac": 0.05, "sigma_cutoff": 0.3}, None),
+        (0.96, 140e6, {"warmup_frac": 0.35, "sigma_cutoff": 0.05}, None),
+        (0.90, 150e6, {"warmup_frac": 0.3, "sigma_cutoff": 0.2}, None),  # dominated
+        (0.94, 90e6, {"warmup_frac": 0.1, "sigma_cutoff": 0.15}, None),
+    ]
+    for top1, nbytes, params, reference in trials:
+        study.add_trial(create_trial(params=params, distributions=space, values=[top1, nbytes],
+                                     user_attrs={"reference": reference} if reference else {}))
+    return study
+
+
+def test_a_study_has_one_parent_run_with_its_front_importances_and_history(store: str, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = _study(storage)
+    points = {p["number"]: p for p in study_points(study)}
+    assert [n for n, p in sorted(points.items()) if p["front"]] == [0, 1, 2, 3, 5]
+    assert points[0]["reference"] == "ddp" and points[1]["reference"] == "paper-defaults"
+
+    tracking = open_tracking()
+    described = f"postgresql://optuna:{SECRET}@db.example.org/studies"
+    parent = tracking.study_parent_run("tiny-study", described)
+    assert tracking.study_parent_run("tiny-study", described) == parent  # found again when a study resumes
+    tracking.update_study_artifacts(parent, study)
+
+    client = MlflowClient(store)
+    run = client.get_run(parent)
+    assert run.data.tags["optuna.storage"] == "postgresql://optuna:***@db.example.org/studies"
+    assert run.data.tags["abtune.plot.importances"] == "written"
+    folder = Path(client.download_artifacts(parent, "study", str(tmp_path / "download")))
+    for name in ("pareto_front.png", "importances.png", "optimization_history.png"):
+        data = (folder / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 5000, name
+
+    config = RunConfig.model_validate({"name": "t", "model": TINY_VIT})
+    trial = study.ask()
+    child = tracking.start_trial_run(config, trial, study_name="tiny-study", parent_run_id=parent)
+    tags = client.get_run(child).data.tags
+    assert (tags["mlflow.parentRunId"], tags["optuna.study"], tags["abtune.role"]) == (parent, "tiny-study", "trial")
+    assert tags["optuna.trial_number"] == str(trial.number) == "6"
+    assert study.trials[trial.number].user_attrs["mlflow_run_id"] == child
+    assert client.get_run(child).info.experiment_id == run.info.experiment_id
+
+
+def test_an_unreachable_store_stops_abtune_train_before_anything_starts(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "run.yaml")
+    closed = f"http://bob:{SECRET}@127.0.0.1:{free_port()}"
+    result = run_cli("train", str(config), "--run-dir", str(tmp_path / "run"), "--tracking-uri", closed,
+                     check=False, env={**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"})
+    assert result.returncode == 1
+    assert result.stderr.startswith("abtune: error: cannot reach MLflow at http://127.0.0.1:")
+    assert "--no-tracking" in result.stderr and "Traceback" not in result.stderr and SECRET not in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_abtune_ui_refuses_a_store_that_does_not_exist(tmp_path: Path) -> None:
+    result = run_cli("ui", "--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}", check=False)
+    assert result.returncode == 2 and result.stderr.startswith("abtune: error: no MLflow store at sqlite:///")
+    assert not (tmp_path / "none.db").exists()

@@ -1,0 +1,246 @@
+"""MLflow tracking end to end: real `abtune train` runs, a real `mlflow server` (also stopped in the
+middle of a run), `abtune ui`, and a tracking URL with a password that must never show."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from mlflow import MlflowClient
+
+from abtune.config import load_run_config
+from abtune.launch.local import free_port, launch
+from abtune.tracking import LaunchInfo, open_tracking
+from abtune.tracking.servers import Service, start_mlflow_server, stop, wait_ready
+from abtune.training.hooks import TrainingHook, read_metrics, write_hook_specs
+from tests.conftest import abtune_command, run_cli, write_config
+
+pytestmark = pytest.mark.slow
+
+SECRET = "s3cr3t-t0ken"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+AB_RUN = {"method": {"name": "ab"}, "train": {"steps": 60, "eval_every": 20, "log_every": 5}}
+GATE_STEP = 20
+NO_TRACKING_VARIABLES = ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+
+
+def _history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+def test_abtune_train_records_params_metrics_and_plots_in_the_default_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in NO_TRACKING_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    config = write_config(tmp_path / "run.yaml", **AB_RUN)
+    run_cli("train", str(config), "--nproc", "2", "--ranks-per-node", "1", "--run-dir", "run", cwd=tmp_path,
+            env={**os.environ, "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "0.2"})
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (tmp_path / "mlflow.db").is_file() and (tmp_path / "mlartifacts" / "tiny").is_dir()
+    assert "control" not in summary["traffic"]["by_phase"]  # tracking adds no collective
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.tags["abtune.logging"] == "complete"
+    params, schedule = run.data.params, summary["schedule"]
+    for key in ("warmup_steps", "ab_steps", "rebound_steps", "lr_rebound_steps", "ab_cycles"):
+        assert params[f"method.{key}"] == str(schedule[key])
+    assert (params["world_size"], params["nodes"], params["ranks_per_node"], params["group_size"]) == ("2", "2", "1", "1")
+    assert params["method.sigma_cutoff"] == "0.1" and params["model.hidden_dim"] == "16"
+    assert len(params["git_commit"]) >= 40 and run.data.tags["abtune.node"] == socket.gethostname()
+
+    rid = run.info.run_id
+    assert [s for s, _ in _history(client, rid, "train/loss")] == list(range(5, 61, 5))
+    assert [s for s, _ in _history(client, rid, "val/top1")] == [20, 40, 60]
+    inter = [v for _, v in _history(client, rid, "traffic/inter_node_bytes")]
+    assert inter == sorted(inter) and inter[-1] > 0
+    last_log = [r for r in read_metrics(tmp_path / "run") if r["kind"] == "log"][-1]
+    assert inter[-1] == last_log["inter_node_bytes"]  # rank 0's count, as in metrics.jsonl
+    traffic, metrics = summary["traffic"], run.data.metrics
+    assert metrics["inter_node_bytes"] == traffic["inter_node_bytes"]["mean"]
+    assert metrics["intra_node_bytes"] == traffic["intra_node_bytes"]["mean"]
+    assert metrics["total_bytes"] == traffic["total_bytes"]["mean"]
+    assert metrics["bytes_sync"] == traffic["by_phase"]["sync"]["total"]["mean"]
+    assert metrics["reduction_vs_ddp"] == pytest.approx(traffic["reduction_vs_ddp"])
+    assert metrics["best_top1"] == summary["best_top1"] and metrics["final_top1"] == summary["final"]["val_top1"]
+    assert metrics["wall_seconds"] >= summary["timing"]["train_seconds"] > 0
+    assert len(_history(client, rid, "ab/compression")) == len(summary["decompositions"])
+    assert any(k.startswith(f"system/{socket.gethostname()}/cpu_utilization") for k in metrics)
+
+    folder = Path(client.download_artifacts(rid, "", str(tmp_path / "download")))
+    assert json.loads((folder / "summary.json").read_text())["traffic"]["inter_node_bytes"] == traffic["inter_node_bytes"]
+    for name in ("accuracy_loss", "traffic_per_phase", "spectra"):
+        data = (folder / "plots" / f"{name}.png").read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 5000, name
+
+
+def _rest(base: str, endpoint: str, payload: dict[str, Any] | None = None, **query: str) -> dict[str, Any]:
+    url = f"{base}/api/2.0/mlflow/{endpoint}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+    data = json.dumps(payload).encode() if payload is not None else None
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+@pytest.fixture
+def server(tmp_path: Path, mlflow_db: Path):  # noqa: ANN201 - yields a running Service
+    service = start_mlflow_server(f"sqlite:///{mlflow_db}", log=tmp_path / "server.log")
+    try:
+        wait_ready(service)
+        yield service
+    finally:
+        stop(service)
+
+
+def test_a_run_against_a_real_server_reads_back_over_rest_and_never_shows_the_password(
+        tmp_path: Path, server: Service) -> None:
+    config = write_config(tmp_path / "run.yaml", name="served", **AB_RUN)
+    uri = server.url.replace("http://", f"http://alice:{SECRET}@")
+    result = run_cli("train", str(config), "--nproc", "2", "--ranks-per-node", "1", "--run-dir", str(tmp_path / "run"),
+                     "--tracking-uri", uri)
+    assert f"at {server.url} " in result.stdout
+
+    experiment = _rest(server.url, "experiments/get-by-name", experiment_name="served")["experiment"]
+    (run,) = _rest(server.url, "runs/search", {"experiment_ids": [experiment["experiment_id"]]})["runs"]
+    rid = run["info"]["run_id"]
+    assert run["info"]["status"] == "FINISHED"
+    loss = _rest(server.url, "metrics/get-history", run_id=rid, metric_key="train/loss")["metrics"]
+    assert sorted(int(m["step"]) for m in loss) == list(range(5, 61, 5))
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    metrics = {m["key"]: m["value"] for m in run["data"]["metrics"]}
+    assert metrics["inter_node_bytes"] == summary["traffic"]["inter_node_bytes"]["mean"]
+    listed = _rest(server.url, "artifacts/list", run_id=rid, path="plots")["files"]
+    assert {f["path"] for f in listed} == {"plots/accuracy_loss.png", "plots/traffic_per_phase.png", "plots/spectra.png"}
+
+    # The password went nowhere: not in params, tags, artifacts, output, run folder or server log.
+    everything = [result.stdout, result.stderr, json.dumps(run), (tmp_path / "server.log").read_text()]
+    folder = MlflowClient(server.url).download_artifacts(rid, "", str(tmp_path / "download"))
+    files = [p for p in [*Path(folder).rglob("*"), *(tmp_path / "run").rglob("*")] if p.is_file()]
+    everything += [p.read_bytes().decode(errors="replace") for p in files]
+    assert not [text[:200] for text in everything if SECRET in text]
+
+
+class Gate(TrainingHook):
+    """Holds rank 0 at one step until the test says go (the test stops the server meanwhile)."""
+
+    def __init__(self, run_dir: Path, step: int) -> None:
+        self.run_dir, self.step = run_dir, step
+
+    def on_log(self, record: dict[str, Any]) -> None:
+        if record["step"] != self.step:
+            return
+        (self.run_dir / "gate.paused").touch()
+        deadline = time.monotonic() + 300
+        while not (self.run_dir / "gate.go").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+def gate(run_dir: Path, step: int) -> Gate:
+    return Gate(run_dir, step)
+
+
+def _logged_through(client: MlflowClient, run_id: str, step: int) -> bool:
+    steps = [s for s, _ in _history(client, run_id, "train/loss")]
+    return bool(steps) and steps[-1] >= step
+
+
+def _stop_server_at_the_gate(run_dir: Path, service: Service, run_id: str) -> threading.Thread:
+    """Once rank 0 waits at the gate and its points up to there reached the store, stop the server."""
+    client = MlflowClient(service.url)
+
+    def work() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not (
+                (run_dir / "gate.paused").exists() and _logged_through(client, run_id, GATE_STEP)):
+            time.sleep(0.1)
+        stop(service)
+        (run_dir / "gate.go").touch()
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_server_outage_mid_run_loses_no_metric(tmp_path: Path, mlflow_db: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # fail fast while the server is down
+    backend, port = f"sqlite:///{mlflow_db}", free_port()
+    service = start_mlflow_server(backend, port=port, log=tmp_path / "server.log")
+    try:
+        wait_ready(service)
+        tracking = open_tracking(service.url)
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        (run_dir / "config.yaml").write_text(write_config(tmp_path / "run.yaml", **AB_RUN).read_text())
+        run_id = tracking.start_run(load_run_config(run_dir / "config.yaml"), experiment="outage", run_name="r",
+                                    launch_info=LaunchInfo("local", 2, 1))
+        spec = tracking.hook_spec(run_id)
+        spec["options"]["flush_seconds"] = 0.2
+        write_hook_specs(run_dir, [spec, {"factory": "tests.test_tracking_e2e:gate", "options": {"step": GATE_STEP}}])
+        stopper = _stop_server_at_the_gate(run_dir, service, run_id)
+        launch(run_dir, 2, 1)  # completes although the store vanished at step 20
+        stopper.join()
+        assert json.loads((run_dir / "summary.json").read_text())["steps_done"] == 60
+        assert tracking.finish_run(run_id, run_dir, "FINISHED") == "incomplete"  # still down: warned, kept
+
+        service = start_mlflow_server(backend, port=port, log=tmp_path / "server2.log")
+        wait_ready(service)
+        client = MlflowClient(service.url)
+        assert [s for s, _ in _history(client, run_id, "train/loss")] == [5, 10, 15, 20]  # the outage's gap
+        assert tracking.finish_run(run_id, run_dir, "FINISHED") == "replayed"
+        assert [s for s, _ in _history(client, run_id, "train/loss")] == list(range(5, 61, 5))
+        assert [s for s, _ in _history(client, run_id, "val/top1")] == [20, 40, 60]
+        assert client.get_run(run_id).data.tags["abtune.logging"] == "replayed"
+    finally:
+        stop(service)
+
+
+def _read_until(process: subprocess.Popen[str], marker: str, timeout: float) -> list[str]:
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stdout.readline() if process.stdout else ""
+        if not line and process.poll() is not None:
+            break
+        lines.append(line.rstrip())
+        if marker in line:
+            return lines
+    raise AssertionError(f"abtune ui never printed {marker!r}: {lines}")
+
+
+def test_abtune_ui_serves_both_dashboards_and_leaves_no_process(tmp_path: Path, mlflow_db: Path) -> None:
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    optuna.create_study(study_name="ui", storage=storage)
+    command = [*abtune_command(), "ui", "--tracking-uri", f"sqlite:///{mlflow_db}", "--storage", storage]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        lines = _read_until(process, "Ctrl-C", timeout=240)
+        urls = {line.split(":", 1)[0]: line.split()[-1] for line in lines if "http://127.0.0.1:" in line}
+        assert set(urls) == {"MLflow", "optuna-dashboard"}
+        assert any(line.startswith("from your laptop: ssh -N -L ") for line in lines)
+        for url in urls.values():
+            with urllib.request.urlopen(url + "/", timeout=30) as response:
+                assert response.status == 200
+        family = psutil.Process(process.pid).children(recursive=True)
+        assert len(family) >= 2
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    survivors = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not survivors, [p.cmdline() for p in survivors]
