@@ -31,14 +31,16 @@ def _summary(trial: FrozenTrial) -> dict:
     return json.loads((Path(trial.user_attrs["run_dir"]) / "summary.json").read_text())
 
 
-def test_parallel_study_with_pruning(tmp_path: Path) -> None:
+def test_parallel_study_with_pruning(tmp_path: Path, mlflow_db: Path) -> None:
     """Two trials at a time on SQLite; a median pruner against the paper-defaults trial prunes
-    trials whose learning rate is far too low; every trial ends finished; a restart changes nothing."""
+    trials whose learning rate is far too low; every trial ends finished; a restart changes nothing;
+    MLflow holds the study's parent run and one child run per trial, linked both ways."""
     url = f"sqlite:///{tmp_path}/optuna.db"
+    tracking = f"sqlite:///{mlflow_db}"
     study = write_study(tmp_path / "s.yaml", trials=4, space={"optimizer.lr": {"low": 1e-7, "high": 3e-3, "log": True}},
                         pruner={"name": "median", "options": {"n_startup_trials": 1}})
     run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
-    run_cli("study", "run", "tiny", "--parallel", "2", "--storage", url, cwd=tmp_path)
+    run_cli("study", "run", "tiny", "--parallel", "2", "--storage", url, "--tracking-uri", tracking, cwd=tmp_path)
 
     trials = trials_of(url)
     assert len(trials) == 4 and {t.state for t in trials} <= FINISHED, [t.state for t in trials]
@@ -63,9 +65,32 @@ def test_parallel_study_with_pruning(tmp_path: Path) -> None:
         assert trial.user_attrs["steps_done"] == step == max(trial.intermediate_values)
         assert trial.intermediate_values[step] < paper[step]
 
-    run_cli("study", "run", "tiny", "--storage", url, cwd=tmp_path)  # results survive: nothing left to do
+    run_cli("study", "run", "tiny", "--storage", url, "--tracking-uri", tracking, cwd=tmp_path)  # nothing left to do
     assert [(t.number, t.state, t.values) for t in trials_of(url)] == [(t.number, t.state, t.values) for t in trials]
     _check_exports(tmp_path, url, trials)
+    _check_mlflow(tracking, trials)
+
+
+def _check_mlflow(tracking: str, trials: list[FrozenTrial]) -> None:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking)
+    experiment = client.get_experiment_by_name("tiny")
+    runs = client.search_runs([experiment.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("abtune.role") == "study"]
+    assert len(parents) == 1  # the second `study run` found it again
+    parent = parents[0].info.run_id
+    children = {r.info.run_id: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent}
+    assert {t.user_attrs["mlflow_run_id"] for t in trials} == set(children)
+    for trial in trials:
+        child = children[trial.user_attrs["mlflow_run_id"]]
+        assert child.data.tags["optuna.trial_number"] == str(trial.number)
+        assert child.info.status == ("FINISHED" if trial.state in (TrialState.COMPLETE, TrialState.PRUNED) else "FAILED")
+        steps = [m.step for m in client.get_metric_history(child.info.run_id, "val/top1")]
+        assert steps == sorted(steps) and steps[-1] == _summary(trial)["steps_done"]
+        assert child.data.metrics["inter_node_bytes"] == _summary(trial)["traffic"]["inter_node_bytes"]["mean"]
+    plots = {a.path: a.file_size for a in client.list_artifacts(parent, "study")}
+    assert plots.get("study/optimization_history.png", 0) > 0 and plots.get("study/pareto_front.png", 0) > 0, plots
 
 
 def _check_exports(tmp_path: Path, url: str, trials: list[FrozenTrial]) -> None:

@@ -55,8 +55,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     require_study(storage, args.name, url)
     if args.parallel < 1 or (args.trials is not None and args.trials < 1):
         raise ConfigError("--parallel and --trials must be at least 1")
+    from abtune.tracking import open_tracking
+
+    tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
     try:
-        finished = StudyRunner(storage, args.name, url, args.parallel, args.trials).run()
+        finished = StudyRunner(storage, args.name, url, args.parallel, args.trials, tracking).run()
     except KeyboardInterrupt:  # a second Ctrl-C while stopping
         print(f"abtune: aborted; trials still RUNNING are failed and retried by the next `abtune study run {args.name}`",
               file=sys.stderr)
@@ -151,6 +154,9 @@ def register_study_commands(commands: argparse._SubParsersAction) -> None:
     run = add("run", cmd_run, "run trials until the study's budget is spent")
     run.add_argument("--trials", type=int, default=None, help="at most this many trials in this invocation")
     run.add_argument("--parallel", type=int, default=1, help="trials at a time (each starts layout.nproc ranks)")
+    run.add_argument("--tracking-uri", default=None, metavar="URI",
+                     help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+    run.add_argument("--no-tracking", action="store_true", help="record nothing in MLflow")
     add("status", cmd_status, "trial counts, running trials, best so far")
     add("best", cmd_best, "best configuration and Pareto front, with deltas vs the reference trials")
     export = add("export", cmd_export, "every trial as CSV or JSON")

@@ -32,6 +32,7 @@ from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import ConfigError
 from abtune.launch.profiles import Layout, check_fits
 from abtune.launch.submit import RunOutcome, submit_local
+from abtune.redact import redact
 from abtune.rundir import prepare_run_dir
 from abtune.study import results, retries, workers
 from abtune.study.definition import DDP, REFERENCE, open_search_study, seed_offset, stored_study_dir
@@ -40,6 +41,7 @@ from abtune.study.pruning import STUDY_STORAGE_VARIABLE
 from abtune.study.space import build_distributions, ddp_reference_config
 from abtune.study.spec import StudySpec
 from abtune.study.storage import absolute_url
+from abtune.tracking import LaunchInfo, Tracking
 from abtune.training.checkpoint import COMPLETE_MARK
 from abtune.training.hooks import METRICS_FILE, write_hook_specs
 
@@ -54,6 +56,7 @@ class Active:
     trial: optuna.Trial
     run_dir: Path | None = None
     job: Any = None  # submitit.Job[RunOutcome]
+    mlflow_run_id: str | None = None
     started: float = field(default_factory=time.time)
 
 
@@ -89,7 +92,8 @@ def suggest(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> A
 
 
 class StudyRunner:
-    def __init__(self, storage: BaseStorage, name: str, url: str, parallel: int, max_trials: int | None) -> None:
+    def __init__(self, storage: BaseStorage, name: str, url: str, parallel: int, max_trials: int | None,
+                 tracking: Tracking | None = None) -> None:
         self.storage = storage
         self.study_id = storage.get_study_id_from_name(name)
         offset = seed_offset(storage.get_all_trials(self.study_id, deepcopy=False))
@@ -105,6 +109,8 @@ class StudyRunner:
         self._last_beat = self._last_scan = 0.0
         self.display = RunDisplay(name, self.spec)
         os.environ[STUDY_STORAGE_VARIABLE] = absolute_url(url)  # inherited by the trial processes
+        self.tracking = tracking or Tracking()
+        self.parent_run = self.tracking.study_parent_run(name, redact(absolute_url(url)))
 
     # --- the loop -----------------------------------------------------------------------------
     def run(self) -> bool:
@@ -120,6 +126,8 @@ class StudyRunner:
                     self._cancel_all()
         finally:
             signal.signal(signal.SIGINT, previous)
+            self.tracking.update_study_artifacts(self.parent_run, self.study)
+            self.tracking.finish_run(self.parent_run, None, "KILLED" if self.stopping else "FINISHED")
         return not self.stopping
 
     def _step(self) -> bool:
@@ -167,7 +175,10 @@ class StudyRunner:
         self.storage.set_trial_system_attr(trial._trial_id, workers.HEARTBEAT_ATTR, time.time())
         try:
             config = self._trial_config(trial)
-            active.run_dir, resume = self._prepare(trial, config)
+            active.mlflow_run_id = self.tracking.start_trial_run(
+                config, trial, study_name=self.study.study_name, parent_run_id=self.parent_run,
+                launch_info=LaunchInfo("local", self.spec.layout.nproc, self.spec.layout.per_node))
+            active.run_dir, resume = self._prepare(trial, config, self.tracking.hook_spec(active.mlflow_run_id))
             active.job = submit_trial(active.run_dir, self.spec, resume)
             trial.set_user_attr("prepare_seconds", time.time() - active.started)  # ask -> submitted
         except ConfigError as error:
@@ -187,11 +198,13 @@ class StudyRunner:
         check_fits(config, Layout(self.spec.layout.nproc // self.spec.layout.per_node, self.spec.layout.per_node))
         return config
 
-    def _prepare(self, trial: optuna.Trial, config: RunConfig) -> tuple[Path, bool]:
+    def _prepare(self, trial: optuna.Trial, config: RunConfig,
+                 tracking_hook: dict[str, Any] | None) -> tuple[Path, bool]:
         run_dir = self.study_dir / "trials" / str(trial.number)
         resume = self._adopt_checkpoint(trial, run_dir)
         prepare_run_dir(config, run_dir, resume=False)
-        write_hook_specs(run_dir, trial_hook_specs(self.spec, self.study.study_name, trial))
+        hooks = trial_hook_specs(self.spec, self.study.study_name, trial)
+        write_hook_specs(run_dir, hooks + ([tracking_hook] if tracking_hook else []))
         trial.set_user_attr("run_dir", str(run_dir))
         return run_dir, resume
 
@@ -212,6 +225,10 @@ class StudyRunner:
 
     # --- finishing a trial --------------------------------------------------------------------
     def _finish(self, active: Active) -> None:
+        self._tell(active)
+        self.tracking.update_study_artifacts(self.parent_run, self.study)
+
+    def _tell(self, active: Active) -> None:
         outcome = _outcome(active.job)
         if self.stopping and not outcome.ok:
             self._fail(active, INTERRUPTED, kind=retries.INTERRUPTED)
@@ -233,6 +250,7 @@ class StudyRunner:
             active.trial.set_user_attr(key, value)
         if budget is not None:  # feasible when <= 0; constrained samplers read it from the trial
             active.trial.set_constraint("traffic_excess_mb", attrs["traffic_excess_mb"])
+        self.tracking.finish_run(active.mlflow_run_id, active.run_dir, "FINISHED")
         if summary["stopped_early"]:
             frozen = self.study.tell(active.trial, state=TrialState.PRUNED)
         else:
@@ -242,6 +260,8 @@ class StudyRunner:
     def _fail(self, active: Active, reason: str, kind: str | None) -> None:
         trial = active.trial
         trial.set_user_attr("fail_reason", reason)
+        self.tracking.finish_run(active.mlflow_run_id, active.run_dir,
+                                 "KILLED" if kind == retries.INTERRUPTED else "FAILED")
         frozen = self.storage.get_trial(trial._trial_id)
         retry = retries.allowed(self.spec, frozen, kind)
         if retry:
