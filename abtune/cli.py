@@ -149,8 +149,9 @@ def cmd_promote(args: argparse.Namespace) -> int:
     from abtune.promote.plan import parse_nodes, plan_campaign
     from abtune.promote.select import load_study, promoted_from_study
     from abtune.promote.target import check_data_root, load_target, train_samples
+    from abtune.tracking import open_tracking
 
-    runner.check_launcher(args.launcher)
+    profile = runner.check_launcher(args.launcher)
     nodes = parse_nodes(args.nodes)
     target = load_target(args.to, args.data_root, args.ranks_per_node)
     promoted = promoted_from_study(load_study(args.study, resolve_storage_url(args.storage)), args.top, args.rule)
@@ -164,11 +165,13 @@ def cmd_promote(args: argparse.Namespace) -> int:
                                       study=args.study)
     print_campaign(campaign, "dry run (nothing written): " if args.dry_run else "")
     if args.dry_run:
+        _print_campaign_scripts(campaign, profile, args.campaign_dir or DEFAULT_RUNS_DIR / "CAMPAIGN")
         return 0
     out = args.campaign_dir or DEFAULT_RUNS_DIR / f"{args.study}-{target.name}-{args.scaling}-{time.strftime('%Y%m%d-%H%M%S')}"
     runner.write_campaign(out, campaign, configs)
     try:
-        outcomes = runner.run_campaign(out, campaign, args.launcher, show_progress=sys.stdout.isatty())
+        outcomes = runner.run_campaign(out, campaign, args.launcher, show_progress=sys.stdout.isatty(),
+                                       tracking=open_tracking(args.tracking_uri, enabled=not args.no_tracking))
     except KeyboardInterrupt:
         print(f"abtune: interrupted; finished runs are in {out} (abtune report scaling {out})", file=sys.stderr)
         return INTERRUPTED_EXIT
@@ -178,6 +181,18 @@ def cmd_promote(args: argparse.Namespace) -> int:
     if failed:
         raise AbtuneError(f"{len(failed)} run(s) failed: {'; '.join(failed)}")
     return 0
+
+
+def _print_campaign_scripts(campaign: Any, profile: Profile, campaign_dir: Path) -> None:
+    """On SLURM, the sbatch script of every run, as the campaign would submit it."""
+    if not isinstance(profile, SlurmProfile):
+        return
+    from abtune.launch.slurm import sbatch_script
+
+    for run in campaign.runs:
+        sized = profile.model_copy(update={"nodes": run.nodes, "tasks_per_node": run.ranks_per_node})
+        print(f"# --- {run.name}: {run.nodes} node(s) x {run.ranks_per_node} ---")
+        print(sbatch_script(campaign_dir / run.run_dir, Layout(run.nodes, run.ranks_per_node), sized), end="")
 
 
 def cmd_report_scaling(args: argparse.Namespace) -> int:
@@ -339,11 +354,15 @@ def build_parser() -> argparse.ArgumentParser:
     promote.add_argument("--rule", choices=("best-accuracy", "least-traffic", "knee"), default="best-accuracy",
                          help="how to pick from a multi-objective study's Pareto front (default: %(default)s)")
     promote.add_argument("--storage", default=None, help="Optuna storage URL (default: $ABTUNE_STORAGE or sqlite:///optuna.db)")
-    promote.add_argument("--launcher", default="local", help="launcher profile (default: %(default)s)")
+    promote.add_argument("--launcher", default="local", metavar="NAME|PATH",
+                         help="launcher profile: local (default), debug, slurm, or a YAML file")
     promote.add_argument("--campaign-dir", type=Path, default=None, help="output folder (default: runs/STUDY-TARGET-SCALING-TIME)")
     promote.add_argument("--data-root", type=Path, default=None, help="the data folder (overrides the target's run.data.root)")
     promote.add_argument("--ranks-per-node", type=int, default=None, help="override the target's ranks per node (local tests)")
     promote.add_argument("--dry-run", action="store_true", help="print the campaign and change nothing")
+    promote.add_argument("--tracking-uri", default=None, metavar="URI",
+                         help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+    promote.add_argument("--no-tracking", action="store_true", help="record nothing in MLflow")
     promote.set_defaults(func=cmd_promote)
 
     report = commands.add_parser("report", help="reports over finished runs")

@@ -22,15 +22,16 @@ PNG_MAGIC = b"\x89PNG"
 
 
 @pytest.mark.slow
-def test_promoted_campaign_runs_and_reports_every_run(tmp_path: Path) -> None:
+def test_promoted_campaign_runs_and_reports_every_run(tmp_path: Path, mlflow_db: Path) -> None:
     storage = f"sqlite:///{tmp_path / 'studies.db'}"
     study = single_objective_study(storage)
     data = image_tree(tmp_path / "imagenet")
     target = tiny_target(tmp_path / "target.yaml", data, epochs=EPOCHS)
     out = tmp_path / "campaign"
     result = run_cli("promote", "tiny", "--storage", storage, "--top", "1", "--to", str(target), "--nodes", "1,2",
-                     "--scaling", "local", "--campaign-dir", str(out))
+                     "--scaling", "local", "--campaign-dir", str(out), "--tracking-uri", f"sqlite:///{mlflow_db}")
     assert "4 of 4 runs finished" in result.stdout
+    _check_mlflow_tags(f"sqlite:///{mlflow_db}", target)
 
     campaign = yaml.safe_load((out / "campaign.yaml").read_text())
     runs = {r["name"]: r for r in campaign["runs"]}
@@ -70,3 +71,21 @@ def test_promoted_campaign_runs_and_reports_every_run(tmp_path: Path) -> None:
     assert [line.split("|")[2].strip() for line in table1] == ["1", "2"]
     assert (out / "scaling.png").read_bytes()[:4] == PNG_MAGIC
     assert (out / "scaling.md").read_text().count("| n0") == 4
+
+
+def _check_mlflow_tags(tracking: str, target: Path) -> None:
+    """Every campaign run is an MLflow run; the promoted ones name the trial and run they came from."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking)
+    experiment = client.get_experiment_by_name(f"scaling-{yaml.safe_load(target.read_text())['name']}")
+    runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    assert set(runs) == {"n01-ddp", "n01-trial-2", "n02-ddp", "n02-trial-2"}
+    for name, run in runs.items():
+        assert run.info.status == "FINISHED" and run.data.metrics["best_top1"] > 0
+        if "trial" in name:
+            assert run.data.tags["abtune.promoted_from.study"] == "tiny"
+            assert run.data.tags["abtune.promoted_from.trial"] == "2"
+            assert run.data.tags["abtune.promoted_from.mlflow_run_id"] == BEST_RUN_ID
+        else:
+            assert "abtune.promoted_from.trial" not in run.data.tags

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from abtune.cli import main
+from abtune.launch.profiles import Layout
 from abtune.launch.submit import RunOutcome
-from abtune.promote.campaign import Layout, read_campaign, run_campaign, run_tags, write_campaign
+from abtune.promote.campaign import read_campaign, run_campaign, run_tags, write_campaign
 from abtune.promote.plan import plan_campaign
 from abtune.promote.select import Promoted, Source
 from abtune.promote.target import load_target
@@ -26,6 +27,9 @@ PNG_MAGIC = b"\x89PNG"
 @dataclass
 class FinishedJob:
     outcome: RunOutcome
+
+    def done(self) -> bool:
+        return True
 
     def result(self) -> RunOutcome:
         return self.outcome

@@ -4,8 +4,9 @@ CAMPAIGN/campaign.yaml describes every run; CAMPAIGN/runs/NAME is a run folder a
 makes it (config.yaml, then summary.json) plus outcome.json (ok, reason, exit code). A failed run
 is recorded and the others continue.
 
-Adapters for the parallel work (one function each): `submit` (launcher profiles), `log_campaign`
-(MLflow tracking); the study side is `abtune.promote.select.promoted_from_study`.
+Each run goes through the launcher profile named by --launcher (on SLURM, the profile's node and
+task counts are replaced by the run's) and, with tracking on, is an MLflow run tagged with the
+study trial it was promoted from.
 """
 
 from __future__ import annotations
@@ -18,22 +19,14 @@ from typing import Any, Protocol
 
 import yaml
 
-from abtune.config import RunConfig, read_yaml
+from abtune.config import RunConfig, load_run_config, read_yaml
 from abtune.errors import ConfigError
+from abtune.launch.profiles import Layout, Profile, SlurmProfile, load_profile
 from abtune.promote.plan import CAMPAIGN_FILE, Campaign, PlannedRun
+from abtune.tracking import LaunchInfo, Tracking
+from abtune.training.hooks import write_hook_specs
 
-LAUNCHERS = ("local",)
 OUTCOME_FILE = "outcome.json"
-
-
-@dataclass(frozen=True)
-class Layout:
-    nodes: int
-    ranks_per_node: int
-
-    @property
-    def nproc(self) -> int:
-        return self.nodes * self.ranks_per_node
 
 
 @dataclass(frozen=True)
@@ -44,20 +37,23 @@ class Outcome:
 
 
 class Job(Protocol):
+    def done(self) -> bool: ...
+
     def result(self) -> Any: ...
 
 
-def check_launcher(name: str) -> None:
-    if name not in LAUNCHERS:
-        raise ConfigError(f"--launcher {name!r}: not available here; choose one of {', '.join(LAUNCHERS)}")
+def check_launcher(name: str) -> Profile:
+    return load_profile(name)
 
 
 def submit(run_dir: Path, layout: Layout, launcher: str) -> Job:
-    """The launcher adapter: a prepared run folder becomes a job whose result() is a RunOutcome."""
-    from abtune.launch.submit import submit_local
+    """A prepared run folder becomes a job of the run's own layout; its result is a RunOutcome."""
+    from abtune.launch.submit import submit_run
 
-    check_launcher(launcher)
-    return submit_local(run_dir, layout.nproc, layout.ranks_per_node)
+    profile = load_profile(launcher)
+    if isinstance(profile, SlurmProfile):
+        profile = profile.model_copy(update={"nodes": layout.nodes, "tasks_per_node": layout.ranks_per_node})
+    return submit_run(run_dir, layout, profile)
 
 
 def run_tags(run: PlannedRun) -> dict[str, str]:
@@ -69,10 +65,6 @@ def run_tags(run: PlannedRun) -> dict[str, str]:
         if run.promoted_from.mlflow_run_id:
             tags["abtune.promoted_from.mlflow_run_id"] = run.promoted_from.mlflow_run_id
     return tags
-
-
-def log_campaign(campaign_dir: Path, campaign: Campaign, outcomes: dict[str, Outcome]) -> None:
-    """The tracking adapter: no tracker yet. TODO(tracking branch): log each run with run_tags(run)."""
 
 
 def write_campaign(campaign_dir: Path, campaign: Campaign, configs: dict[str, RunConfig]) -> None:
@@ -97,30 +89,35 @@ Submit = Callable[[Path, Layout, str], Job]
 
 
 def run_campaign(campaign_dir: Path, campaign: Campaign, launcher: str, show_progress: bool = True,
-                 submit_fn: Submit = submit) -> dict[str, Outcome]:
+                 submit_fn: Submit = submit, tracking: Tracking | None = None) -> dict[str, Outcome]:
     """Run every run in order; each outcome is also stored in its folder. A failed run does not stop the others."""
     from rich.progress import Progress
 
+    tracking = tracking or Tracking()
+    experiment = f"scaling-{campaign.target}"
     outcomes: dict[str, Outcome] = {}
     with Progress(disable=not show_progress) as progress:
         task = progress.add_task("campaign", total=len(campaign.runs))
         for run in campaign.runs:
             progress.update(task, description=f"{run.name} ({run.world_size} ranks)")
-            layout = Layout(run.nodes, run.ranks_per_node)
-            outcomes[run.name] = run_one(campaign_dir / run.run_dir, layout, launcher, submit_fn)
+            run_dir = campaign_dir / run.run_dir
+            run_id = tracking.start_run(
+                load_run_config(run_dir / "config.yaml"), experiment=experiment, run_name=run.name,
+                launch_info=LaunchInfo(load_profile(launcher).kind, run.world_size, run.ranks_per_node),
+                tags={**run_tags(run), "abtune.campaign": str(campaign_dir.resolve())})
+            if (spec := tracking.hook_spec(run_id)) is not None:
+                write_hook_specs(run_dir, [spec])
+            outcomes[run.name] = run_one(run_dir, Layout(run.nodes, run.ranks_per_node), launcher, submit_fn)
+            tracking.finish_run(run_id, run_dir, "FINISHED" if outcomes[run.name].ok else "FAILED")
             progress.advance(task)
-    log_campaign(campaign_dir, campaign, outcomes)
     return outcomes
 
 
 def run_one(run_dir: Path, layout: Layout, launcher: str, submit_fn: Submit = submit) -> Outcome:
-    from submitit.core.utils import FailedJobError, UncompletedJobError
+    from abtune.launch.submit import wait
 
-    try:
-        result = submit_fn(run_dir, layout, launcher).result()
-        outcome = Outcome(result.ok, result.reason, result.exit_code)
-    except (FailedJobError, UncompletedJobError) as error:
-        outcome = Outcome(False, str(error).strip().splitlines()[0], 1)
+    result = wait(submit_fn(run_dir, layout, launcher), run_dir)  # type: ignore[arg-type]
+    outcome = Outcome(result.ok, result.reason, result.exit_code)
     (run_dir / OUTCOME_FILE).write_text(json.dumps(asdict(outcome)))
     return outcome
 
