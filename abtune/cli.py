@@ -197,6 +197,8 @@ def _print_campaign_scripts(campaign: Any, profile: Profile, campaign_dir: Path)
 
 def cmd_report_scaling(args: argparse.Namespace) -> int:
     from abtune.promote import report
+    from abtune.promote.campaign import read_campaign
+    from abtune.tracking import open_tracking
 
     rows = report.collect_rows(args.campaigns)
     if not rows:
@@ -207,6 +209,12 @@ def cmd_report_scaling(args: argparse.Namespace) -> int:
     print(paths[0].read_text(), end="")
     for path in paths:
         print(f"wrote {path}")
+    tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
+    targets = sorted({read_campaign(c).target for c in args.campaigns})
+    run_id = tracking.log_report(f"scaling-{targets[0]}" if len(targets) == 1 else "scaling-reports", "scaling-report",
+                                 paths, {"abtune.campaigns": ", ".join(str(c.resolve()) for c in args.campaigns)})
+    if run_id is not None:
+        print(f"MLflow: report run {run_id} at {tracking.describe()}")
     return 0
 
 
@@ -370,6 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
     scaling = report_commands.add_parser("scaling", help="Table 1, accuracy, compression and figures of a campaign")
     scaling.add_argument("campaigns", type=Path, nargs="+", help="campaign folder(s) written by abtune promote")
     scaling.add_argument("--out", type=Path, default=None, help="where to write scaling.md/.csv/.png (default: the first campaign)")
+    scaling.add_argument("--tracking-uri", default=None, metavar="URI",
+                         help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+    scaling.add_argument("--no-tracking", action="store_true", help="write the files only")
     scaling.set_defaults(func=cmd_report_scaling)
 
     ui = commands.add_parser("ui", help="start the MLflow UI and optuna-dashboard on this machine")

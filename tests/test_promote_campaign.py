@@ -52,8 +52,9 @@ def test_promoted_campaign_runs_and_reports_every_run(tmp_path: Path, mlflow_db:
         assert run["promoted_from"] == {"study": "tiny", "trial": 2, "values": [0.90], "mlflow_run_id": BEST_RUN_ID}
         assert summary["schedule"] == run["schedule"]  # the planned steps are the steps that ran
 
-    report = run_cli("report", "scaling", str(out))
+    report = run_cli("report", "scaling", str(out), "--tracking-uri", f"sqlite:///{mlflow_db}")
     assert "as in the paper's Table 1" in report.stdout
+    _check_report_artifacts(f"sqlite:///{mlflow_db}")
     rows = {r["run"]: r for r in csv.DictReader((out / "scaling.csv").open())}
     assert set(rows) == set(runs) and all(r["status"] == "ok" for r in rows.values())
     for name, row in rows.items():
@@ -89,3 +90,15 @@ def _check_mlflow_tags(tracking: str, target: Path) -> None:
             assert run.data.tags["abtune.promoted_from.mlflow_run_id"] == BEST_RUN_ID
         else:
             assert "abtune.promoted_from.trial" not in run.data.tags
+
+
+def _check_report_artifacts(tracking: str) -> None:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking)
+    reports = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                 filter_string="tags.`abtune.role` = 'report'")
+    assert len(reports) == 1
+    files = {a.path: a.file_size for a in client.list_artifacts(reports[0].info.run_id, "report")}
+    assert {"report/scaling.md", "report/scaling.csv", "report/scaling.png"} <= set(files), files
+    assert all(size > 0 for size in files.values())

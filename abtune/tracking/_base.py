@@ -67,5 +67,9 @@ class Tracking:
         """The parent run of a study (one experiment per study), created once, found again on resume."""
         return None
 
+    def log_report(self, experiment: str, run_name: str, files: list[Path], tags: dict[str, str]) -> str | None:
+        """A run holding only report files (tables, CSV, plots) as artifacts."""
+        return None
+
     def update_study_artifacts(self, parent_run_id: str | None, study: Any) -> None:
         """Pareto front, importances, optimization history of an Optuna study, as PNGs on the parent run."""

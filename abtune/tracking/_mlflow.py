@@ -170,6 +170,18 @@ class MlflowTracking(Tracking):
         tags = {"abtune.role": "study", "optuna.study": study_name, "optuna.storage": redact(storage)}
         return str(self.client.create_run(experiment_id, run_name=f"{study_name}-study", tags=tags).info.run_id)
 
+    def log_report(self, experiment: str, run_name: str, files: list[Path], tags: dict[str, str]) -> str | None:
+        try:
+            run_id = str(self.client.create_run(self._experiment_id(experiment), run_name=run_name,
+                                                tags={"abtune.role": "report", **tags}).info.run_id)
+            for path in files:
+                self.client.log_artifact(run_id, str(path), "report")
+            self.client.set_terminated(run_id, "FINISHED")
+            return run_id
+        except Exception as error:  # the files are on disk; the record is a convenience
+            _warn(f"could not log the report to MLflow at {self.describe()}: {_first_line(error)}")
+            return None
+
     def update_study_artifacts(self, parent_run_id: str | None, study: Any) -> None:
         """Pareto front, importances and optimization history of `study` as PNGs on the parent run."""
         if parent_run_id is None:
