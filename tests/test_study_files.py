@@ -163,3 +163,52 @@ def test_abtune_storage_variable_and_no_password_in_the_stored_definition(
     assert study_attrs(url)[SPEC_ATTR]["storage"] == "postgresql://me:***@db.example/abtune"
     code, out, _ = _abtune(capsys, "study", "status", "tiny")
     assert code == 0 and "budget 0/4 finished" in out and "hunter2" not in out
+
+
+def _slurm_profile(tmp_path: Path, **fields: object) -> Path:
+    import yaml
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump({"kind": "slurm", "partition": "gpu", "nodes": 2, "tasks_per_node": 1, **fields}))
+    return path
+
+
+def test_study_launch_dry_run_needs_no_slurm_and_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    url = f"journal:{tmp_path}/j.log"
+    _abtune(capsys, "study", "create", str(write_study(tmp_path / "s.yaml")), "--storage", url)
+    before = [(t.number, t.state) for t in trials_of(url)]
+    profile = _slurm_profile(tmp_path, gpus_per_node=4, sbatch={"exclusive": True, "constraint": "a100"})
+    code, out, err = _abtune(capsys, "study", "launch", "tiny", "--workers", "3", "--launcher", str(profile),
+                             "--storage", url, "--dry-run")
+    assert (code, err) == (0, "")
+    workers, trial = out.split("# each trial: one job of 2 node(s) x 1 rank(s)")
+    assert "#SBATCH --array=0-2%3" in workers and "#SBATCH --job-name=abtune-study-tiny" in workers
+    assert "--gpus-per-node" not in workers and "--exclusive" not in workers  # a worker needs no GPU node
+    assert "#SBATCH --constraint=a100" in workers
+    assert "#SBATCH --gpus-per-node=4" in trial and "#SBATCH --exclusive" in trial and "#SBATCH --nodes=2" in trial
+    assert str(tmp_path / "j.log") not in out  # the storage reaches the jobs through the environment
+    assert [(t.number, t.state) for t in trials_of(url)] == before and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (("launch", "--launcher", "local"), "abtune: error: --launcher local: `study launch` submits SLURM jobs; use a "
+                                        "slurm profile, or run the study here with `abtune study run tiny`\n"),
+    (("run", "--launcher", "debug"), "abtune: error: --launcher debug: studies run on local or slurm profiles "
+                                     "(step through one run with `abtune train --launcher debug`)\n"),
+    (("launch", "--launcher", "ONE_NODE", "--dry-run"), "abtune: error: launcher profile: nodes is 1, but this study "
+                                                        "measures inter-node traffic; use a profile with nodes >= 2\n"),
+    (("launch", "--launcher", "ONE_NODE", "--workers", "0"), "abtune: error: --workers and --trials must be at least 1\n"),
+])
+def test_study_launcher_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], expected: str
+) -> None:
+    url = f"journal:{tmp_path}/j.log"
+    study = write_study(tmp_path / "s.yaml", objectives=["top1", "inter_node_bytes"])
+    _abtune(capsys, "study", "create", str(study), "--storage", url)
+    args = tuple(str(_slurm_profile(tmp_path, nodes=1)) if a == "ONE_NODE" else a for a in args)
+    code, out, err = _abtune(capsys, "study", args[0], "tiny", *args[1:], "--storage", url)
+    assert (code, out, err) == (2, "", expected)
+    assert all(t.state.name == "WAITING" for t in trials_of(url))
