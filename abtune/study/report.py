@@ -20,7 +20,8 @@ from abtune.study.definition import DDP, PAPER_DEFAULTS, stored_spec, stored_stu
 from abtune.study.spec import StudySpec
 
 MEGA = 1e6
-EXPORTED_ATTRS = ("reference", "retry_of", "attempt", *results.RESULT_KEYS, "traffic_excess_mb", "fail_reason", "run_dir")
+EXPORTED_ATTRS = ("reference", "retry_of", "attempt", *results.RESULT_KEYS, "traffic_excess_mb", "fail_reason", "run_dir",
+                  "slurm_job_id")
 
 
 def _console() -> Console:
@@ -42,7 +43,9 @@ def print_status(storage: BaseStorage, name: str, url: str) -> None:
     for trial in trials:
         if trial.state == TrialState.RUNNING:
             owner = workers.describe(trial.system_attrs.get(workers.WORKER_ATTR))
-            console.print(f"running: trial {trial.number} on {owner} since {trial.datetime_start:%H:%M:%S}")
+            job = trial.user_attrs.get("slurm_job_id")
+            where = f" in SLURM job {job}" if job else ""
+            console.print(f"running: trial {trial.number}{where} on {owner} since {trial.datetime_start:%H:%M:%S}")
     best = results.best_trial(trials)
     if best is not None:
         console.print(f"best so far: trial {best.number}, top-1 {best.user_attrs['top1']:.4f}")

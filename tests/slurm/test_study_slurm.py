@@ -102,6 +102,8 @@ def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, pr
     assert runner.returncode == 130 and f"SLURM job(s) {job_id} keep running" in err, err
     assert [(t.number, t.state) for t in trials_of(url)] == [(trial.number, TrialState.RUNNING)]
     assert sacct_states(job_id) == ["RUNNING"]  # stopping the runner did not stop the job
+    status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
+    assert f"running: trial {trial.number} in SLURM job {job_id} on " in status
 
     out = run_cli("study", "run", "tiny", "--launcher", str(profile), "--storage", url, cwd=tmp_path).stdout
     assert f"trial {trial.number}: re-attached to SLURM job {job_id}" in out
