@@ -15,6 +15,7 @@ import pytest
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.launch.slurm import attach
 from abtune.study import workers
 from abtune.study.runner import SLURM_JOB_ATTR
 from abtune.training.hooks import read_metrics
@@ -146,3 +147,25 @@ def test_sbatch_refusal_is_one_line_and_loses_no_trial(tmp_path: Path, profile: 
     assert asked.state == TrialState.FAIL and asked.user_attrs["retried"] and SLURM_JOB_ATTR not in asked.user_attrs
     assert retry.state == TrialState.WAITING and retry.user_attrs["retry_of"] == asked.number
     assert retry.system_attrs["fixed_params"] == asked.params
+
+
+def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, profile: Path) -> None:
+    """A worker signalled as SLURM preempts (or times out) a job requeues itself; the new run of the
+    same array task finds its trial by its SLURM job id and follows the same trial job to the end."""
+    url = created_study(tmp_path, steps=300, trials=1, references=NO_REFERENCES)
+    out = run_cli("study", "launch", "tiny", "--workers", "1", "--launcher", str(profile), "--storage", url,
+                  cwd=tmp_path).stdout
+    worker_id = re.search(r"SLURM job\(s\) (\d+)\n", out)[1]  # type: ignore[index]  # one body: no array
+    trial = wait_for(lambda: training_trial(url), JOB_TIMEOUT_S, "a trial's job to train")
+    job_id, first_pid = trial.user_attrs[SLURM_JOB_ATTR], trial.system_attrs[workers.WORKER_ATTR]["pid"]
+    folder = tmp_path / "runs" / "studies" / "tiny" / "workers"
+    attach(worker_id, folder)._interrupt()  # SIGTERM, then USR2: submitit requeues the worker
+    wait_until(lambda: sacct_states(worker_id)[-1:] == ["COMPLETED"], 2 * JOB_TIMEOUT_S, "the worker")
+
+    assert sacct_states(worker_id) == ["REQUEUED", "COMPLETED"]
+    trials = trials_of(url)
+    assert [(t.number, t.state) for t in trials] == [(trial.number, TrialState.COMPLETE)]
+    assert trials[0].user_attrs[SLURM_JOB_ATTR] == job_id and sacct_states(job_id) == ["COMPLETED"]
+    owner = trials[0].system_attrs[workers.WORKER_ATTR]
+    assert owner["slurm_job"] == worker_id and owner["pid"] != first_pid  # followed by the requeued worker
+    assert f"re-attached to SLURM job {job_id}" in (folder / f"{worker_id}_0_log.out").read_text()
