@@ -268,7 +268,7 @@ class StudyRunner:
 
     # --- finishing a trial --------------------------------------------------------------------
     def _finish(self, active: Active, outcome: RunOutcome) -> None:
-        if self.stopping and not outcome.ok:
+        if self.stopping and not outcome.ok and not _is_slurm(active.job):  # our Ctrl-C stopped it
             self._fail(active, INTERRUPTED, kind=retries.INTERRUPTED)
             return
         if not outcome.ok:
