@@ -188,6 +188,7 @@ def test_study_launch_dry_run_needs_no_slurm_and_changes_nothing(
     assert "#SBATCH --array=0-2%3" in workers and "#SBATCH --job-name=abtune-study-tiny" in workers
     assert "--gpus-per-node" not in workers and "--exclusive" not in workers  # a worker needs no GPU node
     assert "#SBATCH --constraint=a100" in workers
+    assert "#SBATCH --job-name=abtune-tiny-N" in trial
     assert "#SBATCH --gpus-per-node=4" in trial and "#SBATCH --exclusive" in trial and "#SBATCH --nodes=2" in trial
     assert str(tmp_path / "j.log") not in out  # the storage reaches the jobs through the environment
     assert [(t.number, t.state) for t in trials_of(url)] == before and not (tmp_path / "runs").exists()

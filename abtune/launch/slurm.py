@@ -114,11 +114,11 @@ def job_folder(run_dir: Path) -> Path:
     return run_dir.absolute() / JOBS_DIR
 
 
-def sbatch_script(run_dir: Path, layout: Layout, profile: SlurmProfile) -> str:
+def sbatch_script(run_dir: Path, layout: Layout, profile: SlurmProfile, job_name: str | None = None) -> str:
     """The script `submit` would hand to sbatch, written by submitit's own function; nothing is created."""
     folder = job_folder(run_dir)
     command = f"{python_command(profile)} -u -m submitit.core._submit {shlex.quote(str(folder))}"
-    return _make_sbatch_string(command=command, folder=folder, **sbatch_parameters(profile, layout, _name(run_dir)))
+    return _make_sbatch_string(command=command, folder=folder, **sbatch_parameters(profile, layout, job_name or _name(run_dir)))
 
 
 def _name(run_dir: Path) -> str:
@@ -164,8 +164,9 @@ def make_executor(folder: Path, layout: Layout, profile: SlurmProfile, job_name:
     return executor
 
 
-def submit(run_dir: Path, layout: Layout, profile: SlurmProfile, resume: bool = False) -> submitit.Job[RunOutcome]:
-    executor = make_executor(job_folder(run_dir), layout, profile, _name(run_dir))
+def submit(run_dir: Path, layout: Layout, profile: SlurmProfile, resume: bool = False,
+           job_name: str | None = None) -> submitit.Job[RunOutcome]:
+    executor = make_executor(job_folder(run_dir), layout, profile, job_name or _name(run_dir))
     with _sbatch_errors_in_one_line():
         return executor.submit(RankJob(str(run_dir.absolute()), resume))
 

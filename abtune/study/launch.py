@@ -78,6 +78,14 @@ class StudyWorker(Checkpointable):
                 "running": sum(1 for t in trials if t.state == TrialState.RUNNING)}
 
 
+def work_left(trials: list[Any], budget: int) -> bool:
+    """Something for a worker to do: a waiting trial, budget left, or a running trial to re-attach."""
+    from abtune.study import results
+
+    return (any(t.state in (TrialState.WAITING, TrialState.RUNNING) for t in trials)
+            or results.budget_used(trials) < budget)
+
+
 def check_study_fits(spec: Any, profile: SlurmProfile, name: str) -> Layout:
     from abtune.study.runner import trial_layout
 
@@ -89,13 +97,14 @@ def check_study_fits(spec: Any, profile: SlurmProfile, name: str) -> Layout:
 def dry_run(study_dir: Path, name: str, profile: SlurmProfile, workers: int, layout: Layout) -> str:
     """The worker array's sbatch script and the script of one trial job, as they would be submitted."""
     from abtune.launch.slurm import array_script, sbatch_script
+    from abtune.study.runner import trial_job_name
 
     folder = study_dir / WORKERS_DIR
     trial_dir = study_dir / "trials" / "N"
     return (f"# {workers} worker(s): one job array, 1 task each\n"
             + array_script(folder, WORKER_LAYOUT, worker_profile(profile), workers, job_name(name))
             + f"\n# each trial: one job of {layout.nodes} node(s) x {layout.ranks_per_node} rank(s) (trial N)\n"
-            + sbatch_script(trial_dir, layout, profile))
+            + sbatch_script(trial_dir, layout, profile, trial_job_name(name, "N")))
 
 
 def launch(study_dir: Path, name: str, url: str, profile: SlurmProfile, workers: int,

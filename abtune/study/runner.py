@@ -100,12 +100,17 @@ def trial_layout(spec: StudySpec, profile: Profile) -> Layout:
     return Layout(spec.layout.nproc // spec.layout.per_node, spec.layout.per_node)
 
 
+def trial_job_name(study: str, number: int | str) -> str:
+    return f"abtune-{study}-{number}"
+
+
 def submit_trial(run_dir: Path, spec: StudySpec, resume: bool, profile: Profile = LOCAL,
-                 layout: Layout | None = None) -> Any:
+                 layout: Layout | None = None, job_name: str | None = None) -> Any:
     """The one place a trial is handed to a launcher: local processes, or one SLURM job."""
     if isinstance(profile, SlurmProfile):
         with nested_submission():
-            return submit_run(run_dir, layout or trial_layout(spec, profile), profile, resume=resume)
+            return submit_run(run_dir, layout or trial_layout(spec, profile), profile, resume=resume,
+                              job_name=job_name)
     return submit_local(run_dir, spec.layout.nproc, spec.layout.per_node, resume=resume,
                         timeout_min=spec.trial_timeout_min)
 
@@ -217,7 +222,8 @@ class StudyRunner:
         try:
             config = self._trial_config(trial)
             active.run_dir, resume = self._prepare(trial, config)
-            active.job = submit_trial(active.run_dir, self.spec, resume, self.profile, self.layout)
+            active.job = submit_trial(active.run_dir, self.spec, resume, self.profile, self.layout,
+                                      trial_job_name(self.study.study_name, trial.number))
         except ConfigError as error:
             self.active.remove(active)
             self._fail(active, str(error), kind=None)
