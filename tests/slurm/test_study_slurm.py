@@ -55,6 +55,15 @@ def training_trial(url: str) -> FrozenTrial | None:
     return None
 
 
+def trial_in_running_job(url: str) -> FrozenTrial | None:
+    """A RUNNING trial whose SLURM job has started (its ranks are still starting up or training)."""
+    for trial in running(url):
+        job_id = trial.user_attrs.get(SLURM_JOB_ATTR)
+        if job_id and sacct_states(job_id)[-1:] == ["RUNNING"]:
+            return trial
+    return None
+
+
 def summary(trial: FrozenTrial) -> dict:
     return json.loads((Path(trial.user_attrs["run_dir"]) / "summary.json").read_text())
 
@@ -105,7 +114,6 @@ def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, pr
     _, err = runner.communicate(timeout=JOB_TIMEOUT_S)
     assert runner.returncode == 130 and f"SLURM job(s) {job_id} keep running" in err, err
     assert [(t.number, t.state) for t in trials_of(url)] == [(trial.number, TrialState.RUNNING)]
-    assert sacct_states(job_id) == ["RUNNING"]  # stopping the runner did not stop the job
     status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert f"running: trial {trial.number} in SLURM job {job_id} on " in status
 
@@ -114,13 +122,14 @@ def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, pr
     trials = trials_of(url)
     assert [(t.number, t.state) for t in trials] == [(trial.number, TrialState.COMPLETE)]  # no duplicate
     assert trials[0].user_attrs[SLURM_JOB_ATTR] == job_id and summary(trials[0])["steps_done"] == 300
-    assert sacct_states(job_id) == ["COMPLETED"]  # the same job, never resubmitted
+    assert sacct_states(job_id) == ["COMPLETED"]  # the same job: not cancelled by the stop, never resubmitted
 
 
 def test_cancelled_trial_job_fails_its_trial_and_the_study_goes_on(tmp_path: Path, profile: Path) -> None:
     url = created_study(tmp_path, steps=200, trials=2, references=NO_REFERENCES)
     runner = start_run(tmp_path, "tiny", "--launcher", str(profile), "--storage", url)
-    trial = wait_for(lambda: training_trial(url), JOB_TIMEOUT_S, "a trial's job to train")
+    # not later: on an idle machine the 200 steps take a few seconds once the ranks are up
+    trial = wait_for(lambda: trial_in_running_job(url), JOB_TIMEOUT_S, "a trial's job to start")
     job_id = trial.user_attrs[SLURM_JOB_ATTR]
     subprocess.run(["scancel", job_id], check=True, timeout=30)
     out, err = runner.communicate(timeout=2 * JOB_TIMEOUT_S)
