@@ -213,3 +213,22 @@ def test_study_launcher_errors_are_one_line(
     code, out, err = _abtune(capsys, "study", args[0], "tiny", *args[1:], "--storage", url)
     assert (code, out, err) == (2, "", expected)
     assert all(t.state.name == "WAITING" for t in trials_of(url))
+
+
+def test_study_commands_without_slurm_are_one_line_and_lose_nothing(tmp_path: Path) -> None:
+    from tests.test_launchers import without_slurm
+
+    url = f"journal:{tmp_path}/j.log"
+    run_cli("study", "create", str(write_study(tmp_path / "s.yaml", trials=3)), "--storage", url, cwd=tmp_path)
+    profile = str(_slurm_profile(tmp_path))
+    no_slurm = ('abtune: error: no SLURM here (Could not detect "srun", are you indeed on a slurm cluster?); '
+                "use --launcher local\n")
+    launch = run_cli("study", "launch", "tiny", "--launcher", profile, "--storage", url, cwd=tmp_path, check=False,
+                     env=without_slurm())
+    assert (launch.returncode, launch.stderr) == (2, no_slurm)
+    run = run_cli("study", "run", "tiny", "--launcher", profile, "--storage", url, cwd=tmp_path, check=False,
+                  env=without_slurm())
+    assert (run.returncode, run.stderr) == (2, no_slurm)
+    trials = trials_of(url)  # the paper-defaults trial it asked for is waiting again, as a retry
+    assert [t.state.name for t in trials] == ["FAIL", "WAITING", "WAITING"]
+    assert trials[2].user_attrs["retry_of"] == 0 and trials[2].user_attrs["reference"] == PAPER_DEFAULTS
