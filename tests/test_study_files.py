@@ -232,3 +232,22 @@ def test_study_commands_without_slurm_are_one_line_and_lose_nothing(tmp_path: Pa
     trials = trials_of(url)  # the paper-defaults trial it asked for is waiting again, as a retry
     assert [t.state.name for t in trials] == ["FAIL", "WAITING", "WAITING"]
     assert trials[2].user_attrs["retry_of"] == 0 and trials[2].user_attrs["reference"] == PAPER_DEFAULTS
+
+
+def test_a_trial_asked_beyond_the_budget_is_not_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two workers pass the budget check at once; the one whose ask comes second steps back."""
+    from abtune.study import results
+    from abtune.study.runner import StudyRunner
+    from abtune.study.storage import open_storage
+
+    monkeypatch.setenv("ABTUNE_STUDY_STORAGE", "")  # restored after the runner sets it
+    url = f"journal:{tmp_path}/j.log"
+    study = write_study(tmp_path / "s.yaml", trials=1, references={"paper_defaults": False, "ddp": False})
+    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    runner = StudyRunner(open_storage(url), "tiny", url, 1, None)
+    runner.study.ask()  # another worker's ask: the last trial of the budget
+    runner._start()  # this worker had seen budget left just before
+    trials = trials_of(url)
+    assert [(t.number, t.state.name) for t in trials] == [(0, "RUNNING"), (1, "FAIL")]
+    assert trials[1].user_attrs["over_budget"] and not runner.active
+    assert results.budget_used(trials) == 1 and not runner._may_start()

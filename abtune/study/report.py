@@ -37,9 +37,12 @@ def print_status(storage: BaseStorage, name: str, url: str) -> None:
     console.print(f"storage {url}; trial folders {stored_study_dir(storage, study_id)}")
     console.print(f"budget {results.finished_count(trials)}/{spec.trials} finished; "
                   + ", ".join(f"{s.lower()} {n}" for s, n in sorted(states.items())))
-    replaced = sum(1 for t in trials if results.replaced(t))
+    over = sum(1 for t in trials if results.replaced(t) and t.user_attrs.get(results.OVER_BUDGET))
+    replaced = sum(1 for t in trials if results.replaced(t)) - over
     if replaced:
         console.print(f"{replaced} failed trial(s) were re-enqueued and do not count against the budget")
+    if over:
+        console.print(f"{over} trial(s) asked for as others took the last of the budget were not run and do not count")
     for trial in trials:
         if trial.state == TrialState.RUNNING:
             owner = workers.describe(trial.system_attrs.get(workers.WORKER_ATTR))

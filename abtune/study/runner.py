@@ -214,6 +214,8 @@ class StudyRunner:
     # --- starting a trial ---------------------------------------------------------------------
     def _start(self) -> None:
         trial = self.study.ask()
+        if self._over_budget(trial):
+            return
         active = Active(trial)
         self.active.append(active)
         self.started += 1
@@ -237,6 +239,22 @@ class StudyRunner:
             trial.set_user_attr(SLURM_JOB_ATTR, active.job.job_id)
         trial.set_user_attr("prepare_seconds", time.time() - active.started)  # ask -> submitted
         self.display.started(trial.number, trial.user_attrs.get(REFERENCE))
+
+    def _over_budget(self, trial: optuna.Trial) -> bool:
+        """Another worker took the last trial of the budget between our check and our ask: do not run
+        this one (FAIL, not counted). Trial numbers are handed out in order, so of two workers asking
+        at once only the later one steps back. Waiting trials (references, retries) always run."""
+        frozen = self.storage.get_trial(trial._trial_id)
+        if "fixed_params" in frozen.system_attrs or frozen.user_attrs.get(REFERENCE):
+            return False
+        earlier = [t for t in self.all_trials() if t.number < trial.number]
+        if results.budget_used(earlier) < self.spec.trials:
+            return False
+        trial.set_user_attr(results.OVER_BUDGET, True)
+        trial.set_user_attr("fail_reason", "not run: other workers took the last trials of the budget")
+        self.study.tell(trial, state=TrialState.FAIL)
+        self.display.note(f"trial {trial.number} not run: other workers took the last trials of the budget")
+        return True
 
     def _trial_config(self, trial: optuna.Trial) -> RunConfig:
         if trial.user_attrs.get(REFERENCE) == DDP:
