@@ -101,7 +101,7 @@ def test_study_launch_runs_the_budget_on_a_job_array(tmp_path: Path, profile: Pa
     # TODO(tracking): once MLflow tracking is merged, check one child run per trial here.
     again = run_cli(*launch, cwd=tmp_path).stdout
     assert again.startswith("study tiny has spent its budget of 3 trials; nothing to launch")
-    assert len(trials_of(url)) == len(trials)
+    assert len(trials_of(url)) == len(everything)
 
     # the storage URL reached the jobs through their environment only: in no script, no pickle
     files = [p for p in (tmp_path / "runs").rglob("*") if p.suffix in (".sh", ".pkl")]
