@@ -163,3 +163,91 @@ def test_abtune_storage_variable_and_no_password_in_the_stored_definition(
     assert study_attrs(url)[SPEC_ATTR]["storage"] == "postgresql://me:***@db.example/abtune"
     code, out, _ = _abtune(capsys, "study", "status", "tiny")
     assert code == 0 and "budget 0/4 finished" in out and "hunter2" not in out
+
+
+def _slurm_profile(tmp_path: Path, **fields: object) -> Path:
+    import yaml
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump({"kind": "slurm", "partition": "gpu", "nodes": 2, "tasks_per_node": 1, **fields}))
+    return path
+
+
+def test_study_launch_dry_run_needs_no_slurm_and_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    url = f"journal:{tmp_path}/j.log"
+    _abtune(capsys, "study", "create", str(write_study(tmp_path / "s.yaml")), "--storage", url)
+    before = [(t.number, t.state) for t in trials_of(url)]
+    profile = _slurm_profile(tmp_path, gpus_per_node=4, sbatch={"exclusive": True, "constraint": "a100"})
+    code, out, err = _abtune(capsys, "study", "launch", "tiny", "--workers", "3", "--launcher", str(profile),
+                             "--storage", url, "--dry-run")
+    assert (code, err) == (0, "")
+    workers, trial = out.split("# each trial: one job of 2 node(s) x 1 rank(s)")
+    assert "#SBATCH --array=0-2%3" in workers and "#SBATCH --job-name=abtune-study-tiny" in workers
+    assert "--gpus-per-node" not in workers and "--exclusive" not in workers  # a worker needs no GPU node
+    assert "#SBATCH --constraint=a100" in workers
+    assert "#SBATCH --job-name=abtune-tiny-N" in trial
+    assert "#SBATCH --gpus-per-node=4" in trial and "#SBATCH --exclusive" in trial and "#SBATCH --nodes=2" in trial
+    assert str(tmp_path / "j.log") not in out  # the storage reaches the jobs through the environment
+    assert [(t.number, t.state) for t in trials_of(url)] == before and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (("launch", "--launcher", "local"), "abtune: error: --launcher local: `study launch` submits SLURM jobs; use a "
+                                        "slurm profile, or run the study here with `abtune study run tiny`\n"),
+    (("run", "--launcher", "debug"), "abtune: error: --launcher debug: studies run on local or slurm profiles "
+                                     "(step through one run with `abtune train --launcher debug`)\n"),
+    (("launch", "--launcher", "ONE_NODE", "--dry-run"), "abtune: error: launcher profile: nodes is 1, but this study "
+                                                        "measures inter-node traffic; use a profile with nodes >= 2\n"),
+    (("launch", "--launcher", "ONE_NODE", "--workers", "0"), "abtune: error: --workers and --trials must be at least 1\n"),
+])
+def test_study_launcher_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], expected: str
+) -> None:
+    url = f"journal:{tmp_path}/j.log"
+    study = write_study(tmp_path / "s.yaml", objectives=["top1", "inter_node_bytes"])
+    _abtune(capsys, "study", "create", str(study), "--storage", url)
+    args = tuple(str(_slurm_profile(tmp_path, nodes=1)) if a == "ONE_NODE" else a for a in args)
+    code, out, err = _abtune(capsys, "study", args[0], "tiny", *args[1:], "--storage", url)
+    assert (code, out, err) == (2, "", expected)
+    assert all(t.state.name == "WAITING" for t in trials_of(url))
+
+
+def test_study_commands_without_slurm_are_one_line_and_lose_nothing(tmp_path: Path) -> None:
+    from tests.test_launchers import without_slurm
+
+    url = f"journal:{tmp_path}/j.log"
+    run_cli("study", "create", str(write_study(tmp_path / "s.yaml", trials=3)), "--storage", url, cwd=tmp_path)
+    profile = str(_slurm_profile(tmp_path))
+    no_slurm = ('abtune: error: no SLURM here (Could not detect "srun", are you indeed on a slurm cluster?); '
+                "use --launcher local\n")
+    launch = run_cli("study", "launch", "tiny", "--launcher", profile, "--storage", url, cwd=tmp_path, check=False,
+                     env=without_slurm())
+    assert (launch.returncode, launch.stderr) == (2, no_slurm)
+    run = run_cli("study", "run", "tiny", "--launcher", profile, "--storage", url, cwd=tmp_path, check=False,
+                  env=without_slurm())
+    assert (run.returncode, run.stderr) == (2, no_slurm)
+    trials = trials_of(url)  # the paper-defaults trial it asked for is waiting again, as a retry
+    assert [t.state.name for t in trials] == ["FAIL", "WAITING", "WAITING"]
+    assert trials[2].user_attrs["retry_of"] == 0 and trials[2].user_attrs["reference"] == PAPER_DEFAULTS
+
+
+def test_a_trial_asked_beyond_the_budget_is_not_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two workers pass the budget check at once; the one whose ask comes second steps back."""
+    from abtune.study import results
+    from abtune.study.runner import StudyRunner
+    from abtune.study.storage import open_storage
+
+    monkeypatch.setenv("ABTUNE_STUDY_STORAGE", "")  # restored after the runner sets it
+    url = f"journal:{tmp_path}/j.log"
+    study = write_study(tmp_path / "s.yaml", trials=1, references={"paper_defaults": False, "ddp": False})
+    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    runner = StudyRunner(open_storage(url), "tiny", url, 1, None)
+    runner.study.ask()  # another worker's ask: the last trial of the budget
+    runner._start()  # this worker had seen budget left just before
+    trials = trials_of(url)
+    assert [(t.number, t.state.name) for t in trials] == [(0, "RUNNING"), (1, "FAIL")]
+    assert trials[1].user_attrs["over_budget"] and not runner.active
+    assert results.budget_used(trials) == 1 and not runner._may_start()

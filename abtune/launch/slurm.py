@@ -114,18 +114,45 @@ def job_folder(run_dir: Path) -> Path:
     return run_dir.absolute() / JOBS_DIR
 
 
-def sbatch_script(run_dir: Path, layout: Layout, profile: SlurmProfile) -> str:
+def sbatch_script(run_dir: Path, layout: Layout, profile: SlurmProfile, job_name: str | None = None) -> str:
     """The script `submit` would hand to sbatch, written by submitit's own function; nothing is created."""
     folder = job_folder(run_dir)
     command = f"{python_command(profile)} -u -m submitit.core._submit {shlex.quote(str(folder))}"
-    return _make_sbatch_string(command=command, folder=folder, **sbatch_parameters(profile, layout, _name(run_dir)))
+    return _make_sbatch_string(command=command, folder=folder, **sbatch_parameters(profile, layout, job_name or _name(run_dir)))
 
 
 def _name(run_dir: Path) -> str:
     return f"abtune-{run_dir.absolute().name}"
 
 
+def array_script(folder: Path, layout: Layout, profile: SlurmProfile, count: int, job_name: str) -> str:
+    """The script `submit_array` would hand to sbatch for `count` bodies; nothing is created."""
+    command = f"{python_command(profile)} -u -m submitit.core._submit {shlex.quote(str(folder.absolute()))}"
+    return _make_sbatch_string(command=command, folder=folder.absolute(), map_count=count,
+                               **sbatch_parameters(profile, layout, job_name))
+
+
 # --- submitting -------------------------------------------------------------------------------
+_ALLOCATION_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")
+
+
+@contextlib.contextmanager
+def nested_submission() -> Iterator[None]:
+    """Submit from inside a job (a study worker) as from a login node.
+
+    sbatch copies the environment into the new job, and variables of the worker's own allocation
+    (SLURM_ARRAY_TASK_ID, SLURM_CPUS_PER_TASK, SLURM_MEM_PER_NODE...) would leak into the trial's job:
+    submitit would take the trial for an array task and look for its result under the wrong name.
+    They are hidden while sbatch runs (SLURM_CONF stays); nothing changes on a login node.
+    """
+    hidden = {k: v for k, v in os.environ.items() if k.startswith(_ALLOCATION_PREFIXES) and k != "SLURM_CONF"}
+    for key in hidden:
+        del os.environ[key]
+    try:
+        yield
+    finally:
+        os.environ.update(hidden)
+
 def make_executor(folder: Path, layout: Layout, profile: SlurmProfile, job_name: str) -> submitit.SlurmExecutor:
     """A submitit executor for this profile and layout; study workers may submit other bodies with it."""
     try:
@@ -137,8 +164,9 @@ def make_executor(folder: Path, layout: Layout, profile: SlurmProfile, job_name:
     return executor
 
 
-def submit(run_dir: Path, layout: Layout, profile: SlurmProfile, resume: bool = False) -> submitit.Job[RunOutcome]:
-    executor = make_executor(job_folder(run_dir), layout, profile, _name(run_dir))
+def submit(run_dir: Path, layout: Layout, profile: SlurmProfile, resume: bool = False,
+           job_name: str | None = None) -> submitit.Job[RunOutcome]:
+    executor = make_executor(job_folder(run_dir), layout, profile, job_name or _name(run_dir))
     with _sbatch_errors_in_one_line():
         return executor.submit(RankJob(str(run_dir.absolute()), resume))
 

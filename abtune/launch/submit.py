@@ -64,10 +64,12 @@ def submit_local(run_dir: Path, nproc: int, ranks_per_node: int, *, resume: bool
     return executor.submit(run_local_ranks, str(run_dir), nproc, ranks_per_node, resume)
 
 
-def submit_run(run_dir: Path, layout: Layout, profile: Profile, *, resume: bool = False) -> submitit.Job[RunOutcome]:
-    """Start the run prepared in `run_dir` (config.yaml written) on `layout.world_size` ranks."""
+def submit_run(run_dir: Path, layout: Layout, profile: Profile, *, resume: bool = False,
+               job_name: str | None = None) -> submitit.Job[RunOutcome]:
+    """Start the run prepared in `run_dir` (config.yaml written) on `layout.world_size` ranks
+    (SLURM: as job `job_name`, default abtune-FOLDER)."""
     if isinstance(profile, SlurmProfile):
-        return slurm.submit(run_dir, layout, profile, resume)
+        return slurm.submit(run_dir, layout, profile, resume, job_name)
     if isinstance(profile, DebugProfile):
         executor = submitit.DebugExecutor(folder=run_dir / JOBS_DIR)
         return executor.submit(run_in_process, str(run_dir), resume)

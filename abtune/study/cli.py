@@ -47,10 +47,12 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from abtune.launch.profiles import load_profile
     from abtune.study.report import print_best
     from abtune.study.runner import StudyRunner
     from abtune.study.storage import require_study
 
+    profile = load_profile(args.launcher)
     storage, url = _storage(args)
     require_study(storage, args.name, url)
     if args.parallel < 1 or (args.trials is not None and args.trials < 1):
@@ -58,17 +60,59 @@ def cmd_run(args: argparse.Namespace) -> int:
     from abtune.tracking import open_tracking
 
     tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
+    again = f"abtune study run {args.name}" + ("" if args.launcher == "local" else f" --launcher {args.launcher}")
+    runner = StudyRunner(storage, args.name, url, args.parallel, args.trials, profile, tracking=tracking)
     try:
-        finished = StudyRunner(storage, args.name, url, args.parallel, args.trials, tracking).run()
+        finished = runner.run()
     except KeyboardInterrupt:  # a second Ctrl-C while stopping
-        print(f"abtune: aborted; trials still RUNNING are failed and retried by the next `abtune study run {args.name}`",
-              file=sys.stderr)
+        print(f"abtune: aborted; trials still RUNNING are re-attached (SLURM jobs) or failed and retried by the "
+              f"next `{again}`", file=sys.stderr)
+        return INTERRUPTED_EXIT
+    if runner.left_running:
+        print(f"abtune: stopped following; SLURM job(s) {', '.join(runner.left_running)} keep running and their "
+              f"trials stay RUNNING. Re-attach with: {again}", file=sys.stderr)
         return INTERRUPTED_EXIT
     if not finished:
-        print(f"abtune: interrupted; no trial is left running. Continue with: abtune study run {args.name}",
-              file=sys.stderr)
+        print(f"abtune: interrupted; no trial is left running. Continue with: {again}", file=sys.stderr)
         return INTERRUPTED_EXIT
     print_best(storage, args.name)
+    return 0
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from abtune.launch.profiles import load_profile
+    from abtune.launch.slurm import SubmissionFailed
+    from abtune.study import launch
+    from abtune.study.definition import stored_spec, stored_study_dir
+    from abtune.study.storage import require_study
+
+    profile = launch.require_slurm(load_profile(args.launcher), args.name)
+    if args.workers < 1 or (args.trials is not None and args.trials < 1):
+        raise ConfigError("--workers and --trials must be at least 1")
+    storage, url = _storage(args)
+    study_id = require_study(storage, args.name, url)
+    spec, study_dir = stored_spec(storage, study_id), stored_study_dir(storage, study_id)
+    layout = launch.check_study_fits(spec, profile, args.name)
+    if not launch.work_left(storage.get_all_trials(study_id, deepcopy=False), spec.trials):
+        print(f"study {args.name} has spent its budget of {spec.trials} trials; nothing to launch "
+              f"(see abtune study best {args.name})")
+        return 0
+    if args.dry_run:
+        print(launch.dry_run(study_dir, args.name, profile, args.workers, layout), end="")
+        return 0
+    from abtune.tracking import open_tracking
+
+    open_tracking(args.tracking_uri, enabled=not args.no_tracking)  # checks the store; exports its URI to the jobs
+    try:
+        job_ids = launch.launch(study_dir, args.name, url, profile, args.workers, args.trials,
+                                tracking=not args.no_tracking)
+    except SubmissionFailed as error:
+        raise ConfigError(str(error)) from None
+    print(f"submitted {len(job_ids)} worker(s) of study {args.name}: SLURM job(s) {' '.join(job_ids)}")
+    print(f"each trial is a job of {layout.nodes} node(s) x {layout.ranks_per_node} rank(s); "
+          f"worker logs in {study_dir / launch.WORKERS_DIR}")
+    storage_flag = f" --storage '{_shown(url)}'" if args.storage else ""
+    print(f"watch: abtune study status {args.name}{storage_flag}; squeue --name {launch.job_name(args.name)}")
     return 0
 
 
@@ -157,6 +201,16 @@ def register_study_commands(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--tracking-uri", default=None, metavar="URI",
                      help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
     run.add_argument("--no-tracking", action="store_true", help="record nothing in MLflow")
+    run.add_argument("--launcher", default="local", metavar="NAME|PATH",
+                     help="local (default: layout.nproc processes here) or a slurm profile (a job per trial)")
+    launch = add("launch", cmd_launch, "submit W SLURM workers (one job array) that run the study; returns at once")
+    launch.add_argument("--workers", type=int, default=1, help="worker jobs, each running one trial at a time")
+    launch.add_argument("--launcher", default="slurm", metavar="NAME|PATH", help="slurm profile (default: slurm)")
+    launch.add_argument("--trials", type=int, default=None, help="at most this many trials per worker")
+    launch.add_argument("--dry-run", action="store_true", help="print the sbatch scripts; submit nothing")
+    launch.add_argument("--tracking-uri", default=None, metavar="URI",
+                        help="MLflow store the workers log to (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+    launch.add_argument("--no-tracking", action="store_true", help="record nothing in MLflow")
     add("status", cmd_status, "trial counts, running trials, best so far")
     add("best", cmd_best, "best configuration and Pareto front, with deltas vs the reference trials")
     export = add("export", cmd_export, "every trial as CSV or JSON")

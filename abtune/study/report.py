@@ -20,7 +20,8 @@ from abtune.study.definition import DDP, PAPER_DEFAULTS, stored_spec, stored_stu
 from abtune.study.spec import StudySpec
 
 MEGA = 1e6
-EXPORTED_ATTRS = ("reference", "retry_of", "attempt", *results.RESULT_KEYS, "traffic_excess_mb", "fail_reason", "run_dir")
+EXPORTED_ATTRS = ("reference", "retry_of", "attempt", *results.RESULT_KEYS, "traffic_excess_mb", "fail_reason", "run_dir",
+                  "slurm_job_id")
 
 
 def _console() -> Console:
@@ -36,13 +37,18 @@ def print_status(storage: BaseStorage, name: str, url: str) -> None:
     console.print(f"storage {url}; trial folders {stored_study_dir(storage, study_id)}")
     console.print(f"budget {results.finished_count(trials)}/{spec.trials} finished; "
                   + ", ".join(f"{s.lower()} {n}" for s, n in sorted(states.items())))
-    replaced = sum(1 for t in trials if results.replaced(t))
+    over = sum(1 for t in trials if results.replaced(t) and t.user_attrs.get(results.OVER_BUDGET))
+    replaced = sum(1 for t in trials if results.replaced(t)) - over
     if replaced:
         console.print(f"{replaced} failed trial(s) were re-enqueued and do not count against the budget")
+    if over:
+        console.print(f"{over} trial(s) asked for as others took the last of the budget were not run and do not count")
     for trial in trials:
         if trial.state == TrialState.RUNNING:
             owner = workers.describe(trial.system_attrs.get(workers.WORKER_ATTR))
-            console.print(f"running: trial {trial.number} on {owner} since {trial.datetime_start:%H:%M:%S}")
+            job = trial.user_attrs.get("slurm_job_id")
+            where = f" in SLURM job {job}" if job else ""
+            console.print(f"running: trial {trial.number}{where} on {owner} since {trial.datetime_start:%H:%M:%S}")
     best = results.best_trial(trials)
     if best is not None:
         console.print(f"best so far: trial {best.number}, top-1 {best.user_attrs['top1']:.4f}")

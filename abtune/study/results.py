@@ -35,9 +35,13 @@ def result_attrs(summary: dict[str, Any], wall_seconds: float) -> dict[str, Any]
     }
 
 
+OVER_BUDGET = "over_budget"
+
+
 def replaced(trial: FrozenTrial) -> bool:
-    """A failed trial that was re-enqueued: its retry takes its place in the budget."""
-    return trial.state == TrialState.FAIL and bool(trial.user_attrs.get("retried"))
+    """A failed trial that does not count against the budget: it was re-enqueued (its retry takes its
+    place), or a worker asked for it while another took the last trial of the budget (never run)."""
+    return trial.state == TrialState.FAIL and bool(trial.user_attrs.get("retried") or trial.user_attrs.get(OVER_BUDGET))
 
 
 def budget_used(trials: Sequence[FrozenTrial]) -> int:

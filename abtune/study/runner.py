@@ -9,6 +9,13 @@ run the same study; the budget counts every trial in the storage. A worker:
 3. tells each finished trial: COMPLETE with its objectives, PRUNED when its run stopped early,
    FAIL with `fail_reason` when it failed (the study goes on);
 4. on Ctrl-C cancels its jobs and re-enqueues their trials: none is left RUNNING.
+
+Launchers: locally (the default) a trial is `layout.nproc` processes as the study file says. With
+a SLURM profile a trial is one SLURM job of `nodes x tasks_per_node` ranks (the profile wins; the
+study's `layout` is for local runs). Its job id is stored in the trial (`slurm_job_id`), and
+Ctrl-C only stops following: the jobs keep running, their trials stay RUNNING, and the next
+worker re-attaches them (`attach`) instead of failing them as stale. A cancelled or failed job
+makes its trial FAIL with the SLURM state as the reason (`SLURM job 812 CANCELLED`).
 """
 
 from __future__ import annotations
@@ -24,14 +31,17 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import submitit
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from abtune.config import RunConfig, apply_overrides, parse_run_config
-from abtune.errors import ConfigError
-from abtune.launch.profiles import Layout, check_fits
-from abtune.launch.submit import RunOutcome, submit_local
+from abtune.errors import AbtuneError, ConfigError
+from abtune.launch.profiles import Layout, LocalProfile, Profile, SlurmProfile, check_fits
+from abtune.launch.slurm import SubmissionFailed, attach, job_folder, nested_submission
+from abtune.launch.slurm import outcome as slurm_outcome
+from abtune.launch.submit import RunOutcome, submit_local, submit_run
 from abtune.redact import redact
 from abtune.rundir import prepare_run_dir
 from abtune.study import results, retries, workers
@@ -42,13 +52,17 @@ from abtune.study.space import build_distributions, ddp_reference_config
 from abtune.study.spec import StudySpec
 from abtune.study.storage import absolute_url
 from abtune.tracking import LaunchInfo, Tracking
+from abtune.tracking._base import RUN_ID_ATTR
 from abtune.training.checkpoint import COMPLETE_MARK
 from abtune.training.hooks import METRICS_FILE, write_hook_specs
 
 POLL_S = 0.5
+SLURM_POLL_S = 2.0  # every poll of a SLURM job asks sacct
+SLURM_JOB_ATTR = "slurm_job_id"
 HEARTBEAT_S = 10.0
 CANCEL_GRACE_S = 30.0
 INTERRUPTED = "interrupted by the user (Ctrl-C)"
+LOCAL = LocalProfile()
 
 
 @dataclass
@@ -56,8 +70,11 @@ class Active:
     trial: optuna.Trial
     run_dir: Path | None = None
     job: Any = None  # submitit.Job[RunOutcome]
-    mlflow_run_id: str | None = None
     started: float = field(default_factory=time.time)
+
+    @property
+    def mlflow_run_id(self) -> str | None:
+        return self.trial.user_attrs.get(RUN_ID_ATTR)  # set by Tracking.start_trial_run; survives re-attaching
 
 
 def trial_hook_specs(spec: StudySpec, study_name: str, trial: optuna.Trial) -> list[dict[str, Any]]:
@@ -76,8 +93,31 @@ def trial_hook_specs(spec: StudySpec, study_name: str, trial: optuna.Trial) -> l
     return specs
 
 
-def submit_trial(run_dir: Path, spec: StudySpec, resume: bool) -> Any:
-    """The one place a trial is handed to a launcher (local processes now; SLURM profiles plug in here)."""
+def trial_layout(spec: StudySpec, profile: Profile) -> Layout:
+    """Ranks of every trial: the study's `layout` locally, the profile's `nodes x tasks_per_node` on SLURM."""
+    if isinstance(profile, SlurmProfile):
+        needs_nodes = "inter_node_bytes" in spec.objectives or spec.constraints.max_inter_node_mb is not None
+        if needs_nodes and profile.nodes < 2:
+            raise ConfigError("launcher profile: nodes is 1, but this study measures inter-node traffic; "
+                              "use a profile with nodes >= 2")
+        return Layout(profile.nodes, profile.tasks_per_node)
+    if not isinstance(profile, LocalProfile):
+        raise ConfigError(f"--launcher {profile.kind}: studies run on local or slurm profiles "
+                          "(step through one run with `abtune train --launcher debug`)")
+    return Layout(spec.layout.nproc // spec.layout.per_node, spec.layout.per_node)
+
+
+def trial_job_name(study: str, number: int | str) -> str:
+    return f"abtune-{study}-{number}"
+
+
+def submit_trial(run_dir: Path, spec: StudySpec, resume: bool, profile: Profile = LOCAL,
+                 layout: Layout | None = None, job_name: str | None = None) -> Any:
+    """The one place a trial is handed to a launcher: local processes, or one SLURM job."""
+    if isinstance(profile, SlurmProfile):
+        with nested_submission():
+            return submit_run(run_dir, layout or trial_layout(spec, profile), profile, resume=resume,
+                              job_name=job_name)
     return submit_local(run_dir, spec.layout.nproc, spec.layout.per_node, resume=resume,
                         timeout_min=spec.trial_timeout_min)
 
@@ -93,13 +133,19 @@ def suggest(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> A
 
 class StudyRunner:
     def __init__(self, storage: BaseStorage, name: str, url: str, parallel: int, max_trials: int | None,
-                 tracking: Tracking | None = None) -> None:
+                 profile: Profile = LOCAL, tracking: Tracking | None = None) -> None:
         self.storage = storage
         self.study_id = storage.get_study_id_from_name(name)
         offset = seed_offset(storage.get_all_trials(self.study_id, deepcopy=False))
         self.study, self.spec = open_search_study(storage, name, offset)
         self.study_dir = stored_study_dir(storage, self.study_id)
         self.distributions = build_distributions(self.spec, f"study {name}")
+        self.profile = profile
+        self.layout = trial_layout(self.spec, profile)
+        check_fits(parse_run_config(self.spec.base, f"study {name}: base"), self.layout)
+        self.poll_s = SLURM_POLL_S if isinstance(profile, SlurmProfile) else POLL_S
+        self.error: AbtuneError | None = None
+        self.left_running: list[str] = []  # SLURM job ids still running when this runner stopped
         self.parallel = parallel
         self.max_trials = max_trials
         self.worker = workers.this_worker()
@@ -121,19 +167,28 @@ class StudyRunner:
                 self.recover_stale()
                 self.display.refresh(self.all_trials())
                 while self._step():
-                    time.sleep(POLL_S)
+                    time.sleep(self.poll_s)
                 if self.stopping:
+                    self._detach_slurm_jobs()
                     self._cancel_all()
         finally:
             signal.signal(signal.SIGINT, previous)
             self.tracking.update_study_artifacts(self.parent_run, self.study)
             self.tracking.finish_run(self.parent_run, None, "KILLED" if self.stopping else "FINISHED")
+        if self.error is not None:
+            raise self.error
         return not self.stopping
 
     def _step(self) -> bool:
-        for active in [a for a in self.active if a.job is not None and a.job.done()]:
-            self.active.remove(active)
-            self._finish(active)
+        for active in list(self.active):
+            result = _poll(active)
+            if result is not None:
+                self.active.remove(active)
+                try:
+                    self._finish(active, result)
+                except optuna.exceptions.UpdateFinishedTrialError:  # two workers re-attached the same job
+                    self.display.note(f"trial {active.trial.number} was already finished by another worker")
+                self.tracking.update_study_artifacts(self.parent_run, self.study)
         while not self.stopping and len(self.active) < self.parallel and self._may_start():
             self._start()
         self._keep_alive()
@@ -143,7 +198,10 @@ class StudyRunner:
         if self.stopping:
             raise KeyboardInterrupt
         self.stopping = True
-        self.display.note("stopping: cancelling running trials (they are re-enqueued; Ctrl-C again to abort)")
+        if isinstance(self.profile, SlurmProfile):
+            self.display.note("stopping: the trials' SLURM jobs keep running; `abtune study run` re-attaches them")
+        else:
+            self.display.note("stopping: cancelling running trials (they are re-enqueued; Ctrl-C again to abort)")
 
     def all_trials(self) -> list[FrozenTrial]:
         return self.storage.get_all_trials(self.study_id, deepcopy=False)
@@ -168,6 +226,8 @@ class StudyRunner:
     # --- starting a trial ---------------------------------------------------------------------
     def _start(self) -> None:
         trial = self.study.ask()
+        if self._over_budget(trial):
+            return
         active = Active(trial)
         self.active.append(active)
         self.started += 1
@@ -175,17 +235,41 @@ class StudyRunner:
         self.storage.set_trial_system_attr(trial._trial_id, workers.HEARTBEAT_ATTR, time.time())
         try:
             config = self._trial_config(trial)
-            active.mlflow_run_id = self.tracking.start_trial_run(
+            run_id = self.tracking.start_trial_run(
                 config, trial, study_name=self.study.study_name, parent_run_id=self.parent_run,
-                launch_info=LaunchInfo("local", self.spec.layout.nproc, self.spec.layout.per_node))
-            active.run_dir, resume = self._prepare(trial, config, self.tracking.hook_spec(active.mlflow_run_id))
-            active.job = submit_trial(active.run_dir, self.spec, resume)
-            trial.set_user_attr("prepare_seconds", time.time() - active.started)  # ask -> submitted
+                launch_info=LaunchInfo(self.profile.kind, self.layout.world_size, self.layout.ranks_per_node))
+            active.run_dir, resume = self._prepare(trial, config, self.tracking.hook_spec(run_id))
+            active.job = submit_trial(active.run_dir, self.spec, resume, self.profile, self.layout,
+                                      trial_job_name(self.study.study_name, trial.number))
         except ConfigError as error:
             self.active.remove(active)
             self._fail(active, str(error), kind=None)
             return
+        except SubmissionFailed as error:  # sbatch refused: the trial runs again later, the runner stops
+            self.active.remove(active)
+            self._fail(active, str(error), kind=retries.INTERRUPTED)
+            self.error, self.stopping = ConfigError(str(error)), True
+            return
+        if _is_slurm(active.job):
+            trial.set_user_attr(SLURM_JOB_ATTR, active.job.job_id)
+        trial.set_user_attr("prepare_seconds", time.time() - active.started)  # ask -> submitted
         self.display.started(trial.number, trial.user_attrs.get(REFERENCE))
+
+    def _over_budget(self, trial: optuna.Trial) -> bool:
+        """Another worker took the last trial of the budget between our check and our ask: do not run
+        this one (FAIL, not counted). Trial numbers are handed out in order, so of two workers asking
+        at once only the later one steps back. Waiting trials (references, retries) always run."""
+        frozen = self.storage.get_trial(trial._trial_id)
+        if "fixed_params" in frozen.system_attrs or frozen.user_attrs.get(REFERENCE):
+            return False
+        earlier = [t for t in self.all_trials() if t.number < trial.number]
+        if results.budget_used(earlier) < self.spec.trials:
+            return False
+        trial.set_user_attr(results.OVER_BUDGET, True)
+        trial.set_user_attr("fail_reason", "not run: other workers took the last trials of the budget")
+        self.study.tell(trial, state=TrialState.FAIL)
+        self.display.note(f"trial {trial.number} not run: other workers took the last trials of the budget")
+        return True
 
     def _trial_config(self, trial: optuna.Trial) -> RunConfig:
         if trial.user_attrs.get(REFERENCE) == DDP:
@@ -195,7 +279,7 @@ class StudyRunner:
             raw = apply_overrides(self.spec.base, params)
         raw["name"] = f"{self.study.study_name}-{trial.number}"
         config = parse_run_config(raw, f"trial {trial.number}")
-        check_fits(config, Layout(self.spec.layout.nproc // self.spec.layout.per_node, self.spec.layout.per_node))
+        check_fits(config, self.layout)
         return config
 
     def _prepare(self, trial: optuna.Trial, config: RunConfig,
@@ -224,13 +308,8 @@ class StudyRunner:
         return True
 
     # --- finishing a trial --------------------------------------------------------------------
-    def _finish(self, active: Active) -> None:
-        self._tell(active)
-        self.tracking.update_study_artifacts(self.parent_run, self.study)
-
-    def _tell(self, active: Active) -> None:
-        outcome = _outcome(active.job)
-        if self.stopping and not outcome.ok:
+    def _finish(self, active: Active, outcome: RunOutcome) -> None:
+        if self.stopping and not outcome.ok and not _is_slurm(active.job):  # our Ctrl-C stopped it
             self._fail(active, INTERRUPTED, kind=retries.INTERRUPTED)
             return
         if not outcome.ok:
@@ -273,13 +352,37 @@ class StudyRunner:
 
     # --- other workers' dead trials, and stopping -----------------------------------------------
     def recover_stale(self) -> None:
+        """Other workers' dead trials: a SLURM job is re-attached (it may still run), anything else failed."""
         self._last_scan = time.time()
         mine = {a.trial._trial_id for a in self.active}
         for trial in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.RUNNING,)):
-            if trial._trial_id not in mine and workers.is_stale(trial, self.spec.retries.stale_after_s):
+            if trial._trial_id in mine:
+                continue
+            if workers.same_slurm_job(trial, self.worker) or workers.is_stale(trial, self.spec.retries.stale_after_s):
+                if trial.user_attrs.get(SLURM_JOB_ATTR) and trial.user_attrs.get("run_dir"):
+                    self._reattach(trial)
+                    continue
                 note = retries.fail_stale(self.study, self.spec, trial)
                 if note:
                     self.display.note(note)
+
+    def _reattach(self, frozen: FrozenTrial) -> None:
+        """Follow a trial's SLURM job from here on: its worker (an earlier run, a requeued worker) is gone."""
+        job_id, run_dir = frozen.user_attrs[SLURM_JOB_ATTR], Path(frozen.user_attrs["run_dir"])
+        self.storage.set_trial_system_attr(frozen._trial_id, workers.WORKER_ATTR, self.worker)
+        self.storage.set_trial_system_attr(frozen._trial_id, workers.HEARTBEAT_ATTR, time.time())
+        started = frozen.datetime_start.timestamp() if frozen.datetime_start else time.time()
+        trial = optuna.Trial(self.study, frozen._trial_id)
+        self.active.append(Active(trial, run_dir, attach(job_id, job_folder(run_dir)), started))
+        self.display.note(f"trial {frozen.number}: re-attached to SLURM job {job_id}")
+        self.display.started(frozen.number, frozen.user_attrs.get(REFERENCE))
+
+    def _detach_slurm_jobs(self) -> None:
+        """Stop following SLURM jobs: their trials stay RUNNING with their job ids, for the next runner."""
+        for active in [a for a in self.active if _is_slurm(a.job)]:
+            self.display.note(f"trial {active.trial.number}: SLURM job {active.job.job_id} keeps running")
+            self.left_running.append(active.job.job_id)
+            self.active.remove(active)
 
     def _cancel_all(self) -> None:
         for active in self.active:
@@ -291,9 +394,23 @@ class StudyRunner:
                 time.sleep(POLL_S)
             self.active.remove(active)
             if active.job is not None and active.job.done():
-                self._finish(active)
+                self._finish(active, _outcome(active.job))
             else:
                 self._fail(active, INTERRUPTED, kind=retries.INTERRUPTED)
+
+
+def _is_slurm(job: Any) -> bool:
+    return isinstance(job, submitit.SlurmJob)
+
+
+def _poll(active: Active) -> RunOutcome | None:
+    """How the trial's job ended, None while it runs (SLURM: pending, running or requeued)."""
+    if active.job is None:
+        return None
+    if _is_slurm(active.job):
+        assert active.run_dir is not None
+        return slurm_outcome(active.job, active.run_dir)
+    return _outcome(active.job) if active.job.done() else None
 
 
 def _outcome(job: Any) -> RunOutcome:

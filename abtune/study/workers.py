@@ -30,8 +30,25 @@ def process_start(pid: int) -> str | None:
     return stat.rpartition(")")[2].split()[19]
 
 
+def slurm_job_id() -> str | None:
+    """The SLURM job this process runs in, as squeue shows it (`ARRAY_TASK` for an array task)."""
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID")
+
+
 def this_worker() -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "start": process_start(os.getpid())}
+    worker: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "start": process_start(os.getpid())}
+    job = slurm_job_id()
+    if job:
+        worker["slurm_job"] = job  # a requeued worker job is the same worker: it re-attaches its trial
+    return worker
+
+
+def same_slurm_job(trial: FrozenTrial, worker: dict[str, Any]) -> bool:
+    """The trial belongs to an earlier run of this very SLURM job (a worker requeued after its time limit)."""
+    owner = trial.system_attrs.get(WORKER_ATTR) or {}
+    return bool(worker.get("slurm_job")) and owner.get("slurm_job") == worker["slurm_job"] \
+        and owner.get("pid") != worker["pid"]
 
 
 def _alive_here(worker: dict[str, Any]) -> bool:
@@ -56,4 +73,7 @@ def is_stale(trial: FrozenTrial, stale_after_s: float, now: float | None = None)
 
 
 def describe(worker: dict[str, Any] | None) -> str:
-    return f"{worker['host']}:{worker['pid']}" if worker else "an unknown worker"
+    if not worker:
+        return "an unknown worker"
+    job = f" (SLURM job {worker['slurm_job']})" if worker.get("slurm_job") else ""
+    return f"{worker['host']}:{worker['pid']}{job}"

@@ -168,6 +168,9 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
+# 4 CPUs per node on a 2-core machine (study workers, 1 CPU each, next to their trial jobs): trust
+# the configured counts instead of draining a node that reports fewer
+SlurmdParameters=config_overrides
 MpiDefault=none
 MailProg=/bin/true
 JobAcctGatherType=jobacct_gather/none
@@ -192,7 +195,7 @@ SlurmdTimeout=60
 EOF
         for i in "${!NODES[@]}"; do
             n=${NODES[$i]}
-            echo "NodeName=$n NodeHostname=$n NodeAddr=127.0.0.1 Port=$(node_port "$i") CPUs=2 RealMemory=8000 State=UNKNOWN"
+            echo "NodeName=$n NodeHostname=$n NodeAddr=127.0.0.1 Port=$(node_port "$i") CPUs=4 RealMemory=8000 State=UNKNOWN"
         done
         echo "PartitionName=$PARTITION Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP"
     } >"$ETC/slurm.conf.new"

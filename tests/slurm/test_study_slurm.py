@@ -1,0 +1,204 @@
+"""Studies on the real two-node SLURM cluster (fixture in conftest.py): `abtune study launch` on a
+job array of workers, `abtune study run --launcher` stopped and re-attached, and a trial job cancelled
+with scancel. Every trial is a SLURM job of 2 nodes x 1 rank; the storage is SQLite in the test's
+folder (one machine: both nodes see it)."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from optuna.trial import FrozenTrial, TrialState
+
+from abtune.launch.slurm import attach
+from abtune.study import workers
+from abtune.study.runner import SLURM_JOB_ATTR
+from abtune.training.hooks import read_metrics
+from tests.conftest import run_cli
+from tests.slurm.test_launcher_slurm import JOB_TIMEOUT_S, sacct_states, wait_until
+from tests.study_helpers import TINY_BASE, running, signal_group, start_run, trials_of, wait_for, write_study
+
+pytestmark = pytest.mark.slurm
+
+FINISHED = {TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL}
+NO_REFERENCES = {"paper_defaults": False, "ddp": False}
+
+
+@pytest.fixture
+def profile(slurm_cluster, tmp_path: Path) -> Path:
+    """A trial is 2 nodes x 1 rank (the study files' layout, so the same trials run locally)."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump({"kind": "slurm", "partition": slurm_cluster.partition, "nodes": 2,
+                                    "tasks_per_node": 1, "cpus_per_task": 1, "time_limit": "1:00:00"}))
+    return path
+
+
+def created_study(tmp_path: Path, steps: int, **fields: object) -> str:
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    train = {**TINY_BASE["train"], "steps": steps, "eval_every": steps, "log_every": 10}
+    study = write_study(tmp_path / "s.yaml", base={**TINY_BASE, "train": train}, **fields)
+    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    return url
+
+
+def training_trial(url: str) -> FrozenTrial | None:
+    """A RUNNING trial whose SLURM job is under way (rank 0 has logged a step)."""
+    for trial in running(url):
+        run_dir = trial.user_attrs.get("run_dir")
+        if trial.user_attrs.get(SLURM_JOB_ATTR) and run_dir and read_metrics(Path(run_dir)):
+            return trial
+    return None
+
+
+def trial_in_running_job(url: str) -> FrozenTrial | None:
+    """A RUNNING trial whose SLURM job has started (its ranks are still starting up or training)."""
+    for trial in running(url):
+        job_id = trial.user_attrs.get(SLURM_JOB_ATTR)
+        if job_id and sacct_states(job_id)[-1:] == ["RUNNING"]:
+            return trial
+    return None
+
+
+def summary(trial: FrozenTrial) -> dict:
+    return json.loads((Path(trial.user_attrs["run_dir"]) / "summary.json").read_text())
+
+
+def test_study_launch_runs_the_budget_on_a_job_array(tmp_path: Path, profile: Path, mlflow_db: Path) -> None:
+    url = created_study(tmp_path, steps=30, trials=3, references={"paper_defaults": True, "ddp": False})
+    tracking = f"sqlite:///{mlflow_db}"
+    launch = ("study", "launch", "tiny", "--workers", "2", "--launcher", str(profile), "--storage", url,
+              "--tracking-uri", tracking)
+
+    dry = run_cli(*launch, "--dry-run", cwd=tmp_path).stdout
+    assert "#SBATCH --array=0-1%2" in dry and "#SBATCH --nodes=2" in dry  # workers, then a trial
+    assert not (tmp_path / "runs").exists() and trials_of(url) and not running(url)  # nothing submitted
+
+    out = run_cli(*launch, cwd=tmp_path).stdout
+    match = re.search(r"SLURM job\(s\) (\d+)_0 \1_1\n", out)
+    assert match, out
+    ids = [f"{match[1]}_0", f"{match[1]}_1"]
+    wait_until(lambda: all(sacct_states(i)[-1:] == ["COMPLETED"] for i in ids), 2 * JOB_TIMEOUT_S, "the workers")
+
+    # the budget is counted across the workers: a worker that asked just as the other took the last
+    # trial runs nothing for it (FAIL, over_budget, no job)
+    everything = trials_of(url)
+    trials = [t for t in everything if not t.user_attrs.get("over_budget")]
+    assert len(trials) == 3 and len(everything) <= 4, [(t.number, t.state, t.user_attrs) for t in everything]
+    for extra in (t for t in everything if t not in trials):
+        assert extra.state == TrialState.FAIL and SLURM_JOB_ATTR not in extra.user_attrs
+    assert {t.system_attrs[workers.WORKER_ATTR]["slurm_job"] for t in trials} == set(ids)  # both workers worked
+    job_ids = [t.user_attrs[SLURM_JOB_ATTR] for t in trials]
+    assert len(set(job_ids)) == len(trials) and all(sacct_states(j) == ["COMPLETED"] for j in job_ids)
+    for trial in trials:
+        assert trial.state == TrialState.COMPLETE, trial.user_attrs.get("fail_reason")
+        run = summary(trial)
+        assert (run["world_size"], run["num_nodes"], run["steps_done"]) == (2, 2, 30)
+        assert trial.values == [run["final"]["val_top1"]] == [trial.user_attrs["top1"]]
+    assert trials[0].user_attrs["reference"] == "paper-defaults"
+    _check_one_child_run_per_trial(tracking, trials)
+    again = run_cli(*launch, cwd=tmp_path).stdout
+    assert again.startswith("study tiny has spent its budget of 3 trials; nothing to launch")
+    assert len(trials_of(url)) == len(everything)
+
+    # the storage URL reached the jobs through their environment only: in no script, no pickle
+    files = [p for p in (tmp_path / "runs").rglob("*") if p.suffix in (".sh", ".pkl")]
+    assert len(files) >= 2 * len(trials)
+    assert not [p for p in files if str(tmp_path / "optuna.db").encode() in p.read_bytes()]
+
+
+def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, profile: Path) -> None:
+    url = created_study(tmp_path, steps=300, trials=1, references=NO_REFERENCES)
+    runner = start_run(tmp_path, "tiny", "--launcher", str(profile), "--storage", url)
+    trial = wait_for(lambda: training_trial(url), JOB_TIMEOUT_S, "a trial's job to train")
+    job_id = trial.user_attrs[SLURM_JOB_ATTR]
+    signal_group(runner, signal.SIGINT)
+    _, err = runner.communicate(timeout=JOB_TIMEOUT_S)
+    assert runner.returncode == 130 and f"SLURM job(s) {job_id} keep running" in err, err
+    assert [(t.number, t.state) for t in trials_of(url)] == [(trial.number, TrialState.RUNNING)]
+    status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
+    assert f"running: trial {trial.number} in SLURM job {job_id} on " in status
+
+    out = run_cli("study", "run", "tiny", "--launcher", str(profile), "--storage", url, cwd=tmp_path).stdout
+    assert f"trial {trial.number}: re-attached to SLURM job {job_id}" in out
+    trials = trials_of(url)
+    assert [(t.number, t.state) for t in trials] == [(trial.number, TrialState.COMPLETE)]  # no duplicate
+    assert trials[0].user_attrs[SLURM_JOB_ATTR] == job_id and summary(trials[0])["steps_done"] == 300
+    assert sacct_states(job_id) == ["COMPLETED"]  # the same job: not cancelled by the stop, never resubmitted
+
+
+def test_cancelled_trial_job_fails_its_trial_and_the_study_goes_on(tmp_path: Path, profile: Path) -> None:
+    url = created_study(tmp_path, steps=200, trials=2, references=NO_REFERENCES)
+    runner = start_run(tmp_path, "tiny", "--launcher", str(profile), "--storage", url)
+    # not later: on an idle machine the 200 steps take a few seconds once the ranks are up
+    trial = wait_for(lambda: trial_in_running_job(url), JOB_TIMEOUT_S, "a trial's job to start")
+    job_id = trial.user_attrs[SLURM_JOB_ATTR]
+    subprocess.run(["scancel", job_id], check=True, timeout=30)
+    out, err = runner.communicate(timeout=2 * JOB_TIMEOUT_S)
+    assert runner.returncode == 0, err
+
+    first, second = trials_of(url)
+    assert first.number == trial.number and first.state == TrialState.FAIL
+    assert first.user_attrs["fail_reason"] == f"SLURM job {job_id} CANCELLED"
+    assert second.state == TrialState.COMPLETE and second.user_attrs[SLURM_JOB_ATTR] != job_id
+    assert "CANCELLED" in out
+
+
+def test_sbatch_refusal_is_one_line_and_loses_no_trial(tmp_path: Path, profile: Path) -> None:
+    url = created_study(tmp_path, steps=30, trials=2, references=NO_REFERENCES)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(profile.read_text().replace("partition: debug", "partition: nosuchpart"))
+    refused = "abtune: error: sbatch refused the job: invalid partition specified: nosuchpart\n"
+
+    launch = run_cli("study", "launch", "tiny", "--workers", "2", "--launcher", str(bad), "--storage", url,
+                     cwd=tmp_path, check=False)
+    assert (launch.returncode, launch.stdout, launch.stderr) == (2, "", refused)
+    assert trials_of(url) == []
+
+    run = run_cli("study", "run", "tiny", "--launcher", str(bad), "--storage", url, cwd=tmp_path, check=False)
+    assert (run.returncode, run.stderr) == (2, refused)
+    asked, retry = trials_of(url)  # the trial that could not be submitted runs again later, budget intact
+    assert asked.state == TrialState.FAIL and asked.user_attrs["retried"] and SLURM_JOB_ATTR not in asked.user_attrs
+    assert retry.state == TrialState.WAITING and retry.user_attrs["retry_of"] == asked.number
+    assert retry.system_attrs["fixed_params"] == asked.params
+
+
+def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, profile: Path) -> None:
+    """A worker signalled as SLURM preempts (or times out) a job requeues itself; the new run of the
+    same array task finds its trial by its SLURM job id and follows the same trial job to the end."""
+    url = created_study(tmp_path, steps=300, trials=1, references=NO_REFERENCES)
+    out = run_cli("study", "launch", "tiny", "--workers", "1", "--launcher", str(profile), "--storage", url,
+                  cwd=tmp_path).stdout
+    worker_id = re.search(r"SLURM job\(s\) (\d+)\n", out)[1]  # type: ignore[index]  # one body: no array
+    trial = wait_for(lambda: training_trial(url), JOB_TIMEOUT_S, "a trial's job to train")
+    job_id, first_pid = trial.user_attrs[SLURM_JOB_ATTR], trial.system_attrs[workers.WORKER_ATTR]["pid"]
+    folder = tmp_path / "runs" / "studies" / "tiny" / "workers"
+    attach(worker_id, folder)._interrupt()  # SIGTERM, then USR2: submitit requeues the worker
+    wait_until(lambda: sacct_states(worker_id)[-1:] == ["COMPLETED"], 2 * JOB_TIMEOUT_S, "the worker")
+
+    assert sacct_states(worker_id) == ["REQUEUED", "COMPLETED"]
+    trials = trials_of(url)
+    assert [(t.number, t.state) for t in trials] == [(trial.number, TrialState.COMPLETE)]
+    assert trials[0].user_attrs[SLURM_JOB_ATTR] == job_id and sacct_states(job_id) == ["COMPLETED"]
+    owner = trials[0].system_attrs[workers.WORKER_ATTR]
+    assert owner["slurm_job"] == worker_id and owner["pid"] != first_pid  # followed by the requeued worker
+    assert f"re-attached to SLURM job {job_id}" in (folder / f"{worker_id}_0_log.out").read_text()
+
+
+def _check_one_child_run_per_trial(tracking: str, trials: list) -> None:
+    """The workers, on the compute nodes, logged every trial as a child of the study's one parent run."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking)
+    runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    parents = [r for r in runs if r.data.tags.get("abtune.role") == "study"]
+    assert len(parents) == 1, [r.data.tags for r in runs]
+    children = {r.info.run_id: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id}
+    for trial in trials:
+        child = children[trial.user_attrs["mlflow_run_id"]]
+        assert child.info.status == "FINISHED" and child.data.params["launcher"] == "slurm"
+        assert child.data.metrics["final_top1"] == trial.values[0]
