@@ -127,9 +127,10 @@ def test_interrupted_job_resumes_from_its_checkpoint(tmp_path: Path, profile: Pa
     """Interrupted twice, then completes: first preempted the way submitit sees it (rank 0 calls
     checkpoint() and requeues), then requeued by SLURM itself (`scontrol requeue`: the job restarts
     as first submitted, and SLURM_RESTART_COUNT tells it to resume). Same job, same run folder."""
-    steps = 600  # long enough that the second interruption lands before the run ends, even on a fast machine
-    # ddp: what is tested here is the job's requeue; AB's resume from a full-rank checkpoint taken after a
-    # sync is broken in the trainer (tests/test_resume_after_sync.py, xfail)
+    # Long enough that the second interruption lands before the run ends on a fast, idle machine (600
+    # steps were not: the run could finish between seeing a checkpoint and `scontrol requeue`). ddp: what
+    # is tested here is the job's requeue (AB's resume is tested in tests/test_resume_after_sync.py).
+    steps = 2000
     config = write_config(tmp_path / "ddp.yaml", train={"steps": steps, "eval_every": steps, "log_every": 10,
                                                         "checkpoint_every": 20})
     run_dir = prepared_run(config, tmp_path / "run")
