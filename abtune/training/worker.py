@@ -32,6 +32,19 @@ def record_failure(run_dir: Path, rank: int, message: str, details: str = "", de
     (folder / f"{kind}_rank_{rank}.txt").write_text(message + ("\n\n" + details if details else ""))
 
 
+def finish_together() -> None:
+    """Every rank reaches the end before any tears its process group down.
+
+    A rank that destroys its gloo group while a peer still flushes the last collective can make that
+    peer abort ("terminate called without an active exception", seen once in CI on a resumed run).
+    Not metered: the summary, written before, is the record; this costs one empty round trip.
+    """
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
 def run_rank(run_dir: Path, resume: bool) -> None:
     from abtune.training.trainer import Trainer  # torch-heavy; imported once the process is a rank
 
@@ -39,6 +52,7 @@ def run_rank(run_dir: Path, resume: bool) -> None:
     env = init_distributed(config.train.pg_timeout_s)
     try:
         Trainer(config, run_dir, env).train(resume=resume)
+        finish_together()
     except AbtuneError as error:
         record_failure(run_dir, env.rank, str(error))
         raise
