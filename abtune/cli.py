@@ -23,6 +23,7 @@ from abtune.launch.profiles import Layout, LocalProfile, Profile, SlurmProfile, 
 from abtune.rundir import DEFAULT_RUNS_DIR, default_run_dir, prepare_run_dir
 from abtune.study.cli import register_study_commands
 from abtune.study.storage import resolve_storage_url
+from abtune.tracking.uri import add_tracking_arguments
 
 INTERRUPTED_EXIT = 130
 
@@ -336,9 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     train.add_argument("--dry-run", action="store_true", help="print what would start (SLURM: the sbatch script); change nothing")
     train.add_argument("--detach", action="store_true", help="SLURM: submit, print the job id and return")
-    train.add_argument("--tracking-uri", default=None, metavar="URI",
-                       help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
-    train.add_argument("--no-tracking", action="store_true", help="record nothing in MLflow")
+    add_tracking_arguments(train)
     train.set_defaults(func=cmd_train)
 
     comp = commands.add_parser("compare", help="train one config with several methods and compare them")
@@ -368,9 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     promote.add_argument("--data-root", type=Path, default=None, help="the data folder (overrides the target's run.data.root)")
     promote.add_argument("--ranks-per-node", type=int, default=None, help="override the target's ranks per node (local tests)")
     promote.add_argument("--dry-run", action="store_true", help="print the campaign and change nothing")
-    promote.add_argument("--tracking-uri", default=None, metavar="URI",
-                         help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
-    promote.add_argument("--no-tracking", action="store_true", help="record nothing in MLflow")
+    add_tracking_arguments(promote)
     promote.set_defaults(func=cmd_promote)
 
     report = commands.add_parser("report", help="reports over finished runs")
@@ -378,9 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     scaling = report_commands.add_parser("scaling", help="Table 1, accuracy, compression and figures of a campaign")
     scaling.add_argument("campaigns", type=Path, nargs="+", help="campaign folder(s) written by abtune promote")
     scaling.add_argument("--out", type=Path, default=None, help="where to write scaling.md/.csv/.png (default: the first campaign)")
-    scaling.add_argument("--tracking-uri", default=None, metavar="URI",
-                         help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
-    scaling.add_argument("--no-tracking", action="store_true", help="write the files only")
+    add_tracking_arguments(scaling)
     scaling.set_defaults(func=cmd_report_scaling)
 
     ui = commands.add_parser("ui", help="start the MLflow UI and optuna-dashboard on this machine")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from abtune.errors import ConfigError
 from abtune.redact import redact
+from abtune.tracking.uri import add_tracking_arguments
 
 INTERRUPTED_EXIT = 130
 
@@ -198,9 +199,7 @@ def register_study_commands(commands: argparse._SubParsersAction) -> None:
     run = add("run", cmd_run, "run trials until the study's budget is spent")
     run.add_argument("--trials", type=int, default=None, help="at most this many trials in this invocation")
     run.add_argument("--parallel", type=int, default=1, help="trials at a time (each starts layout.nproc ranks)")
-    run.add_argument("--tracking-uri", default=None, metavar="URI",
-                     help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
-    run.add_argument("--no-tracking", action="store_true", help="record nothing in MLflow")
+    add_tracking_arguments(run)
     run.add_argument("--launcher", default="local", metavar="NAME|PATH",
                      help="local (default: layout.nproc processes here) or a slurm profile (a job per trial)")
     launch = add("launch", cmd_launch, "submit W SLURM workers (one job array) that run the study; returns at once")
@@ -208,9 +207,7 @@ def register_study_commands(commands: argparse._SubParsersAction) -> None:
     launch.add_argument("--launcher", default="slurm", metavar="NAME|PATH", help="slurm profile (default: slurm)")
     launch.add_argument("--trials", type=int, default=None, help="at most this many trials per worker")
     launch.add_argument("--dry-run", action="store_true", help="print the sbatch scripts; submit nothing")
-    launch.add_argument("--tracking-uri", default=None, metavar="URI",
-                        help="MLflow store the workers log to (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
-    launch.add_argument("--no-tracking", action="store_true", help="record nothing in MLflow")
+    add_tracking_arguments(launch)
     add("status", cmd_status, "trial counts, running trials, best so far")
     add("best", cmd_best, "best configuration and Pareto front, with deltas vs the reference trials")
     export = add("export", cmd_export, "every trial as CSV or JSON")

@@ -9,6 +9,7 @@ URI that remains holds no secret. Everything shown to people goes through `redac
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 from pathlib import Path
@@ -72,3 +73,10 @@ def quiet_secrets_in_mlflow_logs() -> None:
     for handler in [*logging.getLogger("mlflow").handlers, *logging.getLogger().handlers]:
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter())
+
+
+def add_tracking_arguments(parser: argparse.ArgumentParser) -> None:
+    """--tracking-uri and --no-tracking, the same on every command that records runs."""
+    parser.add_argument("--tracking-uri", default=None, metavar="URI",
+                        help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+    parser.add_argument("--no-tracking", action="store_true", help="record nothing in MLflow")
