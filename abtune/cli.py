@@ -116,22 +116,21 @@ def _print_summary(run_dir: Path) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from abtune import compare
-    from abtune.launch.local import check_layout, launch
+    from abtune.launch.local import launch
 
     methods = compare.parse_methods(args.methods)
     shared, per_method = compare.split_overrides(_overrides(args.set), methods)
     base = load_run_config(args.config, shared)
-    ranks_per_node = args.ranks_per_node or args.nproc
-    check_layout(args.nproc, ranks_per_node)
+    layout = _layout(load_profile("local"), args.nproc, args.ranks_per_node)
     configs = {m: compare.method_config(base, m, per_method[m]) for m in methods}
     for config in configs.values():
-        check_fits(config, Layout(args.nproc // ranks_per_node, ranks_per_node))
+        check_fits(config, layout)
     out_dir = args.out or DEFAULT_RUNS_DIR / f"{base.name}-compare-{time.strftime('%Y%m%d-%H%M%S')}"
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ConfigError(f"{out_dir} is not empty; choose another --out")
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        rows = compare.run_methods(configs, out_dir, args.nproc, ranks_per_node, prepare_run_dir, launch)
+        rows = compare.run_methods(configs, out_dir, layout.world_size, layout.ranks_per_node, prepare_run_dir, launch)
     except KeyboardInterrupt:
         print(f"abtune: interrupted; finished runs are in {out_dir}", file=sys.stderr)
         return INTERRUPTED_EXIT
@@ -290,8 +289,9 @@ def _install_tracking_hook(run_dir: Path, spec: dict[str, Any] | None) -> None:
     from abtune.tracking._base import Tracking
     from abtune.training.hooks import configured_hook_specs, write_hook_specs
 
-    others = [s for s in configured_hook_specs(run_dir) if s["factory"] != Tracking.HOOK_FACTORY]
-    if spec is not None or len(others) != len(configured_hook_specs(run_dir)):
+    configured = configured_hook_specs(run_dir)
+    others = [s for s in configured if s["factory"] != Tracking.HOOK_FACTORY]
+    if spec is not None or len(others) != len(configured):
         write_hook_specs(run_dir, [*others, *([spec] if spec else [])])
 
 

@@ -95,6 +95,7 @@ def run_campaign(campaign_dir: Path, campaign: Campaign, launcher: str, show_pro
 
     tracking = tracking or Tracking()
     experiment = f"scaling-{campaign.target}"
+    launcher_kind = load_profile(launcher).kind
     outcomes: dict[str, Outcome] = {}
     with Progress(disable=not show_progress) as progress:
         task = progress.add_task("campaign", total=len(campaign.runs))
@@ -103,7 +104,7 @@ def run_campaign(campaign_dir: Path, campaign: Campaign, launcher: str, show_pro
             run_dir = campaign_dir / run.run_dir
             run_id = tracking.start_run(
                 load_run_config(run_dir / "config.yaml"), experiment=experiment, run_name=run.name,
-                launch_info=LaunchInfo(load_profile(launcher).kind, run.world_size, run.ranks_per_node),
+                launch_info=LaunchInfo(launcher_kind, run.world_size, run.ranks_per_node),
                 tags={**run_tags(run), "abtune.campaign": str(campaign_dir.resolve())})
             if (spec := tracking.hook_spec(run_id)) is not None:
                 write_hook_specs(run_dir, [spec])
