@@ -3,15 +3,24 @@
 Reads the resolved config from RUN_DIR/config.yaml and the torch.distributed variables from the
 environment. A failure is written to RUN_DIR/failures/rank_N.txt (one line for the launcher to
 show) before the process exits non-zero.
+
+The process ends with os._exit, without finalizing the interpreter. DDP keeps its process group
+alive until the process ends (a reference cycle in C++ that Python's gc cannot see), and a gloo
+worker thread may still be releasing the tensors of the last collective. If that thread needs the
+GIL once finalization has begun, Python ends it with pthread_exit and C++ aborts the whole process:
+"terminate called without an active exception", after a run that succeeded (seen in CI on rank 1 of
+a finished fp16 run; pytorch/pytorch#179291). Everything a rank writes is closed before it returns.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import sys
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 from abtune.config import load_run_config
 from abtune.dist import init_distributed, shutdown
@@ -33,12 +42,9 @@ def record_failure(run_dir: Path, rank: int, message: str, details: str = "", de
 
 
 def finish_together() -> None:
-    """Every rank reaches the end before any tears its process group down.
-
-    A rank that destroys its gloo group while a peer still flushes the last collective can make that
-    peer abort ("terminate called without an active exception", seen once in CI on a resumed run).
-    Not metered: the summary, written before, is the record; this costs one empty round trip.
-    """
+    """Every rank reaches the end before any tears its process group down, so no rank leaves a peer
+    waiting in a last collective. Not metered: the summary, written before, is the record; this costs
+    one empty round trip."""
     import torch.distributed as dist
 
     if dist.is_initialized() and dist.get_world_size() > 1:
@@ -69,14 +75,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args(argv)
+    faulthandler.enable()  # a crash inside torch's C++ (SIGSEGV, SIGABRT) still shows the Python stack
     try:
         run_rank(args.run_dir, args.resume)
     except AbtuneError as error:
         if not os.environ.get(QUIET_VARIABLE):
             print(f"abtune worker: {error}", file=sys.stderr)
         return error.exit_code
+    except Exception:  # recorded in failures/ by run_rank; the stack for the rank's own log
+        traceback.print_exc()
+        return 1
     return 0
 
 
+def exit_without_finalizing(code: int) -> NoReturn:
+    """See the module's docstring for why a rank does not let Python finalize."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_finalizing(main())

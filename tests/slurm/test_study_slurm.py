@@ -18,7 +18,6 @@ from optuna.trial import FrozenTrial, TrialState
 from abtune.launch.slurm import attach
 from abtune.study import workers
 from abtune.study.runner import SLURM_JOB_ATTR
-from abtune.training.hooks import read_metrics
 from tests.conftest import run_cli
 from tests.slurm.test_launcher_slurm import JOB_TIMEOUT_S, sacct_states, wait_until
 from tests.study_helpers import TINY_BASE, running, signal_group, start_run, trials_of, wait_for, write_study
@@ -46,13 +45,9 @@ def created_study(tmp_path: Path, steps: int, **fields: object) -> str:
     return url
 
 
-def training_trial(url: str) -> FrozenTrial | None:
-    """A RUNNING trial whose SLURM job is under way (rank 0 has logged a step)."""
-    for trial in running(url):
-        run_dir = trial.user_attrs.get("run_dir")
-        if trial.user_attrs.get(SLURM_JOB_ATTR) and run_dir and read_metrics(Path(run_dir)):
-            return trial
-    return None
+def submitted_trial(url: str) -> FrozenTrial | None:
+    """A RUNNING trial that has its SLURM job (pending, starting or training)."""
+    return next((t for t in running(url) if t.user_attrs.get(SLURM_JOB_ATTR)), None)
 
 
 def trial_in_running_job(url: str) -> FrozenTrial | None:
@@ -112,9 +107,11 @@ def test_study_launch_runs_the_budget_on_a_job_array(tmp_path: Path, profile: Pa
 
 
 def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, profile: Path) -> None:
-    url = created_study(tmp_path, steps=300, trials=1, references=NO_REFERENCES)
+    url = created_study(tmp_path, steps=600, trials=1, references=NO_REFERENCES)
     runner = start_run(tmp_path, "tiny", "--launcher", str(profile), "--storage", url)
-    trial = wait_for(lambda: training_trial(url), JOB_TIMEOUT_S, "a trial's job to train")
+    # Stop as soon as the job exists, before its ranks are up: waiting until it trained lost a race in
+    # CI, where the job finished between the first logged step and the runner handling Ctrl-C.
+    trial = wait_for(lambda: submitted_trial(url), JOB_TIMEOUT_S, "a trial's job to be submitted")
     job_id = trial.user_attrs[SLURM_JOB_ATTR]
     signal_group(runner, signal.SIGINT)
     _, err = runner.communicate(timeout=JOB_TIMEOUT_S)
@@ -127,7 +124,7 @@ def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, pr
     assert f"trial {trial.number}: re-attached to SLURM job {job_id}" in out
     trials = trials_of(url)
     assert [(t.number, t.state) for t in trials] == [(trial.number, TrialState.COMPLETE)]  # no duplicate
-    assert trials[0].user_attrs[SLURM_JOB_ATTR] == job_id and summary(trials[0])["steps_done"] == 300
+    assert trials[0].user_attrs[SLURM_JOB_ATTR] == job_id and summary(trials[0])["steps_done"] == 600
     assert sacct_states(job_id) == ["COMPLETED"]  # the same job: not cancelled by the stop, never resubmitted
 
 
@@ -170,11 +167,11 @@ def test_sbatch_refusal_is_one_line_and_loses_no_trial(tmp_path: Path, profile: 
 def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, profile: Path) -> None:
     """A worker signalled as SLURM preempts (or times out) a job requeues itself; the new run of the
     same array task finds its trial by its SLURM job id and follows the same trial job to the end."""
-    url = created_study(tmp_path, steps=300, trials=1, references=NO_REFERENCES)
+    url = created_study(tmp_path, steps=600, trials=1, references=NO_REFERENCES)
     out = run_cli("study", "launch", "tiny", "--workers", "1", "--launcher", str(profile), "--storage", url,
                   cwd=tmp_path).stdout
     worker_id = re.search(r"SLURM job\(s\) (\d+)\n", out)[1]  # type: ignore[index]  # one body: no array
-    trial = wait_for(lambda: training_trial(url), JOB_TIMEOUT_S, "a trial's job to train")
+    trial = wait_for(lambda: submitted_trial(url), JOB_TIMEOUT_S, "a trial's job to be submitted")
     job_id, first_pid = trial.user_attrs[SLURM_JOB_ATTR], trial.system_attrs[workers.WORKER_ATTR]["pid"]
     folder = tmp_path / "runs" / "studies" / "tiny" / "workers"
     attach(worker_id, folder)._interrupt()  # SIGTERM, then USR2: submitit requeues the worker
