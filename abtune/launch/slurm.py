@@ -14,6 +14,7 @@ SLURM itself (`scontrol requeue`, a node failure) resumes the same way: SLURM_RE
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import os
@@ -53,11 +54,14 @@ class RankJob(Checkpointable):
     def __call__(self) -> RunOutcome:
         restarted = int(os.environ.get("SLURM_RESTART_COUNT", "0")) > 0
         export_rank_environment()
-        from abtune.training.worker import FAILURES_DIR, run_rank  # torch-heavy: after the environment
+        # torch-heavy: imported once the environment is set
+        from abtune.training.worker import FAILURES_DIR, exit_without_finalizing, run_rank
 
         if os.environ["RANK"] == "0":
             shutil.rmtree(Path(self.run_dir) / FAILURES_DIR, ignore_errors=True)  # left by an earlier attempt
         run_rank(Path(self.run_dir), self.resume or restarted)  # raises on failure: the task exits non-zero
+        # After submitit has written the result: end like a local rank, without finalizing (worker's docstring)
+        atexit.register(exit_without_finalizing, 0)
         return RunOutcome(True)
 
     def checkpoint(self) -> DelayedSubmission:

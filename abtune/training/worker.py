@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import logging
 import os
 import sys
 import traceback
@@ -90,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def exit_without_finalizing(code: int) -> NoReturn:
     """See the module's docstring for why a rank does not let Python finalize."""
+    logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
