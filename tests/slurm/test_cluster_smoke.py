@@ -15,6 +15,8 @@ import submitit
 from submitit import helpers
 from submitit.core.utils import UncompletedJobError
 
+from tests.slurm.test_launcher_slurm import preempt
+
 pytestmark = pytest.mark.slurm
 
 # The job's python cannot import this test module (tests/slurm is not on its sys.path):
@@ -130,9 +132,9 @@ def test_preempted_checkpointable_job_resumes(executor: submitit.AutoExecutor, t
             return False
 
     _wait_until(made_progress, 60, "the first run to make progress")
-    # what submitit's own tests use: SIGTERM then the preemption signal (USR2) to the job's tasks;
-    # rank 0 calls checkpoint(), dumps it over the submitted pickle and runs `scontrol requeue`.
-    job._interrupt()
+    # SIGTERM then the preemption signal (USR2) to the job's tasks, in order; rank 0 calls
+    # checkpoint(), dumps it over the submitted pickle and runs `scontrol requeue`.
+    preempt(job)
     _wait_done(job, 120)
     result = job.result()
 

@@ -13,7 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import submitit
 import yaml
+from submitit.slurm.slurm import SlurmJobEnvironment
 
 from abtune.config import load_run_config
 from abtune.launch.profiles import Layout, load_profile
@@ -52,6 +54,18 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> No
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
         time.sleep(0.3)
+
+
+def preempt(job: submitit.Job) -> None:
+    """Preempt a running job the way submitit's own tests do, SIGTERM then the preemption signal (USR2),
+    but in order. Sent back to back, slurmd delivered the TERM after the USR2 in CI, and it also killed
+    the `scontrol requeue` that rank 0 runs in its USR2 handler: the job never came back. So USR2 goes
+    once every task has logged that it let the SIGTERM pass, as submitit does on preemption."""
+    logs = sorted(job.paths.folder.glob(f"{job.job_id}_*_log.out"))
+    assert logs, f"job {job.job_id} has no task logs in {job.paths.folder}"
+    subprocess.run(["scancel", job.job_id, "--signal", "SIGTERM"], check=True, timeout=30)
+    wait_until(lambda: all("Bypassing signal SIGTERM" in p.read_text() for p in logs), 60, "the tasks to pass SIGTERM")
+    subprocess.run(["scancel", job.job_id, "--signal", SlurmJobEnvironment.USR_SIG], check=True, timeout=30)
 
 
 def sacct_states(job_id: str) -> list[str]:
@@ -138,7 +152,7 @@ def test_interrupted_job_resumes_from_its_checkpoint(tmp_path: Path, profile: Pa
     log = job_folder(run_dir) / f"{job.job_id}_0_log.out"
 
     wait_until(lambda: any((run_dir / "checkpoints").glob("step_*/COMPLETE")), JOB_TIMEOUT_S, "a first checkpoint")
-    job._interrupt()  # SIGTERM, then the preemption signal USR2, as SLURM sends them
+    preempt(job)
     wait_until(lambda: len(resumed_at(log, run_dir)) == 1, JOB_TIMEOUT_S, "the first resume")
     first = resumed_at(log, run_dir)[0]
     wait_until(lambda: _latest_checkpoint(run_dir) > first, JOB_TIMEOUT_S, "a checkpoint after the first resume")

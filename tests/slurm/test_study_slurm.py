@@ -19,7 +19,7 @@ from abtune.launch.slurm import attach
 from abtune.study import workers
 from abtune.study.runner import SLURM_JOB_ATTR
 from tests.conftest import run_cli
-from tests.slurm.test_launcher_slurm import JOB_TIMEOUT_S, sacct_states, wait_until
+from tests.slurm.test_launcher_slurm import JOB_TIMEOUT_S, preempt, sacct_states, wait_until
 from tests.study_helpers import TINY_BASE, running, signal_group, start_run, trials_of, wait_for, write_study
 
 pytestmark = pytest.mark.slurm
@@ -174,7 +174,7 @@ def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, 
     trial = wait_for(lambda: submitted_trial(url), JOB_TIMEOUT_S, "a trial's job to be submitted")
     job_id, first_pid = trial.user_attrs[SLURM_JOB_ATTR], trial.system_attrs[workers.WORKER_ATTR]["pid"]
     folder = tmp_path / "runs" / "studies" / "tiny" / "workers"
-    attach(worker_id, folder)._interrupt()  # SIGTERM, then USR2: submitit requeues the worker
+    preempt(attach(worker_id, folder))  # submitit requeues the worker
     wait_until(lambda: sacct_states(worker_id)[-1:] == ["COMPLETED"], 2 * JOB_TIMEOUT_S, "the worker")
 
     assert sacct_states(worker_id) == ["REQUEUED", "COMPLETED"]
