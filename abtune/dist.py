@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from abtune.comm import CommMeter, Op, Topology
+from abtune.errors import ConfigError
 
 NODE_RANK_VARIABLES = ("ABTUNE_NODE_RANK", "SLURM_NODEID", "GROUP_RANK")
 
@@ -40,14 +41,28 @@ def _node_rank_from_environment() -> int:
     return 0
 
 
+def choose_device(local_rank: int, visible_gpus: int) -> torch.device:
+    """cuda:LOCAL_RANK when a task sees all of its node's GPUs (--gpus-per-node); cuda:0 when it sees
+    only its own (--gpus-per-task gives each task its own CUDA_VISIBLE_DEVICES); the CPU without GPUs."""
+    if visible_gpus == 0:
+        return torch.device("cpu")
+    if visible_gpus == 1:
+        return torch.device("cuda", 0)
+    if local_rank < visible_gpus:
+        return torch.device("cuda", local_rank)
+    raise ConfigError(
+        f"local rank {local_rank} has no GPU of its own: this task sees {visible_gpus} GPUs; ask for at least "
+        "as many GPUs per node as tasks per node (the launcher's gpus_per_node and tasks_per_node)"
+    )
+
+
 def init_distributed(timeout_s: int) -> DistEnv:
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    use_cuda = torch.cuda.is_available() and torch.cuda.device_count() > local_rank
-    backend = "nccl" if use_cuda else "gloo"
-    device = torch.device(f"cuda:{local_rank}") if use_cuda else torch.device("cpu")
-    if use_cuda:
+    device = choose_device(local_rank, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
         torch.cuda.set_device(device)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29500")

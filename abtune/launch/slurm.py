@@ -71,7 +71,8 @@ class RankJob(Checkpointable):
 
 def export_rank_environment() -> None:
     """RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT from SLURM's variables; node = SLURM_NODEID."""
-    # Not CUDA_VISIBLE_DEVICES: SLURM already limits it to the node's GPUs and abtune picks cuda:LOCAL_RANK.
+    # Not CUDA_VISIBLE_DEVICES: SLURM already limits it to the node's GPUs (or the task's, with
+    # --gpus-per-task), and dist.choose_device picks cuda:LOCAL_RANK or the task's only GPU.
     env = TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
     os.environ["MASTER_ADDR"] = _reachable(env.master_addr)
     os.environ["ABTUNE_NODE_RANK"] = os.environ.get("SLURM_NODEID", "0")  # not one inherited from the submitter

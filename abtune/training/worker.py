@@ -56,15 +56,16 @@ def run_rank(run_dir: Path, resume: bool) -> None:
     from abtune.training.trainer import Trainer  # torch-heavy; imported once the process is a rank
 
     config = load_run_config(run_dir / CONFIG_FILE)
-    env = init_distributed(config.train.pg_timeout_s)
+    rank = int(os.environ.get("RANK", "0"))
     try:
+        env = init_distributed(config.train.pg_timeout_s)  # may refuse: a task without a GPU of its own
         Trainer(config, run_dir, env).train(resume=resume)
         finish_together()
     except AbtuneError as error:
-        record_failure(run_dir, env.rank, str(error))
+        record_failure(run_dir, rank, str(error))
         raise
     except Exception as error:
-        record_failure(run_dir, env.rank, f"rank {env.rank}: {type(error).__name__}: {error}", traceback.format_exc(),
+        record_failure(run_dir, rank, f"rank {rank}: {type(error).__name__}: {error}", traceback.format_exc(),
                        deliberate=False)
         raise
     finally:
