@@ -30,13 +30,19 @@ pytestmark = pytest.mark.slurm
 JOB_TIMEOUT_S = 300
 
 
+def cluster_profile(folder: Path, partition: str, tasks_per_node: int) -> Path:
+    """A launcher profile for 2 nodes of the test cluster, 1 CPU per rank; more than 10 minutes (see
+    profiles.MIN_TIME_LIMIT_MIN)."""
+    path = folder / "cluster.yaml"
+    path.write_text(yaml.safe_dump({"kind": "slurm", "partition": partition, "nodes": 2,
+                                    "tasks_per_node": tasks_per_node, "cpus_per_task": 1, "time_limit": "1:00:00"}))
+    return path
+
+
 @pytest.fixture
 def profile(slurm_cluster, tmp_path: Path) -> Path:
-    """2 nodes x 2 ranks in the test cluster's partition; more than 10 minutes (see profiles.MIN_TIME_LIMIT_MIN)."""
-    path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump({"kind": "slurm", "partition": slurm_cluster.partition, "nodes": 2,
-                                    "tasks_per_node": 2, "cpus_per_task": 1, "time_limit": "1:00:00"}))
-    return path
+    """2 nodes x 2 ranks: AB's groups of 2 stay inside a node."""
+    return cluster_profile(tmp_path, slurm_cluster.partition, tasks_per_node=2)
 
 
 def ab_config(tmp_path: Path, steps: int, **train: int) -> Path:

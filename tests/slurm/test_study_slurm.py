@@ -12,14 +12,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from abtune.launch.slurm import attach
 from abtune.study import workers
 from abtune.study.runner import SLURM_JOB_ATTR
 from tests.conftest import run_cli
-from tests.slurm.test_launcher_slurm import JOB_TIMEOUT_S, preempt, sacct_states, wait_until
+from tests.slurm.test_launcher_slurm import JOB_TIMEOUT_S, cluster_profile, preempt, sacct_states, wait_until
 from tests.study_helpers import TINY_BASE, running, signal_group, start_run, trials_of, wait_for, write_study
 
 pytestmark = pytest.mark.slurm
@@ -31,10 +30,7 @@ NO_REFERENCES = {"paper_defaults": False, "ddp": False}
 @pytest.fixture
 def profile(slurm_cluster, tmp_path: Path) -> Path:
     """A trial is 2 nodes x 1 rank (the study files' layout, so the same trials run locally)."""
-    path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump({"kind": "slurm", "partition": slurm_cluster.partition, "nodes": 2,
-                                    "tasks_per_node": 1, "cpus_per_task": 1, "time_limit": "1:00:00"}))
-    return path
+    return cluster_profile(tmp_path, slurm_cluster.partition, tasks_per_node=1)
 
 
 def created_study(tmp_path: Path, steps: int, **fields: object) -> str:
