@@ -84,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         if not os.environ.get(QUIET_VARIABLE):
             print(f"abtune worker: {error}", file=sys.stderr)
         return error.exit_code
-    except Exception:  # recorded in failures/ by run_rank; the stack for the rank's own log
-        traceback.print_exc()
+    except Exception:  # recorded with its stack in failures/ by run_rank
+        if not os.environ.get(QUIET_VARIABLE):
+            traceback.print_exc()
         return 1
     return 0
 
