@@ -103,7 +103,10 @@ def cmd_launch(args: argparse.Namespace) -> int:
         return 0
     from abtune.tracking import open_tracking
 
-    open_tracking(args.tracking_uri, enabled=not args.no_tracking)  # checks the store; exports its URI to the jobs
+    tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)  # checks the store; exports its URI
+    # The study's parent run exists before the workers do: workers starting together each found none and
+    # made their own (seen with 2 workers), as the look-up and the creation are two calls.
+    tracking.study_parent_run(args.name, _shown(url))  # the storage as the runner records it
     try:
         job_ids = launch.launch(study_dir, args.name, url, profile, args.workers, args.trials,
                                 tracking=not args.no_tracking)
