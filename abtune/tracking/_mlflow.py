@@ -7,12 +7,14 @@ parent run and one child run per trial (`mlflow.parentRunId`, tags `optuna.study
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,23 @@ class TrackingUnavailable(AbtuneError):
     """The tracking store cannot be reached or refused a request when a run starts."""
 
 
+@contextlib.contextmanager
+def _sqlite_setup_lock(uri: str) -> Iterator[None]:
+    """An exclusive lock on DB.lock beside a SQLite store; nothing for other stores. Opening a new store
+    creates its tables, and processes opening it together (study workers started at once) must take
+    turns, or all but one fail with "table ... already exists"."""
+    if not uri.startswith("sqlite:///") or uri.endswith(":memory:"):
+        yield
+        return
+    import fcntl
+
+    lock = Path(uri.removeprefix("sqlite:///") + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 class MlflowTracking(Tracking):
     def __init__(self, uri: str) -> None:
         import os
@@ -46,7 +65,8 @@ class MlflowTracking(Tracking):
         from mlflow import MlflowClient
 
         quiet_secrets_in_mlflow_logs()
-        self.client = MlflowClient(self.uri)
+        with _sqlite_setup_lock(self.uri):  # the client creates a new SQLite store's tables
+            self.client = MlflowClient(self.uri)
 
     def describe(self) -> str:
         return redact(self.uri)
