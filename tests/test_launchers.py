@@ -198,3 +198,12 @@ def test_recorded_failure_prefers_errors_to_crashes(tmp_path: Path) -> None:
 def test_profile_errors_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no such file"):
         load_profile(str(tmp_path / "missing.yaml"))
+
+
+def test_master_port_is_the_same_for_every_rank_and_below_the_ephemeral_ports() -> None:
+    from abtune.launch.slurm import master_port
+
+    ports = [master_port(str(job)) for job in range(1, 2001)]
+    assert ports == [master_port(str(job)) for job in range(1, 2001)]  # every rank of a job agrees
+    assert min(ports) >= 20000 and max(ports) < 32768  # Linux hands out 32768-60999 to outgoing connections
+    assert len(set(ports)) > 1500  # jobs spread over the range

@@ -18,6 +18,7 @@ import atexit
 import contextlib
 import io
 import os
+import random
 import shlex
 import shutil
 import socket
@@ -73,10 +74,21 @@ def export_rank_environment() -> None:
     """RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT from SLURM's variables; node = SLURM_NODEID."""
     # Not CUDA_VISIBLE_DEVICES: SLURM already limits it to the node's GPUs (or the task's, with
     # --gpus-per-task), and dist.choose_device picks cuda:LOCAL_RANK or the task's only GPU.
+    os.environ.setdefault("MASTER_PORT", str(master_port(os.environ["SLURM_JOB_ID"])))
     env = TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
     os.environ["MASTER_ADDR"] = _reachable(env.master_addr)
     os.environ["ABTUNE_NODE_RANK"] = os.environ.get("SLURM_NODEID", "0")  # not one inherited from the submitter
     os.environ.setdefault("OMP_NUM_THREADS", os.environ.get("SLURM_CPUS_PER_TASK", "1"))
+
+
+FIRST_MASTER_PORT, MASTER_PORT_CHOICES = 20000, 12000  # 20000-31999: below Linux's ephemeral ports (32768+)
+
+
+def master_port(job_id: str) -> int:
+    """The same port on every rank of a job, derived from its id, as submitit does, but below the range
+    the kernel hands to outgoing connections: submitit's 20000-60000 met one on the first node in CI
+    (rank 0's store failed with EADDRINUSE)."""
+    return FIRST_MASTER_PORT + random.Random(job_id).randrange(MASTER_PORT_CHOICES)
 
 
 def _reachable(host: str) -> str:
