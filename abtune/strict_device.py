@@ -6,13 +6,14 @@ the run's device and gloo takes it, so no CPU test could see the mistake. In str
 (`ABTUNE_STRICT_DEVICE=1` in a rank's environment) a TorchFunctionMode remembers which tensors a
 GPU run would hold on the CPU, by their storage:
 
-- made by a factory (`torch.tensor`, `zeros`, `arange`, `from_numpy`, `frombuffer`, ...) without a
-  device, or by `.cpu()`;
+- made by a factory (`torch.tensor`, `zeros`, `arange`, `randperm`, ...) without a device, or by
+  `.cpu()`;
 - made by an operation whose tensor inputs are all such tensors (views share their storage).
 
 `.to(device)` and `.cuda()` give such a tensor a fresh, unmarked copy, as a real move would. The
 meter refuses a marked tensor exactly as it refuses a tensor on another device. An explicit
-`device=` is trusted (on a CPU run `device="cpu"` and `device=env.device` look alike).
+`device=` is trusted (on a CPU run `device="cpu"` and `device=env.device` look alike), and
+`torch.from_numpy`/`torch.frombuffer` are invisible to the mode (torch does not route them through it).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ _FACTORIES = frozenset({
     torch.empty_strided, torch.full, torch.arange, torch.range, torch.linspace, torch.logspace, torch.eye,
     torch.rand, torch.randn, torch.randint, torch.randperm,
 })
-_ALWAYS_ON_CPU = frozenset({torch.from_numpy, torch.frombuffer, torch.Tensor.cpu})
+_ALWAYS_ON_CPU = frozenset({torch.Tensor.cpu})
 _MOVES = frozenset({torch.Tensor.to, torch.Tensor.cuda})
 _IN_PLACE_EXTRA = frozenset({torch.Tensor.__setitem__, torch.Tensor.set_, torch.Tensor.data.__set__})
 

@@ -45,7 +45,7 @@ class MetricStream:
         self.seconds += record["step_seconds"] * max(0, step - self.last_step)
         self.last_step = step
         values = {
-            "train/loss": record["loss"], "train/lr": record["lr"],
+            "train/loss": record["loss"], "train/lr": record["lr"], "train/skipped_steps": record.get("skipped_steps", 0),
             "train/phase": PHASE_CODES.get(record["phase"], -1), "train/step_seconds": record["step_seconds"],
             "traffic/total_bytes": record["total_bytes"],
             "traffic/inter_node_bytes": record["inter_node_bytes"],

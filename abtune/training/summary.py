@@ -84,6 +84,8 @@ def build_summary(trainer: Trainer) -> dict[str, Any]:
         },
         "traffic": traffic_summary(per_rank, trainer.state.step, trainer.state.train_seconds,
                                    topology.num_nodes > 1, ddp_step_bytes),
+        "precision": {"name": config.train.precision, "skipped_steps": trainer.state.skipped_steps,
+                      "loss_scale": trainer.precision.loss_scale()},
         "timing": {"train_seconds": trainer.state.train_seconds,
                    "seconds_per_step": trainer.state.train_seconds / max(1, trainer.state.step)},
         "config": flatten(config),
