@@ -79,18 +79,23 @@ def test_bf16_trains_within_tolerance_of_fp32(tmp_path: Path, method: str) -> No
 
 @pytest.mark.slow
 def test_fp16_run_recovers_from_overflow_steps(tmp_path: Path) -> None:
-    run_dir, summary = _train(tmp_path, "fp16", train={
-        "steps": 40, "eval_every": 1000, "precision": "fp16", "loss_scale": 2.0**30})
+    # 2**24 overflows fp16's gradients (max 65504) until the scaler has halved it enough
+    run_dir, summary = _train(
+        tmp_path, "fp16", model=QUICKSTART_MODEL, data={"name": "digits", "augment": False},
+        schedule={"name": "constant", "warmup_frac": 0.0},
+        train={"steps": 60, "eval_every": 1000, "precision": "fp16", "loss_scale": 2.0**24})
     skipped = summary["precision"]["skipped_steps"]
-    print(f"fp16: {skipped} of 40 steps skipped, final loss scale {summary['precision']['loss_scale']}")
-    assert 1 <= skipped < 40
-    assert summary["steps_done"] == 40 and summary["stopped_early"] is None
-    assert summary["precision"]["loss_scale"] <= 2.0**30 / 2**skipped * 2  # halved per skip (at most one growth)
-    assert math.isfinite(summary["final"]["val_loss"]) and summary["final"]["val_top1"] > 0.3
+    print(f"fp16: {skipped} of 60 steps skipped, final loss scale {summary['precision']['loss_scale']}, "
+          f"top-1 {summary['final']['val_top1']:.4f}")
+    assert 1 <= skipped <= 20
+    assert summary["steps_done"] == 60 and summary["stopped_early"] is None  # skipped steps are not failures
+    assert summary["precision"]["loss_scale"] == 2.0**24 / 2**skipped  # halved per skip, no growth in 60 steps
+    assert math.isfinite(summary["final"]["val_loss"]) and summary["final"]["val_top1"] > 0.5
     log = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in log if r.get("kind") == "log"]
-    assert all(math.isfinite(loss) for loss in losses) and losses[-1] < losses[0]
-    ranks = [_checkpoint(run_dir, 40, rank) for rank in range(NPROC)]
+    assert all(math.isfinite(loss) for loss in losses) and losses[-1] < 0.8 * losses[0]
+    assert [r["skipped_steps"] for r in log if r.get("kind") == "log"][-1] == skipped
+    ranks = [_checkpoint(run_dir, 60, rank) for rank in range(NPROC)]
     assert {r["train_state"]["skipped_steps"] for r in ranks} == {skipped}  # ranks skip together (DDP)
     assert ranks[0]["scaler"]["scale"] == summary["precision"]["loss_scale"]
 
