@@ -207,3 +207,24 @@ def test_abtune_ui_without_options_serves_the_default_stores_found_here(
     monkeypatch.setenv(STORAGE_VARIABLE, f"sqlite:///{tmp_path / 'elsewhere.db'}")  # asked for: must exist
     with pytest.raises(ConfigError, match="^no Optuna storage at sqlite:///.*elsewhere.db; check --storage"):
         choose_stores(None, None)
+
+
+def test_experiments_open_as_model_training_with_the_results_first(store: str) -> None:
+    from abtune.tracking.view import RESULT_METRICS, VIEW_KEY, experiment_links
+
+    client = MlflowClient(store)
+    older = client.create_experiment("from-before")  # as an older abtune left it: no tags
+    tracking = open_tracking()
+    config = RunConfig.model_validate({"name": "t", "model": TINY_VIT})
+    tracking.start_run(config, experiment="fresh", run_name="r")
+    tracking.start_run(config, experiment="from-before", run_name="r")
+    for name in ("fresh", "from-before"):
+        tags = client.get_experiment_by_name(name).tags
+        assert tags["mlflow.experimentKind"] == "custom_model_development"
+        view = json.loads(tags[f"mlflow.sharedViewState.{VIEW_KEY}"])
+        assert view["selectedColumns"][:4] == [f"metrics.`{m}`" for m in RESULT_METRICS]
+        assert (view["orderByKey"], view["orderByAsc"]) == ("metrics.`final_top1`", False)
+    links = dict(experiment_links(store, "http://127.0.0.1:5000", limit=10))
+    assert links["from-before"] == (f"http://127.0.0.1:5000/#/experiments/{older}/runs"
+                                    f"?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}")
+    assert set(links) == {"fresh", "from-before"}  # not MLflow's Default experiment

@@ -17,7 +17,9 @@ from types import FrameType
 
 from abtune.errors import ConfigError
 from abtune.redact import redact
-from abtune.tracking import servers
+from abtune.tracking import servers, view
+
+EXPERIMENT_LINKS = 10  # the most recently updated experiments abtune lists with their direct links
 
 
 def choose_stores(tracking_flag: str | None, storage_flag: str | None) -> tuple[str | None, str | None]:
@@ -99,6 +101,15 @@ def _is_server(uri: str) -> bool:
     return uri.startswith(("http://", "https://"))
 
 
+def _print_experiments(started: list[servers.Service], tracking_uri: str | None) -> None:
+    """Direct links to abtune's experiments: they open the model-training view with each run's results."""
+    mlflow_ui = next((s.url for s in started if s.name == servers.MLFLOW), None)
+    if tracking_uri is None or mlflow_ui is None:
+        return
+    for name, link in view.experiment_links(tracking_uri, mlflow_ui, EXPERIMENT_LINKS):
+        print(f"  experiment {name}: {link}")
+
+
 def _print_access(started: list[servers.Service], tracking_uri: str | None) -> None:
     if tracking_uri and _is_server(tracking_uri):
         print(f"MLflow UI:        {redact(tracking_uri)} (the tracking server itself)")
@@ -107,4 +118,5 @@ def _print_access(started: list[servers.Service], tracking_uri: str | None) -> N
     if started:
         forwards = " ".join(f"-L {s.port}:127.0.0.1:{s.port}" for s in started)
         print(f"from your laptop: ssh -N {forwards} {getpass.getuser()}@{socket.getfqdn()}")
+    _print_experiments(started, tracking_uri)
     print("Ctrl-C stops them." if started else "nothing to start here (no --storage)", flush=True)
