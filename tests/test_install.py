@@ -68,6 +68,13 @@ def test_installed_abtune_finds_the_shipped_profiles_from_any_folder(tmp_path: P
     assert result.stdout.startswith("#!/bin/bash\n")
     assert "#SBATCH --nodes=1" in result.stdout.splitlines()  # the shipped slurm.yaml's layout
     assert f"#SBATCH --chdir={work}" in result.stdout.splitlines()
+    (work / "launchers").mkdir()  # a profile of the user's own, same name: it wins over the shipped one
+    (work / "launchers" / "slurm.yaml").write_text("kind: slurm\npartition: mine\ntasks_per_node: 2\n")
+    own = subprocess.run(["abtune", "train", str(config), "--launcher", "slurm", "--dry-run"], cwd=work, env=env,
+                         capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
+    assert own.returncode == 0, own.stderr
+    assert "#SBATCH --partition=mine" in own.stdout.splitlines()
+
     unknown = subprocess.run(["abtune", "train", str(config), "--launcher", "nosuch"], cwd=work, env=env,
                              capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
     assert unknown.returncode == 2
