@@ -106,7 +106,12 @@ def _print_experiments(started: list[servers.Service], tracking_uri: str | None)
     mlflow_ui = next((s.url for s in started if s.name == servers.MLFLOW), None)
     if tracking_uri is None or mlflow_ui is None:
         return
-    for name, link in view.experiment_links(tracking_uri, mlflow_ui, EXPERIMENT_LINKS):
+    try:
+        links = view.experiment_links(tracking_uri, mlflow_ui, EXPERIMENT_LINKS)
+    except Exception as error:  # noqa: BLE001 - the links are a convenience; the UI itself is up
+        print(f"  (no experiment links: {redact(str(error).splitlines()[0] if str(error) else type(error).__name__)})")
+        return
+    for name, link in links:
         print(f"  experiment {name}: {link}")
 
 
