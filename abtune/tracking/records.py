@@ -2,7 +2,7 @@
 metrics.jsonl use the same conversion, so a replay fills exactly the gaps an outage left.
 
 Step series (x-axis: the training step; bytes are rank 0's cumulative wire bytes):
-    train/loss, train/lr, train/phase (PHASE_CODES), train/step_seconds,
+    train/loss, train/lr, train/phase (PHASE_CODES), train/step_seconds, train/skipped_steps (fp16),
     traffic/total_bytes, traffic/inter_node_bytes, traffic/intra_node_bytes, traffic/inter_node_gb_per_s,
     traffic/bytes_<phase>, traffic/inter_node_bytes_<phase>,
     val/top1, val/top5, val/loss, model/compression, model/trainable_params,
