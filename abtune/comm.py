@@ -4,6 +4,11 @@ Counts are per rank (what this process sends), keyed by phase, process group and
 Wire bytes use the standard ring-algorithm estimates: an all-reduce moves 2(n-1)/n times its
 payload per rank; a broadcast or all-gather moves (n-1)/n times the gathered/broadcast size.
 A collective is inter-node when its group spans more than one node.
+
+The meter also refuses a tensor that is not on the run's device, naming the collective, the group
+and both devices: NCCL has no CPU backend, so a CPU tensor handed to a collective kills a GPU run.
+In strict-device mode (`abtune.strict_device`) tensors a GPU run would hold on the CPU are refused
+too, so a CPU run finds the mistake.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from abtune import strict_device
+from abtune.errors import TrainingFailed
 
 
 class Op(StrEnum):
@@ -89,8 +97,9 @@ class Tally:
 class CommMeter:
     """Counts bytes by (phase, group, op) and issues the metered collectives."""
 
-    def __init__(self, topology: Topology) -> None:
+    def __init__(self, topology: Topology, device: torch.device | None = None) -> None:
         self.topology = topology
+        self.device = device if device is not None else torch.device("cpu")
         self.phase = "setup"
         self._tallies: dict[tuple[str, str, str, str], Tally] = defaultdict(Tally)
 
@@ -104,16 +113,24 @@ class CommMeter:
         wire = payload_bytes * wire_factor(op, group.size)
         self._tallies[(self.phase, group.name, group.locality, op.value)].add(payload_bytes, wire)
 
+    def check_device(self, what: str, group: CommGroup, *tensors: torch.Tensor) -> None:
+        """Refuse tensors that are not on the run's device (see the module's docstring)."""
+        for tensor in tensors:
+            check_device(tensor, self.device, f"{what} over group '{group.name}'")
+
     # --- metered collectives -------------------------------------------------------------
     def all_reduce(self, tensor: torch.Tensor, group: CommGroup, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM) -> None:
+        self.check_device(Op.ALL_REDUCE, group, tensor)
         self.record(Op.ALL_REDUCE, tensor.nbytes, group)
         dist.all_reduce(tensor, op=op, group=group.handle)
 
     def broadcast(self, tensor: torch.Tensor, src: int, group: CommGroup) -> None:
+        self.check_device(Op.BROADCAST, group, tensor)
         self.record(Op.BROADCAST, tensor.nbytes, group)
         dist.broadcast(tensor, src=src, group=group.handle)
 
     def all_gather(self, output: torch.Tensor, tensor: torch.Tensor, group: CommGroup) -> None:
+        self.check_device(Op.ALL_GATHER, group, output, tensor)
         self.record(Op.ALL_GATHER, output.nbytes, group)
         dist.all_gather_single(output, tensor, group=group.handle)
 
@@ -143,12 +160,29 @@ class CommMeter:
             self._tallies[key] = Tally(row["calls"], row["payload_bytes"], row["wire_bytes"])
 
 
+def check_device(tensor: torch.Tensor, device: torch.device, what: str) -> None:
+    """Raise TrainingFailed when `tensor` is not on `device` or, in strict-device mode, would sit on a
+    GPU run's CPU."""
+    if tensor.device != device:
+        where = f"is on {tensor.device}"
+    elif strict_device.is_foreign(tensor):
+        where = "would be on the CPU of a GPU run (strict-device mode: it was made without device=)"
+    else:
+        return
+    raise TrainingFailed(
+        f"{what}: a {tuple(tensor.shape)} {tensor.dtype} tensor {where}, but the run's device is {device}; "
+        "create it with device= the run's device (NCCL has no CPU backend)"
+    )
+
+
 def sum_rows(rows: list[dict[str, Any]], key: str = "wire_bytes", **match: str) -> float:
     return sum(row[key] for row in rows if all(row[field] == value for field, value in match.items()))
 
 
-def _coalesced_(tensors: list[torch.Tensor], collective: Callable[[torch.Tensor], None]) -> None:
+def _coalesced_(meter: CommMeter, tensors: list[torch.Tensor], group: CommGroup, op: Op,
+                collective: Callable[[torch.Tensor], None]) -> None:
     """Run `collective` on one flat buffer per dtype and copy the result back into `tensors`."""
+    meter.check_device(op, group, *tensors)  # flattening would hide a tensor on the wrong device
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = defaultdict(list)
     for tensor in tensors:
         by_dtype[tensor.dtype].append(tensor)
@@ -161,7 +195,7 @@ def _coalesced_(tensors: list[torch.Tensor], collective: Callable[[torch.Tensor]
 
 def broadcast_tensors_(meter: CommMeter, tensors: list[torch.Tensor], src: int, group: CommGroup) -> None:
     """Overwrite `tensors` with `src`'s values, one coalesced broadcast per dtype."""
-    _coalesced_(tensors, lambda flat: meter.broadcast(flat, src, group))
+    _coalesced_(meter, tensors, group, Op.BROADCAST, lambda flat: meter.broadcast(flat, src, group))
 
 
 def average_tensors_(
@@ -178,7 +212,7 @@ def average_tensors_(
         meter.all_reduce(flat, group)
         flat /= divisor
 
-    _coalesced_([t for t in tensors if t.is_floating_point()], reduce)
+    _coalesced_(meter, [t for t in tensors if t.is_floating_point()], group, Op.ALL_REDUCE, reduce)
 
 
 def all_gather_bytes(meter: CommMeter, data: bytes, group: CommGroup, device: torch.device) -> list[bytes]:

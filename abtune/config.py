@@ -75,6 +75,10 @@ class TrainConfig(StrictModel):
     keep_checkpoints: int = Field(2, ge=1)
     grad_clip: float | None = Field(None, gt=0.0)
     pg_timeout_s: int = Field(600, ge=10, description="seconds a collective may wait before the run fails")
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32", description="forward passes under autocast; bf16 is recommended on Ampere and newer GPUs"
+    )
+    loss_scale: float = Field(2.0**16, gt=0.0, description="fp16 only: the gradient scaler's initial loss scale")
 
 
 class OptimizerConfig(StrictModel):

@@ -14,7 +14,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from abtune.comm import CommMeter, Op, Topology
+from abtune.comm import CommMeter, Op, Topology, check_device
 from abtune.errors import ConfigError
 
 NODE_RANK_VARIABLES = ("ABTUNE_NODE_RANK", "SLURM_NODEID", "GROUP_RANK")
@@ -74,9 +74,11 @@ def discover_topology(env: DistEnv) -> tuple[Topology, CommMeter]:
     """Gather every rank's node and return the topology with a meter that already counts that gather."""
     mine = torch.tensor([env.node_rank], dtype=torch.int64, device=env.device)
     gathered = torch.empty(env.world_size, dtype=torch.int64, device=env.device)
+    for tensor in (mine, gathered):
+        check_device(tensor, env.device, "all_gather of the node ranks over group 'world'")
     dist.all_gather_single(gathered, mine)
     topology = Topology(tuple(int(n) for n in gathered.tolist()))
-    meter = CommMeter(topology)
+    meter = CommMeter(topology, env.device)
     # The gather ran before the meter could exist (it needs the topology); count it now.
     meter.record(Op.ALL_GATHER, gathered.nbytes, meter.world())
     return topology, meter

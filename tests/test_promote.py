@@ -152,6 +152,7 @@ def test_dry_run_prints_the_papers_batches_and_steps_and_writes_nothing(
         numbers = [int(c.replace(",", "")) for c in ab[1:7]]
         assert numbers == [nodes, 4 * nodes, local, global_, per_epoch, steps]
         assert ddp[1:7] == ab[1:7] and ddp[11] == "ddp" and ab[11] == "ab"
+        assert ddp[12] == ab[12] == "bf16"  # the target's train.precision, shown per run
         warmup, ab_steps, rebound, lr_rebound = (int(c.replace(",", "")) for c in ab[7:11])
         assert (warmup, ab_steps) == (round(0.15 * steps), round(0.2 * steps))
         assert (rebound, lr_rebound) == (int(0.3 * ab_steps + 0.5), int(0.4 * ab_steps + 0.5))

@@ -35,6 +35,7 @@ def metered_allreduce_hook(state: MeteredHookState, bucket: dist.GradBucket) -> 
     """DDP comm hook: counts each gradient bucket, then averages it with a plain all-reduce."""
     state.buckets_seen.add(bucket.index())
     buffer = bucket.buffer()
+    state.meter.check_device(Op.ALL_REDUCE, state.group, buffer)
     state.meter.record(Op.ALL_REDUCE, buffer.nbytes, state.group)
     return default_hooks.allreduce_hook(state.group.handle, bucket)
 
@@ -61,6 +62,7 @@ class DataParallel(nn.Module):
         super().__init__()
         self.group = group
         self.meter = meter
+        meter.check_device("DDP's gradient all-reduce", group, *model.parameters())
         self.ddp = DistributedDataParallel(
             model, process_group=group.handle, init_sync=False, forward_sync_buffers=False
         )

@@ -31,6 +31,7 @@ class MeteredPowerSgdState(MeteredHookState):
 
 def metered_powersgd_hook(state: MeteredPowerSgdState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     state.buckets_seen.add(bucket.index())
+    state.meter.check_device(Op.ALL_REDUCE, state.group, bucket.buffer())
     inner = state.powersgd
     compressing = inner.iter >= inner.start_powerSGD_iter
     sent_before = inner.total_numel_after_compression

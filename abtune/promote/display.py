@@ -5,7 +5,7 @@ from __future__ import annotations
 from abtune.promote.plan import Campaign, PlannedRun
 
 COLUMNS = ("run", "nodes", "ranks", "local batch", "global batch", "steps/epoch", "steps", "warmup", "AB",
-           "rebound", "LR rebound", "method", "promoted from")
+           "rebound", "LR rebound", "method", "precision", "promoted from")
 
 
 def run_cells(run: PlannedRun) -> list[str]:
@@ -19,7 +19,7 @@ def run_cells(run: PlannedRun) -> list[str]:
         source += f" (mlflow {run.promoted_from.mlflow_run_id})"
     return [run.name, str(run.nodes), str(run.world_size), f"{run.local_batch_size:,}", f"{run.global_batch_size:,}",
             f"{run.steps_per_epoch:,}", f"{run.steps:,}", steps("warmup_steps"), steps("ab_steps"),
-            steps("rebound_steps"), steps("lr_rebound_steps"), run.method, source]
+            steps("rebound_steps"), steps("lr_rebound_steps"), run.method, run.precision, source]
 
 
 def print_campaign(campaign: Campaign, title_prefix: str = "") -> None:
@@ -30,7 +30,7 @@ def print_campaign(campaign: Campaign, title_prefix: str = "") -> None:
              f"{campaign.epochs} epochs of {campaign.train_samples:,} samples")
     table = Table(title=title)
     for column in COLUMNS:
-        table.add_column(column, justify="left" if column in ("run", "method", "promoted from") else "right")
+        table.add_column(column, justify="left" if column in ("run", "method", "precision", "promoted from") else "right")
     for run in campaign.runs:
         table.add_row(*run_cells(run))
     Console(width=200).print(table)

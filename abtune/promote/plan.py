@@ -37,6 +37,7 @@ class PlannedRun(StrictModel):
     name: str
     configuration: str  # "ddp" for the baseline, else the promoted configuration's name
     method: str
+    precision: str = "fp32"
     nodes: int
     ranks_per_node: int
     world_size: int
@@ -112,7 +113,8 @@ def plan_run(target: ScalingTarget, item: Promoted | None, nodes: int, strategy:
     source = None if item is None or item.source is None else PromotedFrom(
         study=item.source.study, trial=item.source.trial, values=item.source.values,
         mlflow_run_id=item.source.mlflow_run_id)
-    run = PlannedRun(name=f"n{nodes:02d}-{label}", configuration=label, method=config.method.name, nodes=nodes,
+    run = PlannedRun(name=f"n{nodes:02d}-{label}", configuration=label, method=config.method.name,
+                     precision=config.train.precision, nodes=nodes,
                      ranks_per_node=rpn, world_size=world, local_batch_size=local, global_batch_size=global_,
                      steps_per_epoch=per_epoch, steps=steps, schedule=schedule,
                      overrides={} if item is None else dict(item.overrides), promoted_from=source,

@@ -2,7 +2,7 @@
 metrics.jsonl use the same conversion, so a replay fills exactly the gaps an outage left.
 
 Step series (x-axis: the training step; bytes are rank 0's cumulative wire bytes):
-    train/loss, train/lr, train/phase (PHASE_CODES), train/step_seconds,
+    train/loss, train/lr, train/phase (PHASE_CODES), train/step_seconds, train/skipped_steps (fp16),
     traffic/total_bytes, traffic/inter_node_bytes, traffic/intra_node_bytes, traffic/inter_node_gb_per_s,
     traffic/bytes_<phase>, traffic/inter_node_bytes_<phase>,
     val/top1, val/top5, val/loss, model/compression, model/trainable_params,
@@ -45,7 +45,7 @@ class MetricStream:
         self.seconds += record["step_seconds"] * max(0, step - self.last_step)
         self.last_step = step
         values = {
-            "train/loss": record["loss"], "train/lr": record["lr"],
+            "train/loss": record["loss"], "train/lr": record["lr"], "train/skipped_steps": record.get("skipped_steps", 0),
             "train/phase": PHASE_CODES.get(record["phase"], -1), "train/step_seconds": record["step_seconds"],
             "traffic/total_bytes": record["total_bytes"],
             "traffic/inter_node_bytes": record["inter_node_bytes"],

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from abtune import strict_device
 from abtune.comm import Op, all_gather_bytes, sum_rows, wire_factor
 from abtune.config import flatten
 
@@ -70,6 +71,7 @@ def build_summary(trainer: Trainer) -> dict[str, Any]:
         "ranks_per_node": topology.ranks_per_node,
         "steps": config.train.steps,
         "steps_done": trainer.state.step,
+        "strict_device": strict_device.active(),
         "stopped_early": trainer.state.stopped_early,
         "final": {k: final.get(k) for k in ("val_top1", "val_top5", "val_loss")},
         "best_top1": max((h["val_top1"] for h in history), default=None),
@@ -82,6 +84,8 @@ def build_summary(trainer: Trainer) -> dict[str, Any]:
         },
         "traffic": traffic_summary(per_rank, trainer.state.step, trainer.state.train_seconds,
                                    topology.num_nodes > 1, ddp_step_bytes),
+        "precision": {"name": config.train.precision, "skipped_steps": trainer.state.skipped_steps,
+                      "loss_scale": trainer.precision.loss_scale()},
         "timing": {"train_seconds": trainer.state.train_seconds,
                    "seconds_per_step": trainer.state.train_seconds / max(1, trainer.state.step)},
         "config": flatten(config),

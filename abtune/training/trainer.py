@@ -34,6 +34,7 @@ from abtune.training.checkpoint import (
 from abtune.training.evaluate import Evaluation, evaluate
 from abtune.training.hooks import MetricsFile, TrainingHook, build_hooks, configured_hook_specs
 from abtune.training.lr import scheduled_lr
+from abtune.training.precision import Precision
 from abtune.training.progress import ProgressReporter
 from abtune.training.summary import build_summary
 
@@ -44,6 +45,7 @@ class TrainState:
     epoch: int = 0
     batch_in_epoch: int = 0
     train_seconds: float = 0.0
+    skipped_steps: int = 0  # fp16: steps the gradient scaler skipped (overflow)
     stopped_early: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
 
@@ -75,6 +77,7 @@ class Trainer:
         )
         self.steps_per_epoch = steps_per_epoch(len(train_set), config.train.local_batch_size, env.world_size)
         self.eval_every = config.train.eval_every or self.steps_per_epoch
+        self.precision = Precision(config.train.precision, env.device, config.train.loss_scale)
         self.method = build_method(
             config.method,
             MethodContext(env, self.meter, config.train.steps, _make_optimizer(config), self._new_model),
@@ -128,19 +131,22 @@ class Trainer:
 
     def _train_step(self, step: int, images: torch.Tensor, labels: torch.Tensor) -> float:
         images, labels = images.to(self.env.device), labels.to(self.env.device)
-        loss = F.cross_entropy(self.method.module(images), labels)
+        with self.precision.autocast():
+            loss = F.cross_entropy(self.method.module(images), labels)
         if not torch.isfinite(loss):
             raise TrainingFailed(
                 f"the loss became {loss.item()} at step {step} (phase {self.method.phase}, rank {self.env.rank}); "
                 "lower optimizer.lr or set train.grad_clip"
             )
-        loss.backward()
+        self.precision.backward(loss)
         if self.config.train.grad_clip is not None:
+            self.precision.unscale_(self.method.optimizer)
             torch.nn.utils.clip_grad_norm_(self.method.model.parameters(), self.config.train.grad_clip)
         lr = scheduled_lr(self.config.schedule, self.config.optimizer.lr, step, self.config.train.steps)
         for group in self.method.optimizer.param_groups:
             group["lr"] = lr * self.method.lr_factor(step)
-        self.method.optimizer.step()
+        if not self.precision.step(self.method.optimizer):
+            self.state.skipped_steps += 1
         self.method.optimizer.zero_grad(set_to_none=True)
         self._window.lr = lr * self.method.lr_factor(step)
         return loss.item()
@@ -156,7 +162,9 @@ class Trainer:
             self.state.batch_in_epoch = 0
 
     def _evaluate(self) -> Evaluation:
-        result = evaluate(self.method.eval_module(), self.val_loader, self.env.device, self.meter, self.world)
+        module = self.method.eval_module()  # outside autocast: merging AB's factors stays fp32
+        with self.precision.autocast():
+            result = evaluate(module, self.val_loader, self.env.device, self.meter, self.world)
         counts = self.method.parameter_counts()
         row = {
             "step": self.state.step,
@@ -186,6 +194,7 @@ class Trainer:
             return
         record = {
             "step": self.state.step, "phase": self.method.phase, **window.flush(),
+            "skipped_steps": self.state.skipped_steps,
             "total_bytes": self.meter.total(),
             "inter_node_bytes": self.meter.total(locality="inter"),
             "intra_node_bytes": self.meter.total(locality="intra"),
@@ -226,6 +235,7 @@ class Trainer:
                 "method": self.method.state_dict(),
                 "model": self.method.model.state_dict(),
                 "optimizer": optimizer_state_by_name(self.method.model, self.method.optimizer),
+                "scaler": self.precision.state_dict(),
                 "meter": self.meter.state_dict(),
                 "progress": self.progress.state_dict(),
                 "rng": rng_state(),
@@ -238,6 +248,7 @@ class Trainer:
         self.method.load_state_dict(saved["method"])
         self.method.model.load_state_dict(saved["model"])
         load_optimizer_state_by_name(self.method.model, self.method.optimizer, saved["optimizer"])
+        self.precision.load_state_dict(saved.get("scaler", {}))
         self.meter.load_state_dict(saved["meter"])
         self.progress.load_state_dict(saved["progress"])
         set_rng_state(saved["rng"])

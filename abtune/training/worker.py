@@ -23,6 +23,7 @@ import traceback
 from pathlib import Path
 from typing import NoReturn
 
+from abtune import strict_device
 from abtune.config import load_run_config
 from abtune.dist import init_distributed, shutdown
 from abtune.errors import AbtuneError
@@ -59,7 +60,8 @@ def run_rank(run_dir: Path, resume: bool) -> None:
     rank = int(os.environ.get("RANK", "0"))
     try:
         env = init_distributed(config.train.pg_timeout_s)  # may refuse: a task without a GPU of its own
-        Trainer(config, run_dir, env).train(resume=resume)
+        with strict_device.strict_devices(strict_device.requested()):
+            Trainer(config, run_dir, env).train(resume=resume)
         finish_together()
     except AbtuneError as error:
         record_failure(run_dir, rank, str(error))

@@ -82,7 +82,8 @@ class ABTraining(Method):
         self.meter.phase = Phase.AB.value
         started = time.perf_counter()
         svds = {ref.key: lowrank.svd(getattr(ref.module(self.model), ref.attr)) for ref in self.refs}
-        wanted = torch.tensor([lowrank.rank_for_cutoff(s, self.config.sigma_cutoff) for _, s, _ in svds.values()])
+        wanted = torch.tensor([lowrank.rank_for_cutoff(s, self.config.sigma_cutoff) for _, s, _ in svds.values()],
+                              device=self.ctx.env.device)  # NCCL has no CPU backend
         self.meter.all_reduce(wanted, self.world, op=dist.ReduceOp.MAX)  # every rank must factor alike
         self._factor_all(dict(zip(svds, wanted.tolist(), strict=True)), svds)
         seconds = time.perf_counter() - started
