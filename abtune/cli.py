@@ -24,12 +24,9 @@ from abtune.rundir import DEFAULT_RUNS_DIR, default_run_dir, prepare_run_dir
 from abtune.study.cli import register_study_commands
 from abtune.study.storage import resolve_storage_url
 from abtune.tracking.uri import add_tracking_arguments
+from abtune.yamlfile import parse_yaml
 
 INTERRUPTED_EXIT = 130
-
-
-def _parse_value(text: str) -> Any:
-    return yaml.safe_load(text)
 
 
 def _overrides(pairs: list[str]) -> dict[str, Any]:
@@ -38,7 +35,7 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set method.sigma_cutoff=0.2")
-        result[key] = _parse_value(value)
+        result[key] = parse_yaml(value, f"--set {key}")
     return result
 
 

@@ -15,8 +15,9 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from abtune.config import RunConfig, StrictModel, describe_validation_error, read_yaml
+from abtune.config import RunConfig, StrictModel, describe_validation_error
 from abtune.errors import ConfigError
+from abtune.yamlfile import read_yaml
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "launchers"
 PROJECT_DIR = Path("launchers")
