@@ -52,3 +52,15 @@ def test_a_broken_hooks_file_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "hooks.yaml").write_text("factory: a:b\n")
     with pytest.raises(ConfigError, match="hooks.yaml: expected a YAML list at the top level, got dict"):
         configured_hook_specs(tmp_path)
+
+
+def test_an_option_optuna_deprecated_is_one_warning_line_at_create(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from abtune.cli import main
+
+    study = write_study(tmp_path / "s.yaml", sampler={"name": "tpe", "options": {"consider_prior": True}})
+    assert main(["study", "create", str(study), "--storage", f"sqlite:///{tmp_path}/o.db"]) == 0
+    assert capsys.readouterr().err == (f"abtune: warning: {study}: `consider_prior` has been deprecated in v4.3.0. "
+                                       "This feature will be removed in v6.0.0. See "
+                                       "https://github.com/optuna/optuna/releases/tag/v4.3.0.\n")
