@@ -24,12 +24,9 @@ from abtune.rundir import DEFAULT_RUNS_DIR, default_run_dir, prepare_run_dir
 from abtune.study.cli import register_study_commands
 from abtune.study.storage import resolve_storage_url
 from abtune.tracking.uri import add_tracking_arguments
+from abtune.yamlfile import parse_yaml
 
 INTERRUPTED_EXIT = 130
-
-
-def _parse_value(text: str) -> Any:
-    return yaml.safe_load(text)
 
 
 def _overrides(pairs: list[str]) -> dict[str, Any]:
@@ -38,7 +35,7 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set method.sigma_cutoff=0.2")
-        result[key] = _parse_value(value)
+        result[key] = parse_yaml(value, f"--set {key}")
     return result
 
 
@@ -69,7 +66,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(config, profile, layout, args.run_dir or default_run_dir(config))
     tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
-    run_dir = prepare_run_dir(config, args.run_dir, args.resume)
+    run_dir = prepare_run_dir(config, args.run_dir, args.resume, claim=True)
     run_id = tracking.start_run(config, experiment=config.name, run_name=run_dir.name,
                                 launch_info=LaunchInfo(profile.kind, layout.world_size, layout.ranks_per_node),
                                 tags={"abtune.run_dir": str(run_dir.resolve()), **_resumed_from(run_dir, args.resume)})
@@ -220,10 +217,11 @@ def cmd_report_scaling(args: argparse.Namespace) -> int:
 
 def _discard_unstarted(run_dir: Path) -> None:
     """Nothing ran: remove what prepare_run_dir and submitit made, so the same --run-dir works next time."""
+    from abtune.launch.runlock import LOCK_FILE
     from abtune.launch.submit import job_folder
     from abtune.training.hooks import HOOKS_FILE
 
-    for made in ("config.yaml", HOOKS_FILE):
+    for made in ("config.yaml", HOOKS_FILE, LOCK_FILE):
         (run_dir / made).unlink(missing_ok=True)
     shutil.rmtree(job_folder(run_dir), ignore_errors=True)
     with contextlib.suppress(OSError):

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from abtune.errors import ConfigError
+from abtune.yamlfile import read_yaml
 
 Fraction = Annotated[float, Field(gt=0.0, lt=1.0)]
 
@@ -192,18 +193,6 @@ def parse_run_config(raw: dict[str, Any], source: str = "config") -> RunConfig:
         return RunConfig.model_validate(raw)
     except ValidationError as error:
         raise ConfigError(describe_validation_error(error, source)) from None
-
-
-def read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such file")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: not valid YAML: {error}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping of sections at the top level, got {type(raw).__name__}")
-    return raw
 
 
 def load_run_config(path: Path, overrides: dict[str, Any] | None = None) -> RunConfig:

@@ -14,6 +14,7 @@ import yaml
 
 from abtune.config import RunConfig, flatten, load_run_config
 from abtune.errors import ConfigError
+from abtune.launch.runlock import claim_run
 
 DEFAULT_RUNS_DIR = Path("runs")
 CONFIG_FILE = "config.yaml"
@@ -23,7 +24,8 @@ def default_run_dir(config: RunConfig) -> Path:
     return DEFAULT_RUNS_DIR / f"{config.name}-{config.method.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def prepare_run_dir(config: RunConfig, run_dir: Path | None, resume: bool) -> Path:
+def prepare_run_dir(config: RunConfig, run_dir: Path | None, resume: bool, claim: bool = False) -> Path:
+    """The run folder with its config.yaml; `claim`: this process launches the run and holds it (runlock)."""
     if run_dir is None:
         if resume:
             raise ConfigError("--resume needs --run-dir: the folder of the run to continue")
@@ -34,6 +36,8 @@ def prepare_run_dir(config: RunConfig, run_dir: Path | None, resume: bool) -> Pa
     elif stored.exists():
         raise ConfigError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --run-dir")
     run_dir.mkdir(parents=True, exist_ok=True)
+    if claim:
+        claim_run(run_dir)  # refuses while an earlier launch of this run still trains
     stored.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     shutil.rmtree(run_dir / "failures", ignore_errors=True)
     return run_dir

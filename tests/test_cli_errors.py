@@ -56,3 +56,32 @@ def test_existing_run_is_not_overwritten(tmp_path: Path, tiny_config: Path) -> N
     assert result.returncode == 2
     assert "already holds a run" in result.stderr
     assert (run_dir / "config.yaml").read_text() == "name: earlier\n"
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    (b"", "bad.yaml: the file is empty (or holds only comments); expected a YAML mapping"),
+    (b"# nothing yet\n", "bad.yaml: the file is empty (or holds only comments); expected a YAML mapping"),
+    (b"train:\n  steps: 3\n   lr: 0.1\n", "bad.yaml:3:6: not valid YAML: mapping values are not allowed here"),
+    (b"name: a\nseed: 1\nname: b\n", "bad.yaml:3:1: not valid YAML: key 'name' appears twice (first on line 1)"),
+    (bytes(range(256)) * 4, "bad.yaml: a binary file (it contains NUL bytes); expected YAML text"),
+    (b"name: caf\xe9\n", "bad.yaml:1:10: not UTF-8 text (byte 0xe9); a binary file, or text in another encoding: save it as UTF-8"),
+    (b"name: \x07\n", "bad.yaml:1:7: not valid YAML: control character #x07 is not allowed (is this a binary file?)"),
+    (b"- name: tiny\n", "bad.yaml: expected a YAML mapping at the top level, got list"),
+])
+def test_bad_config_file_gives_one_line_and_exit_2(tmp_path: Path, content: bytes, expected: str) -> None:
+    """An empty run config used to train a run on the defaults."""
+    (tmp_path / "bad.yaml").write_bytes(content)
+    result = run_cli("train", "bad.yaml", "--run-dir", "run", cwd=tmp_path, check=False)
+    assert (result.returncode, result.stderr) == (2, f"abtune: error: {expected}\n")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "runs").exists()
+
+
+def test_bad_launcher_profile_and_set_value_give_one_line(tmp_path: Path, tiny_config: Path) -> None:
+    (tmp_path / "empty.yaml").write_text("")
+    result = run_cli("train", str(tiny_config), "--launcher", str(tmp_path / "empty.yaml"), check=False)
+    assert (result.returncode, result.stderr) == (
+        2, f"abtune: error: {tmp_path / 'empty.yaml'}: the file is empty (or holds only comments); expected a YAML mapping\n")
+    result = run_cli("train", str(tiny_config), "--set", "train.steps=[3", check=False)
+    assert (result.returncode, result.stderr) == (
+        2, "abtune: error: --set train.steps:1:3: not valid YAML: expected ',' or ']', but got '<stream end>' "
+           "(while parsing a flow sequence)\n")

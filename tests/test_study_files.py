@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from abtune.cli import main
@@ -13,6 +14,7 @@ from abtune.errors import ConfigError
 from abtune.study.definition import DDP, PAPER_DEFAULTS, SPEC_ATTR
 from abtune.study.space import build_distributions
 from abtune.study.spec import GUIDELINE, load_study_spec
+from abtune.study.storage import open_storage
 from tests.conftest import run_cli
 from tests.study_helpers import TINY_BASE, study_attrs, trials_of, write_study
 
@@ -39,7 +41,24 @@ BAD_STUDIES = [
     ({"space": {"optimizer.lr": {"low": 0.01, "high": 0.1}}}, "the base config's value 0.003"),
     ({"sampler": {"name": "bayes"}}, "sampler.name: Input should be 'tpe'"),
     ({"pruner": {"name": "aggressive"}}, "pruner.name: Input should be 'none'"),
-    ({"sampler": {"name": "tpe", "options": {"n_startup": 3}}}, "bad.yaml: sampler tpe with options {'n_startup': 3}: TPESampler.__init__() got an unexpected keyword"),
+    ({"sampler": {"name": "tpe", "options": {"n_startup": 3}}}, "bad.yaml: sampler.options.n_startup: not an option of TPESampler; valid options: consider_prior (default None), "),
+    ({"sampler": {"name": "tpe", "options": {"n_startup": 3}}}, ", n_startup_trials (default 10), n_ei_candidates (default 24), "),
+    ({"sampler": {"name": "tpe", "options": {"n_startup_trials": "not-a-number"}}}, "bad.yaml: sampler.options.n_startup_trials: expected int, got 'not-a-number' (str); default: 10"),
+    ({"sampler": {"name": "tpe", "options": {"n_startup_trials": -3}}}, "bad.yaml: sampler.options.n_startup_trials: must be >= 0, got -3"),
+    ({"sampler": {"name": "tpe", "options": {"multivariate": "yes"}}}, "sampler.options.multivariate: expected bool | None, got 'yes' (str)"),
+    ({"sampler": {"name": "tpe", "options": {"n_ei_candidates": 0}}}, "sampler.options.n_ei_candidates: must be >= 1, got 0"),
+    ({"sampler": {"name": "tpe", "options": {"gamma": 0.1}}}, "sampler.options.gamma: TPESampler takes a Python object here (Callable[[int], int] | None)"),
+    ({"sampler": {"name": "tpe", "options": {"seed": 3}}}, "sampler.options.seed: set sampler.seed instead"),
+    ({"sampler": {"name": "random", "options": {"seed": 3}}}, "sampler.options.seed: set sampler.seed instead"),
+    ({"sampler": {"name": "random", "options": {"n_startup_trials": 3}}}, "sampler.options.n_startup_trials: RandomSampler takes no options; remove sampler.options"),
+    ({"sampler": {"name": "nsgaii", "options": {"population_size": 1}}}, "sampler nsgaii with options {'population_size': 1}: `population_size` must be greater than or equal to 2."),
+    ({"sampler": {"name": "qmc", "options": {"qmc_type": "lattice"}}}, "The `qmc_type='lattice'` is invalid. Choose either `halton` or `sobol`."),
+    ({"pruner": {"name": "median", "options": {"n_warmup_steps": 2.5}}}, "pruner.options.n_warmup_steps: expected int, got 2.5 (float); default: 0"),
+    ({"pruner": {"name": "median", "options": {"n_startup_trials": True}}}, "pruner.options.n_startup_trials: expected int, got True (bool)"),
+    ({"pruner": {"name": "median", "options": {"interval_steps": 0}}}, "pruner median with options {'interval_steps': 0}: Pruning interval steps must be at least 1"),
+    ({"pruner": {"name": "hyperband", "options": {"reduction_factor": 1}}}, "pruner.options.reduction_factor: must be >= 2, got 1"),
+    ({"pruner": {"name": "hyperband", "options": {"min_resource": 31}}}, "pruner.options: min_resource 31 is above max_resource 30 (default: train.steps)"),
+    ({"pruner": {"name": "none", "options": {"n_startup_trials": 3}}}, "pruner.options.n_startup_trials: NopPruner takes no options; remove pruner.options"),
     ({"objectives": ["top1", "inter_node_bytes"], "pruner": {"name": "median"}}, "bad.yaml: pruner: Optuna does not prune multi-objective studies"),
     ({"trials": 2}, "trials: 2 leaves no trial for the search after the 2 reference trials"),
     ({"layout": {"nproc": 2}, "objectives": ["top1", "inter_node_bytes"]}, "bad.yaml: layout: inter-node traffic needs more than one node"),
@@ -251,3 +270,40 @@ def test_a_trial_asked_beyond_the_budget_is_not_run(tmp_path: Path, monkeypatch:
     assert [(t.number, t.state.name) for t in trials] == [(0, "RUNNING"), (1, "FAIL")]
     assert trials[1].user_attrs["over_budget"] and not runner.active
     assert results.budget_used(trials) == 1 and not runner._may_start()
+
+
+GOOD_STUDY_TEXT = "name: bad\nbase: run.yaml\nlayout: {nproc: 2, ranks_per_node: 1}\ntrials: 4\n"
+BAD_STUDY_FILES = [
+    (GOOD_STUDY_TEXT + "sampler:\n  name: tpe\n   options: {}\n", "bad.yaml:7:11: not valid YAML: mapping values are not allowed here"),
+    (GOOD_STUDY_TEXT + "space: {method.warmup_frac: {low: 0.1, high: 0.3}\n", "bad.yaml:6:1: not valid YAML: expected ',' or '}', but got '<stream end>' (while parsing a flow mapping)"),
+    (GOOD_STUDY_TEXT + "trials: 8\n", "bad.yaml:5:1: not valid YAML: key 'trials' appears twice (first on line 4)"),
+    (bytes(range(256)), "bad.yaml: a binary file (it contains NUL bytes); expected YAML text"),
+    (b"name: caf\xe9\n", "bad.yaml:1:10: not UTF-8 text (byte 0xe9)"),
+    ("", "bad.yaml: the file is empty (or holds only comments); expected a YAML mapping"),
+    ("# a study, some day\n", "bad.yaml: the file is empty (or holds only comments); expected a YAML mapping"),
+    (GOOD_STUDY_TEXT.replace("run.yaml", "empty.yaml"), "empty.yaml: the file is empty (or holds only comments)"),
+    (GOOD_STUDY_TEXT + "sampler: {name: tpe, options: {n_startup_trials: not-a-number}}\n",
+     "bad.yaml: sampler.options.n_startup_trials: expected int, got 'not-a-number' (str); default: 10"),
+    (GOOD_STUDY_TEXT + "sampler: {name: tpe, options: {n_startup_trials: -3}}\n",
+     "bad.yaml: sampler.options.n_startup_trials: must be >= 0, got -3"),
+]
+
+
+@pytest.mark.parametrize(("content", "expected"), BAD_STUDY_FILES)
+def test_bad_study_file_through_the_installed_command_stores_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | bytes, expected: str
+) -> None:
+    url = f"sqlite:///{tmp_path}/o.db"
+    assert _abtune(capsys, "study", "create", str(write_study(tmp_path / "keep.yaml", name="keep")), "--storage", url)[0] == 0
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(TINY_BASE))
+    (tmp_path / "empty.yaml").write_text("")
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(content if isinstance(content, bytes) else content.encode())
+    result = run_cli("study", "create", "bad.yaml", "--storage", url, cwd=tmp_path, check=False)
+    assert (result.returncode, result.stdout) == (2, "")
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("abtune: error: ") and expected in lines[0], result.stderr
+    storage = open_storage(url)
+    assert [s.study_name for s in storage.get_all_studies()] == ["keep"]
+    assert len(trials_of(url, "keep")) == 2
+    assert not (tmp_path / "runs").exists()

@@ -16,8 +16,9 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from abtune.config import RunConfig, StrictModel, describe_validation_error, read_yaml
+from abtune.config import RunConfig, StrictModel, describe_validation_error
 from abtune.errors import ConfigError
+from abtune.yamlfile import read_yaml
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 # Installed from a wheel the profiles sit inside the package; in a checkout (editable install or

@@ -19,12 +19,13 @@ from typing import Any, Protocol
 
 import yaml
 
-from abtune.config import RunConfig, load_run_config, read_yaml
+from abtune.config import RunConfig, load_run_config
 from abtune.errors import ConfigError
 from abtune.launch.profiles import Layout, Profile, SlurmProfile, load_profile
 from abtune.promote.plan import CAMPAIGN_FILE, Campaign, PlannedRun
 from abtune.tracking import LaunchInfo, Tracking
 from abtune.training.hooks import write_hook_specs
+from abtune.yamlfile import read_yaml
 
 OUTCOME_FILE = "outcome.json"
 

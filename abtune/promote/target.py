@@ -12,8 +12,9 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from abtune.config import StrictModel, apply_overrides, describe_validation_error, parse_run_config, read_yaml
+from abtune.config import StrictModel, apply_overrides, describe_validation_error, parse_run_config
 from abtune.errors import ConfigError
+from abtune.yamlfile import read_yaml
 
 PLANNED_KEYS = ("steps", "local_batch_size")  # train.* fields the planner sets per run
 PROMOTABLE_METHODS = ("ab", "ab-nogroups")

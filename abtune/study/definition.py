@@ -15,6 +15,7 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from abtune.errors import ConfigError
+from abtune.study.options import check_options
 from abtune.study.spec import StudySpec, parse_study_spec
 
 SPEC_ATTR = "abtune.spec"
@@ -24,38 +25,37 @@ PAPER_DEFAULTS = "paper-defaults"
 DDP = "ddp"
 
 
+SAMPLERS = {"tpe": "TPESampler", "random": "RandomSampler", "nsgaii": "NSGAIISampler", "nsgaiii": "NSGAIIISampler",
+            "gp": "GPSampler", "qmc": "QMCSampler", "cmaes": "CmaEsSampler"}
+PRUNERS = {"none": "NopPruner", "median": "MedianPruner", "hyperband": "HyperbandPruner"}
+SAMPLER_SETS = {"seed": "set sampler.seed instead (each worker offsets it)"}
+
+
 def build_sampler(spec: StudySpec, seed_offset: int = 0) -> optuna.samplers.BaseSampler:
-    seed = None if spec.sampler.seed is None else spec.sampler.seed + seed_offset
-    options = dict(spec.sampler.options)
     name = spec.sampler.name
+    factory = getattr(optuna.samplers, SAMPLERS[name])
+    check_options(factory, spec.sampler.options, "sampler.options", reserved=SAMPLER_SETS)
+    options = dict(spec.sampler.options)
     if name == "tpe":
         options.setdefault("constant_liar", True)  # parallel trials: do not propose what is already running
-    factories = {
-        "tpe": lambda: optuna.samplers.TPESampler,
-        "random": lambda: optuna.samplers.RandomSampler,
-        "nsgaii": lambda: optuna.samplers.NSGAIISampler,
-        "nsgaiii": lambda: optuna.samplers.NSGAIIISampler,
-        "gp": lambda: optuna.samplers.GPSampler,
-        "qmc": lambda: optuna.samplers.QMCSampler,
-        "cmaes": lambda: optuna.samplers.CmaEsSampler,
-    }
+    seed = None if spec.sampler.seed is None else spec.sampler.seed + seed_offset
     try:
-        return factories[name]()(seed=seed, **options)
+        return factory(seed=seed, **options)
     except (TypeError, ValueError, ImportError) as error:
         raise ConfigError(f"sampler {name} with options {spec.sampler.options}: {error}") from None
 
 
 def build_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
-    factories = {
-        "none": optuna.pruners.NopPruner,
-        "median": optuna.pruners.MedianPruner,
-        "hyperband": optuna.pruners.HyperbandPruner,
-    }
+    factory = getattr(optuna.pruners, PRUNERS[spec.pruner.name])
+    check_options(factory, spec.pruner.options, "pruner.options")
     options = dict(spec.pruner.options)
     if spec.pruner.name == "hyperband":  # "auto" would wait for a finished trial in every trial process
         options.setdefault("max_resource", spec.base["train"]["steps"])
+        if isinstance(options["max_resource"], int) and options.get("min_resource", 1) > options["max_resource"]:
+            raise ConfigError(f"pruner.options: min_resource {options['min_resource']} is above max_resource "
+                              f"{options['max_resource']} (default: train.steps); lower min_resource")
     try:
-        return factories[spec.pruner.name](**options)
+        return factory(**options)
     except (TypeError, ValueError) as error:
         raise ConfigError(f"pruner {spec.pruner.name} with options {spec.pruner.options}: {error}") from None
 

@@ -4,6 +4,8 @@ study file leaves no trace (not even an empty SQLite file)."""
 from __future__ import annotations
 
 import shutil
+import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +35,15 @@ def validate(spec: StudySpec, source: str) -> dict[str, Any] | None:
     """Every check that needs no storage; returns the paper-defaults parameters (None when not enqueued)."""
     distributions = build_distributions(spec, source)
     try:
-        build_sampler(spec)
-        build_pruner(spec)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", FutureWarning)
+            build_sampler(spec)
+            build_pruner(spec)
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
+    for warning in caught:  # Optuna's deprecations of an option, once and on one line each
+        if issubclass(warning.category, FutureWarning):
+            print(f"abtune: warning: {source}: {' '.join(str(warning.message).split())}", file=sys.stderr)
     references = int(spec.references.paper_defaults) + int(spec.references.ddp)
     if spec.trials <= references:
         raise ConfigError(f"{source}: trials: {spec.trials} leaves no trial for the search after the "

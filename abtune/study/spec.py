@@ -12,8 +12,9 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from abtune.config import StrictModel, apply_overrides, describe_validation_error, parse_run_config, read_yaml
+from abtune.config import StrictModel, apply_overrides, describe_validation_error, parse_run_config
 from abtune.errors import ConfigError
+from abtune.yamlfile import read_yaml
 
 Metric = Literal["top1", "inter_node_bytes", "compression"]
 DIRECTIONS: dict[str, str] = {"top1": "maximize", "inter_node_bytes": "minimize", "compression": "maximize"}

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from abtune.errors import ConfigError
+from abtune.yamlfile import read_yaml
 
 HOOKS_FILE = "hooks.yaml"
 METRICS_FILE = "metrics.jsonl"
@@ -95,7 +96,7 @@ def configured_hook_specs(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / HOOKS_FILE
     if not path.exists():
         return []
-    specs = yaml.safe_load(path.read_text()) or []
+    specs = read_yaml(path, expected=list)
     if not isinstance(specs, list) or not all(isinstance(s, dict) and "factory" in s for s in specs):
         raise ConfigError(f"{path}: expected a list of {{factory: module:callable, options: {{...}}}}")
     return specs

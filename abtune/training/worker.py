@@ -27,6 +27,7 @@ from abtune import strict_device
 from abtune.config import load_run_config
 from abtune.dist import init_distributed, shutdown
 from abtune.errors import AbtuneError
+from abtune.launch.runlock import join_run
 
 CONFIG_FILE = "config.yaml"
 FAILURES_DIR = "failures"
@@ -58,7 +59,10 @@ def run_rank(run_dir: Path, resume: bool) -> None:
 
     config = load_run_config(run_dir / CONFIG_FILE)
     rank = int(os.environ.get("RANK", "0"))
+    held = None
     try:
+        if rank == 0:
+            held = join_run(run_dir)  # a resume is refused while this rank lives, even if its launcher dies
         env = init_distributed(config.train.pg_timeout_s)  # may refuse: a task without a GPU of its own
         with strict_device.strict_devices(strict_device.requested()):
             Trainer(config, run_dir, env).train(resume=resume)
@@ -72,6 +76,8 @@ def run_rank(run_dir: Path, resume: bool) -> None:
         raise
     finally:
         shutdown()
+        if held is not None:
+            held.close()
 
 
 def main(argv: list[str] | None = None) -> int:

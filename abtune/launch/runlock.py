@@ -1,0 +1,88 @@
+"""One training of a run folder at a time: `abtune train --resume` refuses while the old ranks run.
+
+The launcher and rank 0 each hold a shared flock on RUN_DIR/run.lock for as long as they live.
+Claiming a run takes the lock exclusively first, which fails while any holder lives: a launcher
+killed with SIGKILL leaves its ranks running, and rank 0 still holds the run. The kernel drops the
+lock of a process that ends in any way, so a dead process never blocks; the file's lines (who, pid,
+host) only name the holders in the refusal. On a shared file system the lock spans hosts where the
+file system supports flock (NFSv4 does).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import IO
+
+from abtune.errors import ConfigError
+
+LOCK_FILE = "run.lock"
+_held: list[IO[str]] = []  # open for the life of the process: closing a file would drop its lock
+
+
+def claim_run(run_dir: Path) -> None:
+    """The launcher: refuse if an earlier launcher or rank 0 of this run is alive, else hold the run."""
+    handle = (run_dir / LOCK_FILE).open("a+")
+    if not _lock(handle, fcntl.LOCK_EX):
+        raise ConfigError(_busy(run_dir))
+    handle.truncate(0)  # every earlier holder is gone
+    _record(handle, "launcher")
+    if not _lock(handle, fcntl.LOCK_SH):  # let rank 0 join
+        raise ConfigError(_busy(run_dir))
+    _held.append(handle)
+
+
+def join_run(run_dir: Path) -> IO[str]:
+    """Rank 0: hold the run next to its launcher, so a resume is refused even if the launcher dies.
+
+    Returns the open lock file: closing it (or the end of the process) lets the run go."""
+    handle = (run_dir / LOCK_FILE).open("a+")
+    if not _lock(handle, fcntl.LOCK_SH):  # a new launcher claimed the run: this launch is over
+        raise ConfigError(f"{run_dir}: another launch of this run has taken it over; this one stops")
+    _record(handle, "rank 0")
+    return handle
+
+
+def _lock(handle: IO[str], mode: int) -> bool:
+    try:
+        fcntl.flock(handle, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return False
+    except OSError as error:  # a file system without flock: train, but say what is not guarded
+        if error.errno not in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise
+        print(f"abtune: warning: {handle.name}: cannot lock ({error.strerror}); a --resume of this run "
+              "would not be refused while it trains", file=sys.stderr)
+    return True
+
+
+def _record(handle: IO[str], who: str) -> None:
+    handle.write(f"{who} pid {os.getpid()} on {socket.gethostname()}\n")
+    handle.flush()
+
+
+def _busy(run_dir: Path) -> str:
+    lines = (run_dir / LOCK_FILE).read_text().splitlines()
+    who = "; ".join(line for line in lines if _may_live(line)) or "another process"
+    return (f"{run_dir} is still training ({who}); wait for it to end or stop it first, "
+            "then resume: two trainings would write one run folder")
+
+
+def _may_live(line: str) -> bool:
+    """A holder on this host is listed only while its process exists (a killed launcher is not)."""
+    _, _, rest = line.partition(" pid ")
+    pid, _, host = rest.partition(" on ")
+    if host != socket.gethostname() or not pid.isdigit():
+        return bool(line.strip())
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,105 @@
+"""`abtune train --resume` is refused while the old launch of the run still trains, even after its
+launcher was killed; a holder that died never blocks."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from abtune.errors import ConfigError
+from abtune.launch.runlock import LOCK_FILE, claim_run
+from abtune.training.hooks import read_metrics, write_hook_specs
+from tests.conftest import abtune_command, run_cli, write_config
+
+HOST = socket.gethostname()
+WAIT_S = 300  # a safety net for a hung run, never a pass/fail criterion
+HOLD = "import sys; from abtune.launch.runlock import join_run; held = join_run(__import__('pathlib').Path(sys.argv[1])); " \
+       "print('held', flush=True); sys.stdin.read()"
+
+
+def _wait_for(condition, what: str) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_a_live_holder_refuses_the_claim_and_a_killed_one_does_not(tmp_path: Path) -> None:
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with pytest.raises(ConfigError) as refused:
+            claim_run(tmp_path)
+        assert str(refused.value) == (f"{tmp_path} is still training (rank 0 pid {holder.pid} on {HOST}); wait for it "
+                                      "to end or stop it first, then resume: two trainings would write one run folder")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (tmp_path / LOCK_FILE).read_text() == f"rank 0 pid {holder.pid} on {HOST}\n"  # stale, and harmless:
+    claim_run(tmp_path)
+    assert (tmp_path / LOCK_FILE).read_text() == f"launcher pid {os.getpid()} on {HOST}\n"
+
+
+def _lock_free(run_dir: Path) -> bool:
+    with (run_dir / LOCK_FILE).open() as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+
+@pytest.mark.slow
+def test_resume_is_refused_while_the_old_ranks_run_and_the_first_run_finishes_untouched(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "run.yaml", train={"steps": 40, "log_every": 5, "eval_every": 20})
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write_hook_specs(run_dir, [{"factory": "tests.test_tracking_e2e:gate", "options": {"step": 20}}])
+    train = [*abtune_command(), "train", str(config), "--nproc", "2", "--run-dir", str(run_dir), "--no-tracking"]
+    with (tmp_path / "first.log").open("w") as log:
+        first = subprocess.Popen(train, cwd=tmp_path, stdout=log, stderr=log, start_new_session=True)
+    try:
+        _wait_for((run_dir / "gate.paused").exists, "rank 0 to reach step 20")
+        config_before = (run_dir / "config.yaml").read_text()
+
+        resumed = run_cli(*train[1:], "--resume", cwd=tmp_path, check=False)
+        assert resumed.returncode == 2 and len(resumed.stderr.splitlines()) == 1, resumed.stderr
+        assert f"is still training (launcher pid {first.pid} on {HOST}; rank 0 pid " in resumed.stderr
+
+        os.kill(first.pid, signal.SIGKILL)  # the launcher only: its ranks keep training, as after a lost terminal
+        first.wait()
+        resumed = run_cli(*train[1:], "--resume", cwd=tmp_path, check=False)
+        assert resumed.returncode == 2 and len(resumed.stderr.splitlines()) == 1, resumed.stderr
+        assert "is still training (rank 0 pid " in resumed.stderr and "launcher" not in resumed.stderr
+
+        (run_dir / "gate.go").touch()
+        _wait_for(lambda: _lock_free(run_dir), "the orphaned ranks to finish")
+    finally:
+        if _group_alive(first.pid):  # a failed assertion must not leave ranks behind
+            os.killpg(first.pid, signal.SIGKILL)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps_done"] == 40
+    logged = [r["step"] for r in read_metrics(run_dir) if r["kind"] == "log"]
+    assert logged == list(range(5, 41, 5))  # trained once: no step twice, none missing
+    assert (run_dir / "config.yaml").read_text() == config_before
+    assert not (run_dir / "failures").exists()
+    claim_run(run_dir)  # the dead launcher's and rank 0's lines are still in the file; they block nothing
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
