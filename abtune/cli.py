@@ -83,7 +83,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             status = "FINISHED" if code == 0 else "KILLED"
             return code
         if isinstance(profile, LocalProfile):
-            _train_locally(run_dir, layout, args.resume)
+            _train_locally(run_dir, layout, profile, args.resume)
         else:
             _train_in_process(run_dir, layout, profile, args.resume)
         status = "FINISHED"
@@ -242,10 +242,10 @@ def _dry_run(config: RunConfig, profile: Profile, layout: Layout, run_dir: Path)
     return 0
 
 
-def _train_locally(run_dir: Path, layout: Layout, resume: bool) -> None:
+def _train_locally(run_dir: Path, layout: Layout, profile: LocalProfile, resume: bool) -> None:
     from abtune.launch.local import launch
 
-    launch(run_dir, layout.world_size, layout.ranks_per_node, resume=resume)
+    launch(run_dir, layout.world_size, layout.ranks_per_node, resume=resume, fabric=profile.fabric)
 
 
 def _train_in_process(run_dir: Path, layout: Layout, profile: Profile, resume: bool) -> None:

@@ -76,7 +76,7 @@ def discover_topology(env: DistEnv) -> tuple[Topology, CommMeter]:
     gathered = torch.empty(env.world_size, dtype=torch.int64, device=env.device)
     dist.all_gather_single(gathered, mine)
     topology = Topology(tuple(int(n) for n in gathered.tolist()))
-    meter = CommMeter(topology)
+    meter = CommMeter(topology, env.rank)
     # The gather ran before the meter could exist (it needs the topology); count it now.
     meter.record(Op.ALL_GATHER, gathered.nbytes, meter.world())
     return topology, meter
