@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import shutil
 import sys
@@ -50,6 +51,10 @@ def _layout(profile: Profile, nproc: int | None, ranks_per_node: int | None) -> 
         nproc = nproc or 1
         ranks_per_node = ranks_per_node or nproc
         check_layout(nproc, ranks_per_node)
+        if profile.fabric is not None:
+            from abtune.launch.fabric import check_requirements
+
+            check_requirements()
         return Layout(nproc // ranks_per_node, ranks_per_node)
     if nproc is not None or ranks_per_node is not None:
         where = "set nodes and tasks_per_node in the profile" if profile.kind == "slurm" else "debug runs one rank"
@@ -121,7 +126,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     methods = compare.parse_methods(args.methods)
     shared, per_method = compare.split_overrides(_overrides(args.set), methods)
     base = load_run_config(args.config, shared)
-    layout = _layout(load_profile("local"), args.nproc, args.ranks_per_node)
+    profile = load_profile(args.launcher)
+    if not isinstance(profile, LocalProfile):
+        raise ConfigError(f"--launcher {args.launcher}: compare runs on local profiles (local, emulated)")
+    layout = _layout(profile, args.nproc, args.ranks_per_node)
     configs = {m: compare.method_config(base, m, per_method[m]) for m in methods}
     for config in configs.values():
         check_fits(config, layout)
@@ -130,7 +138,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError(f"{out_dir} is not empty; choose another --out")
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        rows = compare.run_methods(configs, out_dir, layout.world_size, layout.ranks_per_node, prepare_run_dir, launch)
+        rows = compare.run_methods(configs, out_dir, layout.world_size, layout.ranks_per_node, prepare_run_dir,
+                                   functools.partial(launch, fabric=profile.fabric))
     except KeyboardInterrupt:
         print(f"abtune: interrupted; finished runs are in {out_dir}", file=sys.stderr)
         return INTERRUPTED_EXIT
@@ -346,6 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="comma-separated methods (default: %(default)s)")
     comp.add_argument("--nproc", type=int, default=1, help="number of ranks (processes)")
     comp.add_argument("--ranks-per-node", type=int, default=None, help="ranks per simulated node (default: all)")
+    comp.add_argument("--launcher", default="local", metavar="NAME|PATH",
+                      help="a local profile: local (default), emulated (an emulated, shaped interconnect)")
     comp.add_argument("--out", type=Path, default=None, help="output folder (default: runs/NAME-compare-TIME)")
     comp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="override a config field; METHOD.key=value sets a field of one method (sbc.delay=20)")

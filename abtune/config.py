@@ -75,6 +75,8 @@ class TrainConfig(StrictModel):
     keep_checkpoints: int = Field(2, ge=1)
     grad_clip: float | None = Field(None, gt=0.0)
     pg_timeout_s: int = Field(600, ge=10, description="seconds a collective may wait before the run fails")
+    target_top1: float | None = Field(None, gt=0.0, le=1.0, description="report the training seconds until the "
+                                      "first evaluation at or above this top-1 (time_to_target)")
 
 
 class OptimizerConfig(StrictModel):

@@ -287,6 +287,21 @@ class EmulatedNetwork(NodeNetwork):
     def __init__(self, fabric: Fabric) -> None:
         self.fabric = fabric
         self.start = fabric.counters()
+        self._last: list[tuple[float, int]] | None = None
+        self.peak_bits_per_s = 0.0
+
+    def sample(self) -> None:
+        """The fastest any node's link sent over one launcher poll: what `bandwidth` must bound."""
+        now = [self._timed_tx(node) for node in range(self.fabric.spec.nodes)] if self.fabric.spec.nodes > 1 else []
+        if self._last is not None:
+            rates = [8 * (tx - tx0) / (t - t0) for (t, tx), (t0, tx0) in zip(now, self._last, strict=True) if t > t0]
+            self.peak_bits_per_s = max([self.peak_bits_per_s, *rates])
+        self._last = now
+
+    def _timed_tx(self, node: int) -> tuple[float, int]:
+        before = time.monotonic()
+        tx = self.fabric._link_counters(self.fabric.node_namespace(node)).tx_bytes
+        return (before + time.monotonic()) / 2, tx
 
     def prefix(self, node: int) -> list[str]:
         return self.fabric.node_prefix(node)
@@ -308,7 +323,8 @@ class EmulatedNetwork(NodeNetwork):
                              [e.tx_packets - s.tx_packets for s, e in zip(self.start, end, strict=True)], HEADER_BYTES)
         summary["traffic"]["measured_inter_node_bytes"]["link"] = {
             "bandwidth": self.fabric.spec.bandwidth, "latency_ms": self.fabric.spec.latency_ms,
-            "loss_pct": self.fabric.spec.loss_pct}
+            "loss_pct": self.fabric.spec.loss_pct, "peak_bits_per_s": self.peak_bits_per_s,
+            "peak_note": "the fastest a node's link sent over one launcher poll (headers included)"}
         path.write_text(json.dumps(summary, indent=2))
 
 

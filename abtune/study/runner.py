@@ -104,6 +104,10 @@ def trial_layout(spec: StudySpec, profile: Profile) -> Layout:
     if not isinstance(profile, LocalProfile):
         raise ConfigError(f"--launcher {profile.kind}: studies run on local or slurm profiles "
                           "(step through one run with `abtune train --launcher debug`)")
+    if profile.fabric is not None:
+        from abtune.launch.fabric import check_requirements
+
+        check_requirements()
     return Layout(spec.layout.nproc // spec.layout.per_node, spec.layout.per_node)
 
 

@@ -126,12 +126,21 @@ def build_summary(trainer: Trainer) -> dict[str, Any]:
         "traffic": traffic_summary(per_rank, trainer.state.step, trainer.state.train_seconds,
                                    topology.node_of_rank, ddp_step_bytes),
         "timing": {"train_seconds": trainer.state.train_seconds,
-                   "seconds_per_step": trainer.state.train_seconds / max(1, trainer.state.step)},
+                   "seconds_per_step": trainer.state.train_seconds / max(1, trainer.state.step),
+                   "target_top1": config.train.target_top1,
+                   "time_to_target_seconds": time_to_target(history, config.train.target_top1)},
         "config": flatten(config),
     }
     summary.update(_method_details(method))
     summary.update(method.summary())
     return summary
+
+
+def time_to_target(history: list[dict[str, Any]], target: float | None) -> float | None:
+    """Training seconds at the first evaluation whose top-1 reached `target` (None: no target, or never reached)."""
+    if target is None:
+        return None
+    return next((row["train_seconds"] for row in history if row["val_top1"] >= target), None)
 
 
 def _method_details(method: Any) -> dict[str, Any]:

@@ -166,6 +166,7 @@ class Trainer:
             **{f"val_{k}": v for k, v in asdict(result).items()},
             "compression": counts.compression,
             "trainable_params": counts.trainable,
+            "train_seconds": self.state.train_seconds,
             "inter_node_bytes": self.meter.total("inter_node_bytes"),
             "intra_node_bytes": self.meter.total() - self.meter.total("inter_node_bytes"),
         }
