@@ -28,8 +28,10 @@ AGREEMENT = 0.03
 # Messages of at least tens of KB: gloo frames each message with a header the model leaves out.
 MODEL = {"hidden_dim": 64, "mlp_dim": 128, "num_layers": 2}
 METHODS = {"ddp": {}, "ab": {}, "sbc": {}, "powersgd": {}}
-SHAPED = "20mbit"
-RATE_TOLERANCE = 0.10  # sampling jitter of one launcher poll, and tbf's burst
+# Slow enough that a ddp step's all-reduce keeps the link busy for longer than a launcher poll (so the
+# fastest poll shows the rate), and that an unshaped link would exceed it (a step's bytes in one poll).
+SHAPED = "5mbit"
+RATE_TOLERANCE = 0.15  # tbf's burst (8 KiB: 7% of a 0.2 s poll at 5 Mbit/s) and the poll's timing
 GONE_DEADLINE_S = 120
 
 
