@@ -344,7 +344,8 @@ class EmulatedNetwork(NodeNetwork):
                              [e.tx_packets - s.tx_packets for s, e in zip(self.start, end, strict=True)], HEADER_BYTES)
         summary["traffic"]["measured_inter_node_bytes"]["link"] = {
             "bandwidth": self.fabric.spec.bandwidth, "latency_ms": self.fabric.spec.latency_ms,
-            "loss_pct": self.fabric.spec.loss_pct, "peak_bits_per_s": self.peak_bits_per_s,
+            "loss_pct": self.fabric.spec.loss_pct, "namespaces": self.fabric.namespaces,
+            "peak_bits_per_s": self.peak_bits_per_s,
             "peak_note": "the fastest a node's link sent over one launcher poll (headers included)"}
         path.write_text(json.dumps(summary, indent=2))
 
