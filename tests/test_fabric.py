@@ -120,8 +120,9 @@ def wait_until_training(launcher: subprocess.Popen[str], run_dir: Path) -> list[
 
 
 def rank_pids(namespace: str) -> list[int]:
+    """The ranks in a node's namespace (beside them: the fabric's process that reads the node's counters)."""
     out = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout
-    return [int(pid) for pid in out.split()]
+    return [int(pid) for pid in out.split() if b"abtune.training.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
 
 def running(pid: int) -> bool:
