@@ -81,7 +81,8 @@ def test_modelled_inter_node_bytes_match_the_link_counters(tmp_path: Path, metho
     modelled = sum(summary["traffic"]["inter_node_bytes_by_node"])
     assert modelled > 0 and modelled == measured["modelled"]
     assert measured["payload"] == pytest.approx(modelled, rel=AGREEMENT), measured
-    assert sum(measured["by_node_tx"]) == sum(measured["by_node_rx"])  # every byte that left a node reached one
+    # what left the nodes reached nodes (behind a bridge not to the byte: it floods ARP broadcasts to every port)
+    assert sum(measured["by_node_rx"]) == pytest.approx(sum(measured["by_node_tx"]), rel=1e-3)
     assert summary["traffic"]["inter_node_bytes"]["mean"] * 4 == pytest.approx(modelled)
     assert measured["link"]["namespaces"] and not set(measured["link"]["namespaces"]) & set(fabric_namespaces())
     assert host_network() == before
