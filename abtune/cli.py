@@ -334,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train one run (local processes, in-process debug, or SLURM)")
     train.add_argument("config", type=Path, help="run config YAML")
     train.add_argument("--launcher", default="local", metavar="NAME|PATH",
-                       help="launcher profile: local (default), debug, slurm, or a YAML file")
+                       help="launcher profile: local (default), emulated, debug, slurm, or a YAML file")
     train.add_argument("--nproc", type=int, default=None, help="local: number of ranks (processes; default 1)")
     train.add_argument("--ranks-per-node", type=int, default=None, help="local: ranks per simulated node (default: all)")
     train.add_argument("--run-dir", type=Path, default=None, help="output folder (default: runs/NAME-METHOD-TIME)")
@@ -369,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="how to pick from a multi-objective study's Pareto front (default: %(default)s)")
     promote.add_argument("--storage", default=None, help="Optuna storage URL (default: $ABTUNE_STORAGE or sqlite:///optuna.db)")
     promote.add_argument("--launcher", default="local", metavar="NAME|PATH",
-                         help="launcher profile: local (default), debug, slurm, or a YAML file")
+                         help="launcher profile: local (default), emulated, debug, slurm, or a YAML file")
     promote.add_argument("--campaign-dir", type=Path, default=None, help="output folder (default: runs/STUDY-TARGET-SCALING-TIME)")
     promote.add_argument("--data-root", type=Path, default=None, help="the data folder (overrides the target's run.data.root)")
     promote.add_argument("--ranks-per-node", type=int, default=None, help="override the target's ranks per node (local tests)")
