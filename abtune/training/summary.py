@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from abtune.comm import Op, all_gather_bytes, sum_rows, wire_factor
+from abtune.comm import CommMeter, Op, all_gather_bytes, sum_rows, wire_factor
 from abtune.config import flatten
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def traffic_summary(per_rank: list[list[dict[str, Any]]], steps: int, seconds: f
     phases = sorted({r["phase"] for rows in per_rank for r in rows})
     training_bytes = sum(stats(phase=p)["mean"] for p in phases if p in TRAINING_PHASES)
     inter_training = sum(stats(INTER, phase=p)["mean"] for p in phases if p in TRAINING_PHASES)
-    intra = [sum_rows(rows) - sum_rows(rows, INTER) for rows in per_rank]
+    intra = [max(0.0, sum_rows(rows) - sum_rows(rows, INTER)) for rows in per_rank]
     ddp_reference = steps * ddp_step_bytes
     return {
         "note": "wire bytes sent per rank (ring estimates); inter-node: the part sent to another node "
@@ -66,6 +66,12 @@ def traffic_summary(per_rank: list[list[dict[str, Any]]], steps: int, seconds: f
         "reduction_vs_ddp": ddp_reference / training_bytes if training_bytes else float("inf"),
         "rows_per_rank": per_rank,
     }
+
+
+def intra_node_bytes(meter: CommMeter) -> float:
+    """Wire bytes not sent to another node. Wire bytes of a broadcast are the mean over the group
+    ((n-1)/n x payload), while its root really sends the payload to each child: clamped at 0 for it."""
+    return max(0.0, meter.total() - meter.total(INTER))
 
 
 def _by_node(values: list[float], node_of_rank: tuple[int, ...]) -> list[float]:

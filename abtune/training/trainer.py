@@ -35,7 +35,7 @@ from abtune.training.evaluate import Evaluation, evaluate
 from abtune.training.hooks import MetricsFile, TrainingHook, build_hooks, configured_hook_specs
 from abtune.training.lr import scheduled_lr
 from abtune.training.progress import ProgressReporter
-from abtune.training.summary import build_summary
+from abtune.training.summary import build_summary, intra_node_bytes
 
 
 @dataclass
@@ -168,7 +168,7 @@ class Trainer:
             "trainable_params": counts.trainable,
             "train_seconds": self.state.train_seconds,
             "inter_node_bytes": self.meter.total("inter_node_bytes"),
-            "intra_node_bytes": self.meter.total() - self.meter.total("inter_node_bytes"),
+            "intra_node_bytes": intra_node_bytes(self.meter),
         }
         self.state.history.append(row)
         self.progress.evaluation(row)
@@ -189,7 +189,7 @@ class Trainer:
             "step": self.state.step, "phase": self.method.phase, **window.flush(),
             "total_bytes": self.meter.total(),
             "inter_node_bytes": self.meter.total("inter_node_bytes"),
-            "intra_node_bytes": self.meter.total() - self.meter.total("inter_node_bytes"),
+            "intra_node_bytes": intra_node_bytes(self.meter),
             **self._bytes_by_phase(),
         }
         for hook in self.hooks:
