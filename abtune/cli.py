@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import shutil
 import sys
@@ -47,6 +48,10 @@ def _layout(profile: Profile, nproc: int | None, ranks_per_node: int | None) -> 
         nproc = nproc or 1
         ranks_per_node = ranks_per_node or nproc
         check_layout(nproc, ranks_per_node)
+        if profile.fabric is not None:
+            from abtune.launch.fabric import check_requirements
+
+            check_requirements()
         return Layout(nproc // ranks_per_node, ranks_per_node)
     if nproc is not None or ranks_per_node is not None:
         where = "set nodes and tasks_per_node in the profile" if profile.kind == "slurm" else "debug runs one rank"
@@ -80,7 +85,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             status = "FINISHED" if code == 0 else "KILLED"
             return code
         if isinstance(profile, LocalProfile):
-            _train_locally(run_dir, layout, args.resume)
+            _train_locally(run_dir, layout, profile, args.resume)
         else:
             _train_in_process(run_dir, layout, profile, args.resume)
         status = "FINISHED"
@@ -118,7 +123,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     methods = compare.parse_methods(args.methods)
     shared, per_method = compare.split_overrides(_overrides(args.set), methods)
     base = load_run_config(args.config, shared)
-    layout = _layout(load_profile("local"), args.nproc, args.ranks_per_node)
+    profile = load_profile(args.launcher)
+    if not isinstance(profile, LocalProfile):
+        raise ConfigError(f"--launcher {args.launcher}: compare runs on local profiles (local, emulated)")
+    layout = _layout(profile, args.nproc, args.ranks_per_node)
     configs = {m: compare.method_config(base, m, per_method[m]) for m in methods}
     for config in configs.values():
         check_fits(config, layout)
@@ -127,7 +135,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError(f"{out_dir} is not empty; choose another --out")
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        rows = compare.run_methods(configs, out_dir, layout.world_size, layout.ranks_per_node, prepare_run_dir, launch)
+        rows = compare.run_methods(configs, out_dir, layout.world_size, layout.ranks_per_node, prepare_run_dir,
+                                   functools.partial(launch, fabric=profile.fabric))
     except KeyboardInterrupt:
         print(f"abtune: interrupted; finished runs are in {out_dir}", file=sys.stderr)
         return INTERRUPTED_EXIT
@@ -240,10 +249,10 @@ def _dry_run(config: RunConfig, profile: Profile, layout: Layout, run_dir: Path)
     return 0
 
 
-def _train_locally(run_dir: Path, layout: Layout, resume: bool) -> None:
+def _train_locally(run_dir: Path, layout: Layout, profile: LocalProfile, resume: bool) -> None:
     from abtune.launch.local import launch
 
-    launch(run_dir, layout.world_size, layout.ranks_per_node, resume=resume)
+    launch(run_dir, layout.world_size, layout.ranks_per_node, resume=resume, fabric=profile.fabric)
 
 
 def _train_in_process(run_dir: Path, layout: Layout, profile: Profile, resume: bool) -> None:
@@ -323,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train one run (local processes, in-process debug, or SLURM)")
     train.add_argument("config", type=Path, help="run config YAML")
     train.add_argument("--launcher", default="local", metavar="NAME|PATH",
-                       help="launcher profile: local (default), debug, slurm, or a YAML file")
+                       help="launcher profile: local (default), emulated, debug, slurm, or a YAML file")
     train.add_argument("--nproc", type=int, default=None, help="local: number of ranks (processes; default 1)")
     train.add_argument("--ranks-per-node", type=int, default=None, help="local: ranks per simulated node (default: all)")
     train.add_argument("--run-dir", type=Path, default=None, help="output folder (default: runs/NAME-METHOD-TIME)")
@@ -340,6 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="comma-separated methods (default: %(default)s)")
     comp.add_argument("--nproc", type=int, default=1, help="number of ranks (processes)")
     comp.add_argument("--ranks-per-node", type=int, default=None, help="ranks per simulated node (default: all)")
+    comp.add_argument("--launcher", default="local", metavar="NAME|PATH",
+                      help="a local profile: local (default), emulated (an emulated, shaped interconnect)")
     comp.add_argument("--out", type=Path, default=None, help="output folder (default: runs/NAME-compare-TIME)")
     comp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="override a config field; METHOD.key=value sets a field of one method (sbc.delay=20)")
@@ -356,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="how to pick from a multi-objective study's Pareto front (default: %(default)s)")
     promote.add_argument("--storage", default=None, help="Optuna storage URL (default: $ABTUNE_STORAGE or sqlite:///optuna.db)")
     promote.add_argument("--launcher", default="local", metavar="NAME|PATH",
-                         help="launcher profile: local (default), debug, slurm, or a YAML file")
+                         help="launcher profile: local (default), emulated, debug, slurm, or a YAML file")
     promote.add_argument("--campaign-dir", type=Path, default=None, help="output folder (default: runs/STUDY-TARGET-SCALING-TIME)")
     promote.add_argument("--data-root", type=Path, default=None, help="the data folder (overrides the target's run.data.root)")
     promote.add_argument("--ranks-per-node", type=int, default=None, help="override the target's ranks per node (local tests)")

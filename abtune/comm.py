@@ -3,7 +3,14 @@
 Counts are per rank (what this process sends), keyed by phase, process group and collective.
 Wire bytes use the standard ring-algorithm estimates: an all-reduce moves 2(n-1)/n times its
 payload per rank; a broadcast or all-gather moves (n-1)/n times the gathered/broadcast size.
-A collective is inter-node when its group spans more than one node.
+A group is "inter" (its locality) when it spans more than one node.
+
+Inter-node bytes are the bytes this rank sends to a rank on another node, from the algorithm gloo
+(2.14) really runs, checked against a shaped link's kernel counters: all-reduce and all-gather are
+rings over the group's ranks in order (each rank sends its wire bytes to the next one), a broadcast is
+a binomial tree (in round d = 1, 2, 4, ..., a rank d or more positions past the root, counting from
+the root, receives the whole payload from the rank d positions before it). Summed over ranks they
+are the bytes that cross node boundaries.
 
 The meter also refuses a tensor that is not on the run's device, naming the collective, the group
 and both devices: NCCL has no CPU backend, so a CPU tensor handed to a collective kills a GPU run.
@@ -31,6 +38,16 @@ class Op(StrEnum):
     BROADCAST = "broadcast"
     ALL_GATHER = "all_gather"
     BARRIER = "barrier"
+
+
+def broadcast_children(position: int, group_size: int) -> list[int]:
+    """Positions (counted from the root) the rank at `position` sends the payload to in gloo's binomial tree."""
+    children, distance = [], 1
+    while distance < group_size:
+        if position < distance and position + distance < group_size:
+            children.append(position + distance)
+        distance *= 2
+    return children
 
 
 def wire_factor(op: Op, group_size: int) -> float:
@@ -63,6 +80,20 @@ class Topology:
     def spans_nodes(self, ranks: tuple[int, ...]) -> bool:
         return len({self.node_of_rank[r] for r in ranks}) > 1
 
+    def inter_node_bytes(self, rank: int, op: Op, payload_bytes: int, ranks: tuple[int, ...], src: int = 0) -> float:
+        """Bytes `rank` sends to other nodes in this collective over the group `ranks` (see the module's
+        docstring; `src` is the broadcast root's position in the group)."""
+        size = len(ranks)
+        if size <= 1 or op is Op.BARRIER or rank not in ranks:
+            return 0.0
+        me = ranks.index(rank)
+        node = self.node_of_rank[rank]
+        if op is Op.BROADCAST:
+            children = broadcast_children((me - src) % size, size)
+            return float(payload_bytes * sum(self.node_of_rank[ranks[(c + src) % size]] != node for c in children))
+        successor = ranks[(me + 1) % size]
+        return payload_bytes * wire_factor(op, size) if self.node_of_rank[successor] != node else 0.0
+
 
 @dataclass(frozen=True)
 class CommGroup:
@@ -87,19 +118,22 @@ class Tally:
     calls: int = 0
     payload_bytes: int = 0
     wire_bytes: float = 0.0
+    inter_node_bytes: float = 0.0
 
-    def add(self, payload: int, wire: float) -> None:
+    def add(self, payload: int, wire: float, inter_node: float) -> None:
         self.calls += 1
         self.payload_bytes += payload
         self.wire_bytes += wire
+        self.inter_node_bytes += inter_node
 
 
 class CommMeter:
     """Counts bytes by (phase, group, op) and issues the metered collectives."""
 
-    def __init__(self, topology: Topology, device: torch.device | None = None) -> None:
+    def __init__(self, topology: Topology, device: torch.device | None = None, rank: int = 0) -> None:
         self.topology = topology
         self.device = device if device is not None else torch.device("cpu")
+        self.rank = rank
         self.phase = "setup"
         self._tallies: dict[tuple[str, str, str, str], Tally] = defaultdict(Tally)
 
@@ -109,9 +143,12 @@ class CommMeter:
     def world(self) -> CommGroup:
         return self.group("world", tuple(range(self.topology.world_size)))
 
-    def record(self, op: Op, payload_bytes: int, group: CommGroup) -> None:
+    def record(self, op: Op, payload_bytes: int, group: CommGroup, src: int | None = None) -> None:
+        """Count one collective; `src`: a broadcast's root, as a global rank (default: the group's first)."""
         wire = payload_bytes * wire_factor(op, group.size)
-        self._tallies[(self.phase, group.name, group.locality, op.value)].add(payload_bytes, wire)
+        root = group.ranks.index(src) if src is not None else 0
+        inter = self.topology.inter_node_bytes(self.rank, op, payload_bytes, group.ranks, root)
+        self._tallies[(self.phase, group.name, group.locality, op.value)].add(payload_bytes, wire, inter)
 
     def check_device(self, what: str, group: CommGroup, *tensors: torch.Tensor) -> None:
         """Refuse tensors that are not on the run's device (see the module's docstring)."""
@@ -126,7 +163,7 @@ class CommMeter:
 
     def broadcast(self, tensor: torch.Tensor, src: int, group: CommGroup) -> None:
         self.check_device(Op.BROADCAST, group, tensor)
-        self.record(Op.BROADCAST, tensor.nbytes, group)
+        self.record(Op.BROADCAST, tensor.nbytes, group, src)
         dist.broadcast(tensor, src=src, group=group.handle)
 
     def all_gather(self, output: torch.Tensor, tensor: torch.Tensor, group: CommGroup) -> None:
@@ -157,7 +194,8 @@ class CommMeter:
         self._tallies.clear()
         for row in state["rows"]:
             key = (row["phase"], row["group"], row["locality"], row["op"])
-            self._tallies[key] = Tally(row["calls"], row["payload_bytes"], row["wire_bytes"])
+            self._tallies[key] = Tally(row["calls"], row["payload_bytes"], row["wire_bytes"],
+                                       row.get("inter_node_bytes", 0.0))
 
 
 def check_device(tensor: torch.Tensor, device: torch.device, what: str) -> None:

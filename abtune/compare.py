@@ -40,6 +40,8 @@ class ComparisonRow:
     inter_node_reduction_vs_ddp: float | None = None
     compression: float | None = None
     wall_seconds: float | None = None
+    train_seconds: float | None = None
+    measured_inter_node_mb: float | None = None  # what the emulated links carried (all nodes), headers included
     error: str | None = None
 
 
@@ -98,7 +100,13 @@ def row_from_summary(method: str, summary: dict[str, Any], wall_seconds: float,
         total_mb=traffic["total_bytes"]["mean"] / MEGA, training_mb=training / MEGA, reduction_vs_ddp=_ratio(reference, training),
         inter_node_reduction_vs_ddp=_ratio(inter_reference, inter),
         compression=summary["compression"]["method_ratio"], wall_seconds=wall_seconds,
+        train_seconds=summary["timing"]["train_seconds"], measured_inter_node_mb=_measured_mb(traffic),
     )
+
+
+def _measured_mb(traffic: dict[str, Any]) -> float | None:
+    measured = traffic.get("measured_inter_node_bytes")
+    return None if measured is None else measured["total"] / MEGA
 
 
 def run_methods(configs: dict[str, RunConfig], out_dir: Path, nproc: int, ranks_per_node: int,
@@ -163,17 +171,21 @@ def print_table(rows: list[ComparisonRow]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="methods compared (traffic: MB per rank on the wire, mean over ranks)")
-    for column in ("method", "final top-1", "val loss", "inter-node MB", "total MB", "training MB",
-                   "reduction vs ddp", "inter-node vs ddp", "compression", "wall s"):
+    measured = any(r.measured_inter_node_mb is not None for r in rows)
+    table = Table(title="methods compared (traffic: MB per rank on the wire, mean over ranks"
+                        + ("; link MB: all nodes' links, measured)" if measured else ")"))
+    columns = ["method", "final top-1", "val loss", "inter-node MB", "total MB", "training MB",
+               "reduction vs ddp", "inter-node vs ddp", "compression", "train s", "wall s"]
+    for column in columns + (["link MB"] if measured else []):
         table.add_column(column, justify="left" if column == "method" else "right")
     for r in rows:
         if r.error is not None:
-            table.add_row(r.method, "[red]failed[/]", r.error, *[""] * 7)
+            table.add_row(r.method, "[red]failed[/]", r.error, *[""] * (len(table.columns) - 3))
             continue
         table.add_row(r.method, f"{r.final_top1:.4f}", f"{r.val_loss:.4f}", f"{r.inter_node_mb:.3f}",
                       f"{r.total_mb:.3f}", f"{r.training_mb:.3f}", _x(r.reduction_vs_ddp),
-                      _x(r.inter_node_reduction_vs_ddp), _x(r.compression), f"{r.wall_seconds:.1f}")
+                      _x(r.inter_node_reduction_vs_ddp), _x(r.compression), f"{r.train_seconds:.1f}",
+                      f"{r.wall_seconds:.1f}", *([f"{r.measured_inter_node_mb:.3f}"] if measured else []))
     Console(width=160).print(table)
 
 

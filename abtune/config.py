@@ -80,6 +80,8 @@ class TrainConfig(StrictModel):
         "fp32", description="forward passes under autocast; bf16 is recommended on Ampere and newer GPUs"
     )
     loss_scale: float = Field(2.0**16, gt=0.0, description="fp16 only: the gradient scaler's initial loss scale")
+    target_top1: float | None = Field(None, gt=0.0, le=1.0, description="report the training seconds until the "
+                                      "first evaluation at or above this top-1 (time_to_target)")
 
 
 class OptimizerConfig(StrictModel):

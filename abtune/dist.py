@@ -78,7 +78,7 @@ def discover_topology(env: DistEnv) -> tuple[Topology, CommMeter]:
         check_device(tensor, env.device, "all_gather of the node ranks over group 'world'")
     dist.all_gather_single(gathered, mine)
     topology = Topology(tuple(int(n) for n in gathered.tolist()))
-    meter = CommMeter(topology, env.device)
+    meter = CommMeter(topology, env.device, env.rank)
     # The gather ran before the meter could exist (it needs the topology); count it now.
     meter.record(Op.ALL_GATHER, gathered.nbytes, meter.world())
     return topology, meter

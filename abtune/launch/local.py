@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 from abtune.errors import ConfigError, TrainingFailed
+from abtune.launch.fabric import NodeNetwork, node_network
+from abtune.launch.profiles import FabricProfile
 from abtune.training.worker import FAILURES_DIR, QUIET_VARIABLE
 
 POLL_SECONDS = 0.2
@@ -46,17 +48,26 @@ def check_layout(nproc: int, ranks_per_node: int) -> None:
         raise ConfigError(f"--ranks-per-node {ranks_per_node} must divide --nproc {nproc}")
 
 
-def launch(run_dir: Path, nproc: int, ranks_per_node: int, resume: bool = False) -> None:
-    """Start every rank, wait for all of them, raise TrainingFailed if any fails."""
+def launch(run_dir: Path, nproc: int, ranks_per_node: int, resume: bool = False,
+           fabric: FabricProfile | None = None) -> None:
+    """Start every rank, wait for all of them, raise TrainingFailed if any fails. With `fabric`, each
+    simulated node's ranks run in a network namespace of their own, behind an emulated link."""
     check_layout(nproc, ranks_per_node)
+    with node_network(fabric, nproc // ranks_per_node, run_dir) as network:
+        _run_ranks(run_dir, nproc, ranks_per_node, resume, network)
+
+
+def _run_ranks(run_dir: Path, nproc: int, ranks_per_node: int, resume: bool, network: NodeNetwork) -> None:
     port = free_port()
     command = [sys.executable, "-m", "abtune.training.worker", str(run_dir)] + (["--resume"] if resume else [])
     processes = [
-        subprocess.Popen(command, env=rank_environment(rank, nproc, ranks_per_node, port))
+        subprocess.Popen(network.prefix(rank // ranks_per_node) + command,
+                         env={**rank_environment(rank, nproc, ranks_per_node, port),
+                              **network.environment(rank // ranks_per_node)})
         for rank in range(nproc)
     ]
     try:
-        failed = _wait(processes)
+        failed = _wait(processes, network)
     except KeyboardInterrupt:
         _stop(processes)
         raise
@@ -67,7 +78,7 @@ def launch(run_dir: Path, nproc: int, ranks_per_node: int, resume: bool = False)
         raise TrainingFailed(_failure_message(run_dir, codes))
 
 
-def _wait(processes: list[subprocess.Popen[bytes]]) -> int | None:
+def _wait(processes: list[subprocess.Popen[bytes]], network: NodeNetwork) -> int | None:
     """Block until all ranks exit (None) or one fails (its rank)."""
     while True:
         codes = [p.poll() for p in processes]
@@ -76,6 +87,7 @@ def _wait(processes: list[subprocess.Popen[bytes]]) -> int | None:
                 return rank
         if all(code == 0 for code in codes):
             return None
+        network.sample()
         time.sleep(POLL_SECONDS)
 
 

@@ -56,10 +56,31 @@ def parse_time_limit(value: int | str) -> int:
     return -(-seconds // 60)
 
 
+class FabricProfile(StrictModel):
+    """An emulated interconnect between the simulated nodes (`abtune/launch/fabric.py`): each node in a
+    network namespace of its own, joined by links shaped with `tc`. Needs root (or CAP_NET_ADMIN) and iproute2."""
+
+    bandwidth: str | None = Field(None, description="each node's link rate in tc's units (1gbit, 100mbit); "
+                                                    "null: unshaped")
+    latency_ms: float = Field(0.0, ge=0, description="one-way delay between two nodes")
+    loss_pct: float = Field(0.0, ge=0, lt=100, description="packets lost on each node's way out")
+
+    @field_validator("bandwidth")
+    @classmethod
+    def _a_rate(cls, value: str | None) -> str | None:
+        from abtune.launch.fabric import parse_rate_bits
+
+        if value is not None and parse_rate_bits(value) <= 0:
+            raise ValueError(f"expected a positive rate, got {value!r}")
+        return value
+
+
 class LocalProfile(StrictModel):
-    """Ranks as processes on this machine (`--nproc`, `--ranks-per-node` simulate nodes)."""
+    """Ranks as processes on this machine (`--nproc`, `--ranks-per-node` simulate nodes); with `fabric`,
+    the simulated nodes talk over an emulated, shaped network instead of the loopback."""
 
     kind: Literal["local"] = "local"
+    fabric: FabricProfile | None = None
 
 
 class DebugProfile(StrictModel):

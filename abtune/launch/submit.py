@@ -23,7 +23,7 @@ import submitit
 from abtune.errors import AbtuneError
 from abtune.launch import local, slurm
 from abtune.launch.outcome import RunOutcome
-from abtune.launch.profiles import DebugProfile, Layout, LocalProfile, Profile, SlurmProfile
+from abtune.launch.profiles import DebugProfile, FabricProfile, Layout, LocalProfile, Profile, SlurmProfile
 from abtune.launch.slurm import attach, job_folder
 
 __all__ = ["RunOutcome", "attach", "job_folder", "outcome", "submit_local", "submit_run", "wait"]
@@ -33,10 +33,11 @@ DEFAULT_TIMEOUT_MIN = 24 * 60
 POLL_SECONDS = 2.0
 
 
-def run_local_ranks(run_dir: str, nproc: int, ranks_per_node: int, resume: bool) -> RunOutcome:
+def run_local_ranks(run_dir: str, nproc: int, ranks_per_node: int, resume: bool,
+                    fabric: FabricProfile | None = None) -> RunOutcome:
     """The body of a local job: start the ranks as processes on this machine and wait for them."""
     try:
-        local.launch(Path(run_dir), nproc, ranks_per_node, resume=resume)
+        local.launch(Path(run_dir), nproc, ranks_per_node, resume=resume, fabric=fabric)
     except AbtuneError as error:
         return RunOutcome(False, str(error), error.exit_code)
     return RunOutcome(True)
@@ -57,11 +58,12 @@ def run_in_process(run_dir: str, resume: bool) -> RunOutcome:
 
 
 def submit_local(run_dir: Path, nproc: int, ranks_per_node: int, *, resume: bool = False,
-                 timeout_min: int = DEFAULT_TIMEOUT_MIN) -> submitit.Job[RunOutcome]:
-    """One local job (a child process that starts `nproc` ranks); its logs go to RUN_DIR/jobs/."""
+                 timeout_min: int = DEFAULT_TIMEOUT_MIN, fabric: FabricProfile | None = None) -> submitit.Job[RunOutcome]:
+    """One local job (a child process that starts `nproc` ranks, on an emulated `fabric` of their own if
+    given); its logs go to RUN_DIR/jobs/."""
     executor = submitit.LocalExecutor(folder=run_dir / JOBS_DIR)
     executor.update_parameters(timeout_min=timeout_min, tasks_per_node=1, nodes=1)
-    return executor.submit(run_local_ranks, str(run_dir), nproc, ranks_per_node, resume)
+    return executor.submit(run_local_ranks, str(run_dir), nproc, ranks_per_node, resume, fabric)
 
 
 def submit_run(run_dir: Path, layout: Layout, profile: Profile, *, resume: bool = False,
@@ -74,7 +76,7 @@ def submit_run(run_dir: Path, layout: Layout, profile: Profile, *, resume: bool 
         executor = submitit.DebugExecutor(folder=run_dir / JOBS_DIR)
         return executor.submit(run_in_process, str(run_dir), resume)
     assert isinstance(profile, LocalProfile)
-    return submit_local(run_dir, layout.world_size, layout.ranks_per_node, resume=resume)
+    return submit_local(run_dir, layout.world_size, layout.ranks_per_node, resume=resume, fabric=profile.fabric)
 
 
 def outcome(job: submitit.Job[RunOutcome], run_dir: Path) -> RunOutcome | None:

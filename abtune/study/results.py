@@ -16,7 +16,7 @@ from abtune.study.definition import DDP, PAPER_DEFAULTS, REFERENCE
 from abtune.study.spec import DIRECTIONS
 
 RESULT_KEYS = ("top1", "best_top1", "inter_node_bytes", "compression", "steps_done", "stopped_early",
-               "train_seconds", "wall_seconds")
+               "train_seconds", "time_to_target", "wall_seconds")
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
@@ -31,8 +31,15 @@ def result_attrs(summary: dict[str, Any], wall_seconds: float) -> dict[str, Any]
         "steps_done": summary["steps_done"],
         "stopped_early": summary["stopped_early"],
         "train_seconds": summary["timing"]["train_seconds"],
+        "time_to_target": _time_to_target(summary["timing"]),
         "wall_seconds": wall_seconds,
     }
+
+
+def _time_to_target(timing: dict[str, Any]) -> float:
+    """A trial that never reached train.target_top1 took forever, as an objective to minimize."""
+    seconds = timing.get("time_to_target_seconds")
+    return float("inf") if seconds is None else float(seconds)
 
 
 OVER_BUDGET = "over_budget"

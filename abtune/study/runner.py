@@ -104,6 +104,10 @@ def trial_layout(spec: StudySpec, profile: Profile) -> Layout:
     if not isinstance(profile, LocalProfile):
         raise ConfigError(f"--launcher {profile.kind}: studies run on local or slurm profiles "
                           "(step through one run with `abtune train --launcher debug`)")
+    if profile.fabric is not None:
+        from abtune.launch.fabric import check_requirements
+
+        check_requirements()
     return Layout(spec.layout.nproc // spec.layout.per_node, spec.layout.per_node)
 
 
@@ -118,8 +122,9 @@ def submit_trial(run_dir: Path, spec: StudySpec, resume: bool, profile: Profile 
         with nested_submission():
             return submit_run(run_dir, layout or trial_layout(spec, profile), profile, resume=resume,
                               job_name=job_name)
+    fabric = profile.fabric if isinstance(profile, LocalProfile) else None  # one fabric per trial
     return submit_local(run_dir, spec.layout.nproc, spec.layout.per_node, resume=resume,
-                        timeout_min=spec.trial_timeout_min)
+                        timeout_min=spec.trial_timeout_min, fabric=fabric)
 
 
 def suggest(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> Any:

@@ -16,8 +16,9 @@ from abtune.config import StrictModel, apply_overrides, describe_validation_erro
 from abtune.errors import ConfigError
 from abtune.yamlfile import read_yaml
 
-Metric = Literal["top1", "inter_node_bytes", "compression"]
-DIRECTIONS: dict[str, str] = {"top1": "maximize", "inter_node_bytes": "minimize", "compression": "maximize"}
+Metric = Literal["top1", "inter_node_bytes", "compression", "train_seconds", "time_to_target"]
+DIRECTIONS: dict[str, str] = {"top1": "maximize", "inter_node_bytes": "minimize", "compression": "maximize",
+                              "train_seconds": "minimize", "time_to_target": "minimize"}
 SamplerName = Literal["tpe", "random", "nsgaii", "nsgaiii", "gp", "qmc", "cmaes"]
 PrunerName = Literal["none", "median", "hyperband"]
 CONSTRAINED_SAMPLERS = ("tpe", "nsgaii", "nsgaiii", "gp")
@@ -171,6 +172,8 @@ def _inconsistency(spec: StudySpec) -> str | None:
                 "set pruner: none, or keep only objectives: [top1]")
     if spec.constraints.max_inter_node_mb is not None and spec.sampler.name not in CONSTRAINED_SAMPLERS:
         return f"sampler: {spec.sampler.name} ignores constraints; use one of {', '.join(CONSTRAINED_SAMPLERS)}"
+    if "time_to_target" in spec.objectives and spec.base.get("train", {}).get("target_top1") is None:
+        return "objectives: time_to_target needs train.target_top1 in the base config (e.g. target_top1: 0.9)"
     needs_nodes = "inter_node_bytes" in spec.objectives or spec.constraints.max_inter_node_mb is not None
     if needs_nodes and not spec.layout.multi_node:
         return "layout: inter-node traffic needs more than one node: set layout.ranks_per_node below nproc"

@@ -95,12 +95,25 @@ def summary_metrics(summary: dict[str, Any], wall_seconds: float | None) -> dict
         "ddp_reference_bytes": traffic["ddp_reference_bytes"], "reduction_vs_ddp": traffic["reduction_vs_ddp"],
         "inter_node_gb_per_s": traffic["inter_node_gb_per_s"], "compression": summary["compression"]["final_ratio"],
         "train_seconds": summary["timing"]["train_seconds"], "seconds_per_step": summary["timing"]["seconds_per_step"],
+        "time_to_target_seconds": summary["timing"].get("time_to_target_seconds"),
         "wall_seconds": wall_seconds,
     }
     for phase, by in traffic["by_phase"].items():
         values[f"bytes_{phase}"] = by["total"]["mean"]
         values[f"inter_node_bytes_{phase}"] = by["inter"]["mean"]
-    return values
+    return {**values, **measured_metrics(traffic)}
+
+
+def measured_metrics(traffic: dict[str, Any]) -> dict[str, float | None]:
+    """On the emulated interconnect: the bytes the links carried (all nodes, and each node's way out),
+    beside the model's figure for the same bytes (all ranks)."""
+    measured = traffic.get("measured_inter_node_bytes")
+    if measured is None:
+        return {}
+    return {"traffic/measured_inter_node_bytes": measured["total"],
+            "traffic/measured_inter_node_payload_bytes": measured["payload"],
+            "traffic/modelled_inter_node_bytes": measured["modelled"],
+            **{f"traffic/measured_inter_node_bytes_node{n}": tx for n, tx in enumerate(measured["by_node_tx"])}}
 
 
 def final_points(summary: dict[str, Any], wall_seconds: float | None) -> list[Point]:

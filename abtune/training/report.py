@@ -50,9 +50,26 @@ def result_table(summary: dict[str, Any]) -> Table:
         s = summary["schedule"]
         rows.insert(0, ("schedule (steps)", f"warmup {s['warmup_steps']}, AB {s['ab_steps']} x{s['ab_cycles']}, "
                                             f"rebound {s['rebound_steps']}, LR rebound {s['lr_rebound_steps']}"))
+    rows += _time_and_link_rows(summary)
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def _time_and_link_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """Time to target when one was set; on the emulated interconnect, what the links carried."""
+    rows = [("train seconds", f"{summary['timing']['train_seconds']:.1f}")]
+    target = summary["timing"].get("target_top1")
+    if target is not None:
+        seconds = summary["timing"]["time_to_target_seconds"]
+        rows.append((f"seconds to top-1 >= {target}", "not reached" if seconds is None else f"{seconds:.1f}"))
+    measured = summary["traffic"].get("measured_inter_node_bytes")
+    if measured is not None:
+        rows += [("link MB, measured (all nodes)", _mb(measured["total"])),
+                 ("inter-node MB, model (all ranks)", _mb(measured["modelled"]))]
+        if measured["payload_vs_modelled"] is not None:
+            rows.append(("link payload / model", f"{measured['payload_vs_modelled']:.3f}"))
+    return rows
 
 
 def print_summary(summary: dict[str, Any], run_dir: Path) -> None:

@@ -1,4 +1,5 @@
-"""The run summary: accuracy, compression, traffic (per phase, group, intra/inter node), timing.
+"""The run summary: accuracy, compression, traffic (per phase, group, intra/inter node), timing;
+on the emulated interconnect, the launcher adds the bytes the links really carried (`add_measured_traffic`).
 
 Traffic is per rank; ranks differ (an A group all-reduces A's gradients, a B group B's), so every
 rank's counters are gathered (one metered all-gather) and the summary gives their mean and max.
@@ -10,48 +11,96 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from abtune import strict_device
-from abtune.comm import Op, all_gather_bytes, sum_rows, wire_factor
+from abtune.comm import CommMeter, Op, all_gather_bytes, sum_rows, wire_factor
 from abtune.config import flatten
 
 if TYPE_CHECKING:
     from abtune.training.trainer import Trainer
 
 TRAINING_PHASES = ("train", "warmup", "ab", "sync", "rebound")
+INTER = "inter_node_bytes"
 GIGA = 1e9
 
 
 def gather_rows(trainer: Trainer) -> list[list[dict[str, Any]]]:
-    """Every rank's meter rows, via a metered all-gather of their JSON."""
-    trainer.meter.phase = "report"
-    mine = json.dumps(trainer.meter.rows()).encode()
-    blobs = all_gather_bytes(trainer.meter, mine, trainer.world, trainer.env.device)
-    return [json.loads(blob) for blob in blobs]
+    """Every rank's meter rows, via a metered all-gather of their JSON. The rows each rank sent could
+    not hold that gather itself; it is the same on every rank (world all-gathers of the same sizes),
+    so it is added to each from this rank's count, with the bytes that rank sent to other nodes."""
+    meter = trainer.meter
+    meter.phase = "report"
+    mine = json.dumps(meter.rows()).encode()
+    blobs = all_gather_bytes(meter, mine, trainer.world, trainer.env.device)
+    per_rank = [json.loads(blob) for blob in blobs]
+    report = [row for row in meter.rows() if row["phase"] == "report"]
+    for rank, rows in enumerate(per_rank):
+        rows[:] = [row for row in rows if row["phase"] != "report"] + [
+            {**row, "inter_node_bytes": meter.topology.inter_node_bytes(
+                rank, Op(row["op"]), row["payload_bytes"], trainer.world.ranks)} for row in report]
+    return per_rank
 
 
-def traffic_summary(per_rank: list[list[dict[str, Any]]], steps: int, seconds: float, multi_node: bool,
+def traffic_summary(per_rank: list[list[dict[str, Any]]], steps: int, seconds: float, node_of_rank: tuple[int, ...],
                     ddp_step_bytes: float) -> dict[str, Any]:
-    def stats(**match: str) -> dict[str, float]:
-        values = [sum_rows(rows, **match) for rows in per_rank]
+    def stats(key: str = "wire_bytes", **match: str) -> dict[str, float]:
+        values = [sum_rows(rows, key, **match) for rows in per_rank]
         return {"mean": sum(values) / len(values), "max": max(values)}
 
     phases = sorted({r["phase"] for rows in per_rank for r in rows})
     training_bytes = sum(stats(phase=p)["mean"] for p in phases if p in TRAINING_PHASES)
-    inter_training = sum(stats(phase=p, locality="inter")["mean"] for p in phases if p in TRAINING_PHASES)
+    inter_training = sum(stats(INTER, phase=p)["mean"] for p in phases if p in TRAINING_PHASES)
+    intra = [max(0.0, sum_rows(rows) - sum_rows(rows, INTER)) for rows in per_rank]
     ddp_reference = steps * ddp_step_bytes
     return {
-        "note": "wire bytes sent per rank (ring estimates); mean and max over ranks",
+        "note": "wire bytes sent per rank (ring estimates); inter-node: the part sent to another node "
+                "(gloo's ring and tree); mean and max over ranks",
         "total_bytes": stats(),
-        "inter_node_bytes": stats(locality="inter"),
-        "intra_node_bytes": stats(locality="intra"),
-        "by_phase": {p: {"total": stats(phase=p), "inter": stats(phase=p, locality="inter")} for p in phases},
+        "inter_node_bytes": stats(INTER),
+        "intra_node_bytes": {"mean": sum(intra) / len(intra), "max": max(intra)},
+        "inter_node_bytes_by_node": _by_node([sum_rows(rows, INTER) for rows in per_rank], node_of_rank),
+        "by_phase": {p: {"total": stats(phase=p), "inter": stats(INTER, phase=p)} for p in phases},
         "per_step_bytes": training_bytes / max(1, steps),
-        "inter_node_gb_per_s": stats(locality="inter")["mean"] / GIGA / seconds if seconds else 0.0,
+        "inter_node_gb_per_s": stats(INTER)["mean"] / GIGA / seconds if seconds else 0.0,
         "ddp_reference_bytes": ddp_reference,
-        "ddp_reference_inter_node_bytes": ddp_reference if multi_node else 0.0,
+        "ddp_reference_inter_node_bytes": ddp_reference * _ring_hops_leaving_nodes(node_of_rank) / len(node_of_rank),
         "training_bytes": training_bytes,
         "training_inter_node_bytes": inter_training,
         "reduction_vs_ddp": ddp_reference / training_bytes if training_bytes else float("inf"),
         "rows_per_rank": per_rank,
+    }
+
+
+def intra_node_bytes(meter: CommMeter) -> float:
+    """Wire bytes not sent to another node. Wire bytes of a broadcast are the mean over the group
+    ((n-1)/n x payload), while its root really sends the payload to each child: clamped at 0 for it."""
+    return max(0.0, meter.total() - meter.total(INTER))
+
+
+def _by_node(values: list[float], node_of_rank: tuple[int, ...]) -> list[float]:
+    totals = [0.0] * (max(node_of_rank) + 1)
+    for value, node in zip(values, node_of_rank, strict=True):
+        totals[node] += value
+    return totals
+
+
+def _ring_hops_leaving_nodes(node_of_rank: tuple[int, ...]) -> int:
+    """Hops of a ring over all ranks (DDP's all-reduce) whose two ends sit on different nodes."""
+    size = len(node_of_rank)
+    return sum(node_of_rank[r] != node_of_rank[(r + 1) % size] for r in range(size)) if size > 1 else 0
+
+
+def add_measured_traffic(summary: dict[str, Any], tx_bytes: list[int], rx_bytes: list[int],
+                         tx_packets: list[int], header_bytes: int) -> None:
+    """The bytes each node's link really carried (kernel counters of the emulated interconnect), beside
+    the model: `payload` drops `header_bytes` per packet (Ethernet, IP, TCP headers) to compare like with like."""
+    traffic = summary["traffic"]
+    modelled = sum(traffic["inter_node_bytes_by_node"])
+    payload = sum(tx_bytes) - header_bytes * sum(tx_packets)
+    traffic["measured_inter_node_bytes"] = {
+        "note": "bytes that left each node over its link (tx) and reached it (rx), headers included; "
+                f"payload: tx minus {header_bytes} header bytes per packet",
+        "total": sum(tx_bytes), "by_node_tx": tx_bytes, "by_node_rx": rx_bytes, "packets": sum(tx_packets),
+        "payload": payload, "modelled": modelled,
+        "payload_vs_modelled": payload / modelled if modelled else None,
     }
 
 
@@ -83,16 +132,25 @@ def build_summary(trainer: Trainer) -> dict[str, Any]:
             "method_ratio": method.compression_ratio(),
         },
         "traffic": traffic_summary(per_rank, trainer.state.step, trainer.state.train_seconds,
-                                   topology.num_nodes > 1, ddp_step_bytes),
+                                   topology.node_of_rank, ddp_step_bytes),
         "precision": {"name": config.train.precision, "skipped_steps": trainer.state.skipped_steps,
                       "loss_scale": trainer.precision.loss_scale()},
         "timing": {"train_seconds": trainer.state.train_seconds,
-                   "seconds_per_step": trainer.state.train_seconds / max(1, trainer.state.step)},
+                   "seconds_per_step": trainer.state.train_seconds / max(1, trainer.state.step),
+                   "target_top1": config.train.target_top1,
+                   "time_to_target_seconds": time_to_target(history, config.train.target_top1)},
         "config": flatten(config),
     }
     summary.update(_method_details(method))
     summary.update(method.summary())
     return summary
+
+
+def time_to_target(history: list[dict[str, Any]], target: float | None) -> float | None:
+    """Training seconds at the first evaluation whose top-1 reached `target` (None: no target, or never reached)."""
+    if target is None:
+        return None
+    return next((row["train_seconds"] for row in history if row["val_top1"] >= target), None)
 
 
 def _method_details(method: Any) -> dict[str, Any]:

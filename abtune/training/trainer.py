@@ -36,7 +36,7 @@ from abtune.training.hooks import MetricsFile, TrainingHook, build_hooks, config
 from abtune.training.lr import scheduled_lr
 from abtune.training.precision import Precision
 from abtune.training.progress import ProgressReporter
-from abtune.training.summary import build_summary
+from abtune.training.summary import build_summary, intra_node_bytes
 
 
 @dataclass
@@ -174,8 +174,9 @@ class Trainer:
             **{f"val_{k}": v for k, v in asdict(result).items()},
             "compression": counts.compression,
             "trainable_params": counts.trainable,
-            "inter_node_bytes": self.meter.total(locality="inter"),
-            "intra_node_bytes": self.meter.total(locality="intra"),
+            "train_seconds": self.state.train_seconds,
+            "inter_node_bytes": self.meter.total("inter_node_bytes"),
+            "intra_node_bytes": intra_node_bytes(self.meter),
         }
         self.state.history.append(row)
         self.progress.evaluation(row)
@@ -196,19 +197,19 @@ class Trainer:
             "step": self.state.step, "phase": self.method.phase, **window.flush(),
             "skipped_steps": self.state.skipped_steps,
             "total_bytes": self.meter.total(),
-            "inter_node_bytes": self.meter.total(locality="inter"),
-            "intra_node_bytes": self.meter.total(locality="intra"),
+            "inter_node_bytes": self.meter.total("inter_node_bytes"),
+            "intra_node_bytes": intra_node_bytes(self.meter),
             **self._bytes_by_phase(),
         }
         for hook in self.hooks:
             hook.on_log(record)
 
     def _bytes_by_phase(self) -> dict[str, dict[str, float]]:
-        """Rank 0's cumulative wire bytes per phase, all and inter-node (for trackers' per-phase curves)."""
+        """Rank 0's cumulative wire bytes per phase, all and sent to other nodes (for trackers' per-phase curves)."""
         rows = self.meter.rows()
         phases = sorted({row["phase"] for row in rows})
         return {"phase_bytes": {p: sum_rows(rows, phase=p) for p in phases},
-                "phase_inter_node_bytes": {p: sum_rows(rows, phase=p, locality="inter") for p in phases}}
+                "phase_inter_node_bytes": {p: sum_rows(rows, "inter_node_bytes", phase=p) for p in phases}}
 
     def _ask_hooks_to_continue(self, row: dict[str, Any]) -> None:
         """Rank 0's hooks may stop the run (pruning); the decision is broadcast so all ranks stop together."""

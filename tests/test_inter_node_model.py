@@ -1,0 +1,63 @@
+"""The inter-node model: which bytes of a collective leave a node, from gloo's algorithm (rings for
+all-reduce and all-gather, a binomial tree for broadcast) and the placement of the group's ranks. The
+numbers are those the emulated interconnect's link counters showed (benchmarks/bench_gloo_algorithms.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from abtune.comm import Op, Topology, broadcast_children
+from abtune.errors import ConfigError
+from abtune.study.spec import load_study_spec
+from abtune.training.summary import time_to_target
+from tests.study_helpers import TINY_BASE, write_study
+
+TWO_BY_TWO = Topology((0, 0, 1, 1))
+FOUR_BY_ONE = Topology((0, 1, 2, 3))
+WORLD = (0, 1, 2, 3)
+PAYLOAD = 1000
+
+
+def per_node(topology: Topology, op: Op, ranks: tuple[int, ...] = WORLD, src: int = 0) -> list[float]:
+    sent = [0.0] * topology.num_nodes
+    for rank in range(topology.world_size):
+        sent[topology.node_of_rank[rank]] += topology.inter_node_bytes(rank, op, PAYLOAD, ranks, src)
+    return sent
+
+
+def test_a_ring_all_reduce_crosses_only_on_the_hops_that_leave_a_node() -> None:
+    assert per_node(TWO_BY_TWO, Op.ALL_REDUCE) == [1.5 * PAYLOAD, 1.5 * PAYLOAD]  # hops 1->2 and 3->0
+    assert per_node(FOUR_BY_ONE, Op.ALL_REDUCE) == [1.5 * PAYLOAD] * 4
+    assert per_node(TWO_BY_TWO, Op.ALL_REDUCE, ranks=(0, 1)) == [0.0, 0.0]  # a group inside node 0
+
+
+def test_a_ring_all_gather_sends_n_minus_1_chunks_over_each_hop_that_leaves_a_node() -> None:
+    assert per_node(TWO_BY_TWO, Op.ALL_GATHER) == [0.75 * PAYLOAD, 0.75 * PAYLOAD]
+    assert per_node(FOUR_BY_ONE, Op.ALL_GATHER, ranks=(1, 2)) == [0.0, 0.5 * PAYLOAD, 0.5 * PAYLOAD, 0.0]
+
+
+def test_a_broadcast_is_gloos_binomial_tree() -> None:
+    assert broadcast_children(0, 4) == [1, 2] and broadcast_children(1, 4) == [3] and broadcast_children(2, 4) == []
+    assert broadcast_children(0, 8) == [1, 2, 4] and broadcast_children(3, 8) == [7]
+    assert per_node(TWO_BY_TWO, Op.BROADCAST) == [2 * PAYLOAD, 0.0]  # 0->2 and 1->3 leave node 0
+    assert per_node(FOUR_BY_ONE, Op.BROADCAST) == [2 * PAYLOAD, PAYLOAD, 0.0, 0.0]
+    # counted from the root: rank 2 sends to 3 (1 after it) and 0 (2 after it), rank 3 sends to 1
+    assert per_node(FOUR_BY_ONE, Op.BROADCAST, src=2) == [0.0, 0.0, 2 * PAYLOAD, PAYLOAD]
+
+
+def test_time_to_target_is_the_first_evaluation_at_or_above_it() -> None:
+    history = [{"val_top1": 0.5, "train_seconds": 1.0}, {"val_top1": 0.9, "train_seconds": 2.0},
+               {"val_top1": 0.95, "train_seconds": 3.0}]
+    assert time_to_target(history, 0.9) == 2.0
+    assert time_to_target(history, 0.99) is None and time_to_target(history, None) is None
+
+
+def test_time_to_target_as_an_objective_needs_a_target(tmp_path: Path) -> None:
+    study = write_study(tmp_path / "s.yaml", base=TINY_BASE, objectives=["top1", "time_to_target"], pruner={"name": "none"})
+    with pytest.raises(ConfigError, match="time_to_target needs train.target_top1"):
+        load_study_spec(study)
+    with_target = write_study(tmp_path / "t.yaml", base={**TINY_BASE, "train": {**TINY_BASE["train"], "target_top1": 0.9}},
+                              objectives=["top1", "time_to_target", "train_seconds"], pruner={"name": "none"})
+    assert load_study_spec(with_target).directions == ["maximize", "minimize", "minimize"]
