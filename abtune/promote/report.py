@@ -64,7 +64,7 @@ def row_for(campaign: Campaign, run: PlannedRun, run_dir: Path) -> ScalingRow:
     summary = json.loads(summary_path.read_text())
     traffic = summary["traffic"]
     return ScalingRow(status="ok", best_top1=summary["best_top1"], final_top1=summary["final"]["val_top1"],
-                      inter_node_gb_per_s=traffic["inter_node_gb_per_s"],
+                      inter_node_gb_per_s=traffic["training_inter_node_gb_per_s"],
                       inter_node_mb=traffic["inter_node_bytes"]["mean"] / MEGA,
                       compression=summary["compression"]["method_ratio"],
                       reduction_vs_ddp=traffic["reduction_vs_ddp"], **base)

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from abtune.comm import sum_rows
+from abtune.comm import TRAINING_PHASES, sum_rows
 from abtune.config import RunConfig
 from abtune.data import build_datasets, build_loaders, steps_per_epoch
 from abtune.dist import DistEnv, discover_topology
@@ -137,12 +137,12 @@ class Trainer:
         loss.backward()
         if self.config.train.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(self.method.model.parameters(), self.config.train.grad_clip)
-        lr = scheduled_lr(self.config.schedule, self.config.optimizer.lr, step, self.config.train.steps)
+        scheduled = scheduled_lr(self.config.schedule, self.config.optimizer.lr, step, self.config.train.steps)
         for group in self.method.optimizer.param_groups:
-            group["lr"] = lr * self.method.lr_factor(step)
+            group["lr"] = self.method.learning_rate(step, scheduled)
         self.method.optimizer.step()
         self.method.optimizer.zero_grad(set_to_none=True)
-        self._window.lr = lr * self.method.lr_factor(step)
+        self._window.lr = self.method.optimizer.param_groups[0]["lr"]  # what the optimizer stepped with
         return loss.item()
 
     def _batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -158,14 +158,17 @@ class Trainer:
     def _evaluate(self) -> Evaluation:
         result = evaluate(self.method.eval_module(), self.val_loader, self.env.device, self.meter, self.world)
         counts = self.method.parameter_counts()
+        rows = self.meter.rows()
         row = {
             "step": self.state.step,
             "epoch": self.state.step / self.steps_per_epoch,
             "phase": self.method.phase,
             "loss": self.progress.mean_loss(),
             **{f"val_{k}": v for k, v in asdict(result).items()},
-            "compression": counts.compression,
+            "model_compression": self.method.trained_model_counts().compression,
+            "dense_over_current": counts.compression,
             "trainable_params": counts.trainable,
+            "training_inter_node_bytes": sum(sum_rows(rows, phase=p, locality="inter") for p in TRAINING_PHASES),
             "inter_node_bytes": self.meter.total(locality="inter"),
             "intra_node_bytes": self.meter.total(locality="intra"),
         }
