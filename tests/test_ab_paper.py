@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import torch
 import torch.multiprocessing as mp
+from optuna.distributions import FloatDistribution
 from torch import nn
 from torch.nn.utils import parametrize
 
@@ -29,8 +30,11 @@ from abtune.launch.local import free_port
 from abtune.methods import MethodContext
 from abtune.methods.ab import ABTraining, lowrank
 from abtune.methods.ab.groups import resolve_group_size
+from abtune.study.space import build_distributions
+from abtune.study.spec import load_study_spec
 from abtune.training.summary import estimated_communication_reduction
 from tests.conftest import run_cli, write_config
+from tests.study_helpers import write_study
 
 NPROC, RANKS_PER_NODE = 4, 2
 FLOAT32 = 4
@@ -346,3 +350,19 @@ def test_trainer_steps_with_the_rebound_from_the_floor_to_the_schedule(tmp_path:
         expected[step] = scheduled if since >= rebound else floor + (scheduled - floor) * since / rebound
     assert stepped == pytest.approx(expected, rel=1e-9)
     assert stepped[5] == stepped[10] == stepped[13] == stepped[18] == pytest.approx(floor)
+
+
+# --- study files ----------------------------------------------------------------------------------------
+
+
+def test_rank_cap_is_searchable(tmp_path: Path) -> None:
+    spec_path = write_study(tmp_path / "s.yaml", space={"method.rank_cap": {"low": 0.25, "high": 1.0},
+                                                        "method.lr_rebound_floor": {"low": 1e-6, "high": 1e-4, "log": True}})
+    distributions = build_distributions(load_study_spec(spec_path), "s.yaml")
+    assert distributions["method.rank_cap"] == FloatDistribution(0.25, 1.0)
+    assert distributions["method.lr_rebound_floor"] == FloatDistribution(1e-6, 1e-4, log=True)
+
+
+def test_the_paper_study_initializes_orthogonally_as_the_paper() -> None:
+    spec = load_study_spec(Path(__file__).parent.parent / "studies" / "minivit_cifar100.yaml")
+    assert spec.base["model"]["init"] == "orthogonal"

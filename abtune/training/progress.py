@@ -15,11 +15,11 @@ from rich.progress import (
 )
 
 MEGA = 1e6
-ROW_FORMAT = "{:>7} {:>6} {:>8} {:>8} {:>7} {:>7} {:>9} {:>14} {:>12} {:>12}"
+ROW_FORMAT = "{:>6} {:>5} {:>7} {:>7} {:>6} {:>5} {:>9} {:>11} {:>9}"
 # compr: the model being trained (AB: its latest AB phase); dense:cur: dense / current parameters;
-# train inter MB: training phases' inter-node bytes; inter/intra MB: every phase's (evaluations included).
-HEADER = ROW_FORMAT.format("step", "epoch", "phase", "loss", "top1", "compr", "dense:cur", "train inter MB",
-                           "inter MB", "intra MB")
+# train inter: training phases' inter-node MB; all inter: every phase's (evaluations, set-up included).
+HEADER = ROW_FORMAT.format("step", "epoch", "phase", "loss", "top1", "compr", "dense:cur", "train inter",
+                           "all inter")
 
 
 class ProgressReporter:
@@ -68,7 +68,6 @@ class ProgressReporter:
                 row["step"], f"{row['epoch']:.1f}", row["phase"], f"{row['loss']:.4f}", f"{row['val_top1']:.4f}",
                 f"{row['model_compression']:.2f}", f"{row['dense_over_current']:.2f}",
                 f"{row['training_inter_node_bytes'] / MEGA:.2f}", f"{row['inter_node_bytes'] / MEGA:.2f}",
-                f"{row['intra_node_bytes'] / MEGA:.2f}",
             )
         )
 
