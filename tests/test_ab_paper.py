@@ -179,10 +179,6 @@ def _run_ranks(tmp_path: Path, scenario: str) -> list[dict[str, Any]]:
     return [torch.load(tmp_path / f"rank_{r}.pt", weights_only=False) for r in range(NPROC)]
 
 
-def _factored_keys(method: ABTraining) -> list[str]:
-    return [ref.key for ref in method.factored]
-
-
 def _sync_payload(method: ABTraining) -> int:
     return sum(row["payload_bytes"] for row in method.meter.rows() if row["phase"] == "sync")
 

@@ -15,6 +15,10 @@ def _mb(value: float) -> str:
     return f"{value / MEGA:,.3f}"
 
 
+def _ratio(value: float | None) -> str:
+    return "n/a (one node)" if value is None else f"{value:.2f}:1"
+
+
 def traffic_table(summary: dict[str, Any]) -> Table:
     traffic = summary["traffic"]
     table = Table(title="traffic per rank (MB on the wire, mean over ranks)")
@@ -43,8 +47,9 @@ def result_table(summary: dict[str, Any]) -> Table:
         ("training MB / rank", _mb(traffic["training_bytes"])),
         ("training inter-node MB / rank", _mb(traffic["training_inter_node_bytes"])),
         ("other phases MB / rank", _mb(sum(traffic["non_training_bytes"].values()))),
-        ("DDP reference MB / rank", _mb(traffic["ddp_reference_bytes"])),
+        ("DDP training reference MB / rank", _mb(traffic["ddp_reference_bytes"])),
         ("reduction vs DDP", f"{traffic['reduction_vs_ddp']:.2f}:1"),
+        ("inter-node reduction vs DDP", _ratio(traffic.get("inter_node_reduction_vs_ddp"))),
         ("training inter-node GB/s / rank", f"{traffic['training_inter_node_gb_per_s']:.4f}"),
         ("seconds / step", f"{summary['timing']['seconds_per_step']:.4f}"),
     ]
