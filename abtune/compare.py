@@ -42,6 +42,7 @@ class ComparisonRow:
     other_mb: float | None = None
     compression: float | None = None
     ecr_percent: float | None = None
+    method_ratio: float | None = None  # the method's own figure (update compression for sbc, powersgd, fp16)
     wall_seconds: float | None = None
     error: str | None = None
 
@@ -103,7 +104,7 @@ def row_from_summary(method: str, summary: dict[str, Any], wall_seconds: float,
         inter_node_reduction_vs_ddp=_ratio(inter_reference, inter),
         other_mb=sum(traffic["non_training_bytes"].values()) / MEGA,
         compression=compression["trained_model_ratio"], ecr_percent=compression["ecr_percent"],
-        wall_seconds=wall_seconds,
+        method_ratio=compression["method_ratio"], wall_seconds=wall_seconds,
     )
 
 
