@@ -1,6 +1,7 @@
 """AB-training (Coquelin et al., arXiv 2405.01067, Algorithm 1), with and without groups.
 
-`ab`: after a full-rank warmup, every eligible weight is factored W = A.B; the first half of the
+`ab`: after a full-rank warmup, every eligible weight is factored W = A.B (unless the rank cap keeps
+it full rank: its factors would not be smaller than it); the first half of the
 groups trains A, the second half B (the other factor frozen), data-parallel inside the group and
 nothing exchanged between groups; then the factors are averaged over all ranks, W is rebuilt and
 full-rank DDP runs for the rebound steps. Repeat until the step budget is spent.
@@ -147,7 +148,7 @@ class ABTraining(Method):
         if self.in_ab:
             self._sync()
 
-    # --- checkpoints --------------------------------------------------------------------
+    # --- compression --------------------------------------------------------------------
     def trained_model_counts(self) -> ParameterCounts:
         if not self.decompositions:
             return self.parameter_counts()
@@ -158,6 +159,7 @@ class ABTraining(Method):
         """The paper's compression: dense parameters per parameter of the model trained in the last AB phase."""
         return self.trained_model_counts().compression
 
+    # --- checkpoints --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"in_ab": self.in_ab, "ranks": dict(self.ranks), "decompositions": self.decompositions,
                 "spectra": self.spectra}
