@@ -30,9 +30,10 @@ from abtune.launch.local import free_port
 from abtune.methods import MethodContext
 from abtune.methods.ab import ABTraining, lowrank
 from abtune.methods.ab.groups import resolve_group_size
+from abtune.study.results import result_attrs
 from abtune.study.space import build_distributions
 from abtune.study.spec import load_study_spec
-from abtune.training.summary import estimated_communication_reduction
+from abtune.training.summary import estimated_communication_reduction, traffic_summary
 from tests.conftest import run_cli, write_config
 from tests.study_helpers import write_study
 
@@ -362,3 +363,31 @@ def test_rank_cap_is_searchable(tmp_path: Path) -> None:
 def test_the_paper_study_initializes_orthogonally_as_the_paper() -> None:
     spec = load_study_spec(Path(__file__).parent.parent / "studies" / "minivit_cifar100.yaml")
     assert spec.base["model"]["init"] == "orthogonal"
+
+
+# --- traffic with one meaning each ----------------------------------------------------------------------
+
+
+def _row(phase: str, locality: str, wire: float) -> dict[str, Any]:
+    return {"phase": phase, "group": "world", "locality": locality, "op": "all_reduce", "calls": 1,
+            "payload_bytes": int(wire), "wire_bytes": wire}
+
+
+def test_training_traffic_leaves_out_evaluation_setup_and_checkpoints() -> None:
+    rank = [_row("warmup", "inter", 300.0), _row("ab", "intra", 200.0), _row("sync", "inter", 100.0),
+            _row("eval", "inter", 50.0), _row("setup", "inter", 10.0), _row("checkpoint", "inter", 1.0)]
+    traffic = traffic_summary([rank, rank], steps=4, seconds=2.0, multi_node=True, ddp_step_bytes=200.0)
+    assert traffic["training_bytes"] == 600.0 and traffic["training_inter_node_bytes"] == 400.0
+    assert traffic["non_training_inter_node_bytes"] == {"checkpoint": 1.0, "eval": 50.0, "setup": 10.0}
+    assert traffic["inter_node_bytes"]["mean"] == 461.0  # every phase
+    assert traffic["training_inter_node_gb_per_s"] == pytest.approx(400.0 / 1e9 / 2.0)  # training bytes / training s
+    assert traffic["inter_node_reduction_vs_ddp"] == pytest.approx(800.0 / 400.0)
+
+
+def test_a_trial_records_training_inter_node_bytes_the_trained_models_compression_and_ecr() -> None:
+    summary = {"final": {"val_top1": 0.9}, "best_top1": 0.9, "steps_done": 10, "stopped_early": None,
+               "timing": {"train_seconds": 1.0},
+               "traffic": {"training_inter_node_bytes": 400.0, "inter_node_bytes": {"mean": 461.0, "max": 461.0}},
+               "compression": {"trained_model_ratio": 2.0, "ecr_percent": 37.5, "dense_over_final_params": 1.0}}
+    attrs = result_attrs(summary, wall_seconds=2.0)
+    assert (attrs["inter_node_bytes"], attrs["compression"], attrs["ecr"]) == (400.0, 2.0, 37.5)
