@@ -307,13 +307,9 @@ def _resumed_from(run_dir: Path, resume: bool) -> dict[str, str]:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from abtune.tracking import resolve_tracking_uri
-    from abtune.tracking.ui import serve
+    from abtune.tracking.ui import choose_stores, serve
 
-    uri = resolve_tracking_uri(args.tracking_uri)
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
-        raise ConfigError(f"no MLflow store at {uri}; run abtune ui where you trained, or pass --tracking-uri")
-    return serve(uri, args.storage, args.host)
+    return serve(*choose_stores(args.tracking_uri, args.storage), args.host)
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
@@ -380,8 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ui = commands.add_parser("ui", help="start the MLflow UI and optuna-dashboard on this machine")
     ui.add_argument("--tracking-uri", default=None, metavar="URI",
-                    help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
-    ui.add_argument("--storage", default=None, metavar="OPTUNA_URL", help="Optuna storage for optuna-dashboard")
+                    help="MLflow store (default: $MLFLOW_TRACKING_URI, else ./mlflow.db if it exists)")
+    ui.add_argument("--storage", default=None, metavar="OPTUNA_URL",
+                    help="Optuna storage for optuna-dashboard (default: $ABTUNE_STORAGE, else ./optuna.db if it exists)")
     ui.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: 127.0.0.1)")
     ui.set_defaults(func=cmd_ui)
 

@@ -16,6 +16,7 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import create_trial
 
 from abtune.config import RunConfig
+from abtune.errors import ConfigError
 from abtune.launch.local import free_port
 from abtune.tracking import LaunchInfo, open_tracking, resolve_tracking_uri
 from abtune.tracking.records import PHASE_CODES, MetricStream, records_points
@@ -181,3 +182,52 @@ def test_abtune_ui_refuses_a_store_that_does_not_exist(tmp_path: Path) -> None:
     result = run_cli("ui", "--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}", check=False)
     assert result.returncode == 2 and result.stderr.startswith("abtune: error: no MLflow store at sqlite:///")
     assert not (tmp_path / "none.db").exists()
+
+
+def test_abtune_ui_without_options_serves_the_default_stores_found_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from abtune.study.storage import STORAGE_VARIABLE
+    from abtune.tracking.ui import choose_stores
+
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", STORAGE_VARIABLE)}
+    result = run_cli("ui", cwd=tmp_path, env=env, check=False)
+    assert result.returncode == 2
+    assert result.stderr == ("abtune: error: no ./mlflow.db or ./optuna.db here; run abtune ui where you trained, "
+                             "or pass --tracking-uri / --storage\n")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    monkeypatch.delenv(STORAGE_VARIABLE, raising=False)
+    optuna.create_study(study_name="here", storage="sqlite:///optuna.db")
+    assert choose_stores(None, None) == (None, f"sqlite:///{tmp_path / 'optuna.db'}")
+    said = capsys.readouterr().out
+    assert "no mlflow.db here, so no MLflow store" in said
+    assert f"found Optuna storage sqlite:///{tmp_path / 'optuna.db'}" in said
+
+    MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").search_experiments()
+    assert choose_stores(None, None) == (f"sqlite:///{tmp_path / 'mlflow.db'}", f"sqlite:///{tmp_path / 'optuna.db'}")
+    assert "found MLflow store sqlite:///" in capsys.readouterr().out
+    monkeypatch.setenv(STORAGE_VARIABLE, f"sqlite:///{tmp_path / 'elsewhere.db'}")  # asked for: must exist
+    with pytest.raises(ConfigError, match="^no Optuna storage at sqlite:///.*elsewhere.db; check --storage"):
+        choose_stores(None, None)
+
+
+def test_experiments_open_as_model_training_with_the_results_first(store: str) -> None:
+    from abtune.tracking.view import RESULT_METRICS, VIEW_KEY, experiment_links
+
+    client = MlflowClient(store)
+    older = client.create_experiment("from-before")  # as an older abtune left it: no tags
+    tracking = open_tracking()
+    config = RunConfig.model_validate({"name": "t", "model": TINY_VIT})
+    tracking.start_run(config, experiment="fresh", run_name="r")
+    tracking.start_run(config, experiment="from-before", run_name="r")
+    for name in ("fresh", "from-before"):
+        tags = client.get_experiment_by_name(name).tags
+        assert tags["mlflow.experimentKind"] == "custom_model_development"
+        view = json.loads(tags[f"mlflow.sharedViewState.{VIEW_KEY}"])
+        assert view["selectedColumns"][:4] == [f"metrics.`{m}`" for m in RESULT_METRICS]
+        assert (view["orderByKey"], view["orderByAsc"]) == ("metrics.`final_top1`", False)
+    links = dict(experiment_links(store, "http://127.0.0.1:5000", limit=10))
+    assert links["from-before"] == (f"http://127.0.0.1:5000/#/experiments/{older}/runs"
+                                    f"?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}")
+    assert set(links) == {"fresh", "from-before"}  # not MLflow's Default experiment

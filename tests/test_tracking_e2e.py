@@ -219,16 +219,19 @@ def _read_until(process: subprocess.Popen[str], marker: str, timeout: float) -> 
     raise AssertionError(f"abtune ui never printed {marker!r}: {lines}")
 
 
-def test_abtune_ui_serves_both_dashboards_and_leaves_no_process(tmp_path: Path, mlflow_db: Path) -> None:
+def test_abtune_ui_without_options_serves_both_dashboards_and_leaves_no_process(tmp_path: Path,
+                                                                               mlflow_db: Path) -> None:
     import optuna
 
-    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
-    optuna.create_study(study_name="ui", storage=storage)
-    command = [*abtune_command(), "ui", "--tracking-uri", f"sqlite:///{mlflow_db}", "--storage", storage]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    mlflow_db.rename(tmp_path / "mlflow.db")  # the default stores, where the quickstart leaves them
+    optuna.create_study(study_name="ui", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "ABTUNE_STORAGE")}
+    process = subprocess.Popen([*abtune_command(), "ui"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, cwd=tmp_path, env={**env, "PYTHONUNBUFFERED": "1"})
     try:
         lines = _read_until(process, "Ctrl-C", timeout=240)
+        assert lines[0] == (f"abtune ui: found MLflow store sqlite:///{tmp_path / 'mlflow.db'} "
+                            f"and Optuna storage sqlite:///{tmp_path / 'optuna.db'}")
         urls = {line.split(":", 1)[0]: line.split()[-1] for line in lines if "http://127.0.0.1:" in line}
         assert set(urls) == {"MLflow", "optuna-dashboard"}
         assert any(line.startswith("from your laptop: ssh -N -L ") for line in lines)

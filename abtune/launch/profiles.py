@@ -1,7 +1,8 @@
 """Launcher profiles: where the ranks of a run start (`local`, `debug`, `slurm`), one typed YAML file each.
 
 `--launcher NAME|PATH`: a path to a YAML file, or a name looked up as `./launchers/NAME.yaml` (a
-project's own profiles) and then among the profiles shipped in `abtune/launchers/`. A profile is
+project's own profiles) and then among the shipped profiles (the checkout's top-level `launchers/`,
+installed as the package data `abtune/launchers/`). Adding a shipped profile is adding a file. A profile is
 validated once, when it is loaded (unknown keys, ranges), and again against the run it will start
 (`check_fits`): AB's groups must not straddle nodes.
 """
@@ -18,7 +19,11 @@ from pydantic import Field, ValidationError, field_validator
 from abtune.config import RunConfig, StrictModel, describe_validation_error, read_yaml
 from abtune.errors import ConfigError
 
-BUILTIN_DIR = Path(__file__).resolve().parent.parent / "launchers"
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+# Installed from a wheel the profiles sit inside the package; in a checkout (editable install or
+# PYTHONPATH) they are the top-level launchers/ folder beside abtune/.
+_INSTALLED_DIR = _PACKAGE_DIR / "launchers"
+BUILTIN_DIR = _INSTALLED_DIR if _INSTALLED_DIR.is_dir() else _PACKAGE_DIR.parent / "launchers"
 PROJECT_DIR = Path("launchers")
 
 # submitit sends the preemption signal (USR2) `signal_delay_s` before the limit and counts it as a

@@ -25,6 +25,7 @@ from abtune.redact import redact
 from abtune.tracking._base import LaunchInfo, Tracking
 from abtune.tracking.records import Point, final_points, records_points
 from abtune.tracking.uri import export_tracking_uri, local_artifact_root, quiet_secrets_in_mlflow_logs
+from abtune.tracking.view import experiment_tags
 from abtune.training.hooks import read_metrics
 
 PARAMS_PER_BATCH = 100  # MLflow's limit per log_batch
@@ -127,7 +128,7 @@ class MlflowTracking(Tracking):
             root = local_artifact_root(self.uri)
             location = (root / re.sub(r"[^A-Za-z0-9_.-]", "_", name)).as_uri() if root else None
             try:
-                return str(self.client.create_experiment(name, artifact_location=location))
+                return str(self.client.create_experiment(name, artifact_location=location, tags=experiment_tags()))
             except MlflowException:  # created meanwhile by another process
                 found = self.client.get_experiment_by_name(name)
                 if found is None:
@@ -135,6 +136,9 @@ class MlflowTracking(Tracking):
         if found.lifecycle_stage == "deleted":
             raise AbtuneError(f"MLflow experiment {name!r} is deleted; restore it (mlflow experiments restore "
                               f"--experiment-id {found.experiment_id}) or use another name")
+        for key, value in experiment_tags().items():  # an experiment from before abtune set them
+            if key not in found.tags:
+                self.client.set_experiment_tag(found.experiment_id, key, value)
         return str(found.experiment_id)
 
     def _log_params(self, run_id: str, params: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ from abtune.tracking.uri import local_artifact_root
 READY_TIMEOUT_S = 120.0
 STOP_GRACE_S = 10.0
 DASHBOARD_STORAGE_VARIABLE = "ABTUNE_DASHBOARD_STORAGE"
+MLFLOW = "MLflow"
 QUIET_SERVER = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
 
 
@@ -66,7 +67,7 @@ def start_mlflow_server(backend_uri: str, *, host: str = "127.0.0.1", port: int 
     artifacts = local_artifact_root(backend_uri)
     if artifacts is not None:
         command += ["--artifacts-destination", str(artifacts)]
-    return _start("MLflow", command, {"MLFLOW_BACKEND_STORE_URI": backend_uri, **QUIET_SERVER}, port, host, log)
+    return _start(MLFLOW, command, {"MLFLOW_BACKEND_STORE_URI": backend_uri, **QUIET_SERVER}, port, host, log)
 
 
 def start_optuna_dashboard(storage: str, *, host: str = "127.0.0.1", port: int | None = None,

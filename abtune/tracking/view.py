@@ -1,0 +1,54 @@
+"""What the MLflow UI (3.x) shows when a user opens one of abtune's experiments.
+
+Two of the UI's own mechanisms, both stored on the experiment when abtune creates it:
+- `mlflow.experimentKind`: abtune's experiments are model training, not GenAI apps. Since 3.x the UI
+  chooses its view (GenAI or machine learning) from its workflow switch, which a link sets with
+  `?workflowType=machine_learning`; the tag is what the experiment list and older 3.x releases read.
+- a shared view (`mlflow.sharedViewState.KEY`, opened with `?viewStateShareKey=KEY`, what the UI's
+  own "share" button writes): the runs table with each run's results as its first columns, best
+  final top-1 first, instead of the UI's default of no metric column at all.
+`experiment_url` is the link that opens both; `abtune ui` prints it for every abtune experiment.
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import urlencode
+
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
+SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
+VIEW_KEY = "abtune-results"
+VIEW_TAG = SHARED_VIEW_PREFIX + VIEW_KEY
+# the result metrics of a run (see records.summary_metrics), in the order the table shows them
+RESULT_METRICS = ("final_top1", "inter_node_bytes", "compression", "reduction_vs_ddp")
+
+
+def _column(kind: str, key: str) -> str:
+    return f"{kind}.`{key}`"  # the UI's column key (makeCanonicalSortKey)
+
+
+def results_view() -> dict[str, object]:
+    """The runs table as the UI's view state: search facets and table state in one flat object."""
+    columns = [*(_column("metrics", m) for m in RESULT_METRICS), _column("params", "method")]
+    return {"orderByKey": columns[0], "orderByAsc": False, "searchFilter": "", "selectedColumns": columns,
+            "columnOrder": columns}
+
+
+def experiment_tags() -> dict[str, str]:
+    """Tags of every experiment abtune creates (runs, studies, comparisons, reports)."""
+    return {EXPERIMENT_KIND_TAG: MODEL_TRAINING, VIEW_TAG: json.dumps(results_view())}
+
+
+def experiment_url(ui_url: str, experiment_id: str) -> str:
+    query = urlencode({"workflowType": "machine_learning", "viewStateShareKey": VIEW_KEY})
+    return f"{ui_url.rstrip('/')}/#/experiments/{experiment_id}/runs?{query}"
+
+
+def experiment_links(tracking_uri: str, ui_url: str, limit: int) -> list[tuple[str, str]]:
+    """(name, link) of the `limit` most recently updated abtune experiments in the store."""
+    from mlflow import MlflowClient
+
+    found = MlflowClient(tracking_uri).search_experiments(
+        filter_string=f"tags.`{VIEW_TAG}` LIKE '%'", order_by=["last_update_time DESC"], max_results=limit)
+    return [(e.name, experiment_url(ui_url, e.experiment_id)) for e in found]

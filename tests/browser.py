@@ -1,0 +1,114 @@
+"""A real headless browser for the dashboard tests: Debian's chromium, installed if missing (as root).
+
+`render(url, screenshot)` loads a page, lets its scripts run (the MLflow UI is a React app that
+fetches its data after loading) and returns the DOM as it is then, saving a PNG of the window.
+Where chromium cannot run (not installed, and not root to install it) the tests skip, except with
+CI=true, where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "chromium"
+INSTALL_TIMEOUT_S = 900
+RENDER_TIMEOUT_S = 180
+# Virtual time: chromium runs the page's timers and waits for its requests until this much page time
+# has passed, independent of how busy the machine is, then dumps the DOM.
+PAGE_TIME_MS = 30_000
+WINDOW = "1600,1000"
+
+
+def _unavailable(reason: str) -> None:
+    """Skip locally, but never silently skip in CI."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"headless chromium cannot run here (CI=true, so not skipping): {reason}", pytrace=False)
+    pytest.skip(f"headless chromium unavailable: {reason}")
+
+
+def chromium() -> str:
+    """The chromium executable; apt-get installs it first when missing and we are root."""
+    found = shutil.which(PACKAGE)
+    if found:
+        return found
+    if os.geteuid() != 0:
+        _unavailable("no chromium, and installing it (apt-get install chromium) needs root")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", PACKAGE]):
+        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=INSTALL_TIMEOUT_S)
+        if result.returncode != 0:
+            _unavailable(f"`{' '.join(command)}` failed: {(result.stderr or result.stdout).strip()[-500:]}")
+    return shutil.which(PACKAGE) or pytest.fail("apt-get installed chromium but it is not on PATH")
+
+
+def render(url: str, screenshot: Path, profile: Path) -> str:
+    """The DOM of `url` after PAGE_TIME_MS of page time; a screenshot of the same state at `screenshot`."""
+    common = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--no-first-run", f"--user-data-dir={profile}", f"--window-size={WINDOW}",
+              f"--virtual-time-budget={PAGE_TIME_MS}", "--hide-scrollbars"]
+    result = subprocess.run([*common, f"--screenshot={screenshot}", "--dump-dom", url], capture_output=True,
+                            text=True, timeout=RENDER_TIMEOUT_S)
+    assert result.returncode == 0 and screenshot.is_file(), result.stderr[-2000:]
+    return result.stdout
+
+
+VOID_ELEMENTS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
+@dataclass
+class Row:
+    """One row of an ag-grid table (the MLflow runs table) as rendered: its place and its cells' text."""
+
+    position: int  # aria-rowindex: the order on screen
+    cells: dict[str, str] = field(default_factory=dict)  # col-id -> text
+    columns: dict[str, int] = field(default_factory=dict)  # col-id -> aria-colindex (the order on screen)
+
+
+class _GridParser(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: dict[str, Row] = {}
+        self._stack: list[tuple[str, str | None, str | None]] = []  # (tag, row id, col id) opened here
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in VOID_ELEMENTS:
+            return
+        found = dict(attrs)
+        row = found.get("row-id") if found.get("role") == "row" else None
+        col = found.get("col-id") if found.get("role") == "gridcell" else None
+        if row is not None:
+            self.rows.setdefault(row, Row(int(found.get("aria-rowindex") or 0)))
+        if col is not None and self._row() is not None:
+            self.rows[self._row()].columns[col] = int(found.get("aria-colindex") or 0)
+        self._stack.append((tag, row, col))
+
+    def handle_endtag(self, tag: str) -> None:
+        while self._stack:
+            if self._stack.pop()[0] == tag:
+                break
+
+    def handle_data(self, data: str) -> None:
+        row, col = self._row(), self._col()
+        if row is not None and col is not None and data.strip():
+            cells = self.rows[row].cells
+            cells[col] = (cells.get(col, "") + " " + data.strip()).strip()
+
+    def _row(self) -> str | None:
+        return next((r for _, r, _ in reversed(self._stack) if r is not None), None)
+
+    def _col(self) -> str | None:
+        return next((c for _, _, c in reversed(self._stack) if c is not None), None)
+
+
+def grid_rows(dom: str) -> dict[str, Row]:
+    """Row id (for the MLflow runs table: the run id) -> the row, merged over ag-grid's column containers."""
+    parser = _GridParser()
+    parser.feed(dom)
+    return parser.rows
