@@ -4,10 +4,11 @@ Every method gets the same seed, data, model, optimizer and step budget; only th
 section changes. A method keeps the run config's own method section when the names match, and
 `--set METHOD.key=value` sets a field of one method only (e.g. `--set sbc.delay=20`).
 
-The reduction column compares training traffic (the phases that exchange gradients, updates or
-factors), measured against the ddp run of the same comparison when there is one; the initial
-weight broadcast and evaluations cost every method the same and are left out of that ratio but
-not out of the byte columns.
+Traffic columns are training traffic (the phases that exchange gradients, updates or factors),
+set against DDP's training traffic: the ddp run of the same comparison when there is one, else
+DDP's formula. The initial weight broadcast, evaluations, checkpoints and the report's gather are
+counted apart ("other MB"). Compression is the AB paper's: of the model being trained (AB: at the
+end of its last AB phase); ECR is its equation 4 (F = 25%, L = 75%) from that compression.
 """
 
 from __future__ import annotations
@@ -33,12 +34,15 @@ class ComparisonRow:
     final_top1: float | None = None
     best_top1: float | None = None
     val_loss: float | None = None
-    inter_node_mb: float | None = None
-    total_mb: float | None = None
     training_mb: float | None = None
+    training_inter_node_mb: float | None = None
+    ddp_training_inter_node_mb: float | None = None
     reduction_vs_ddp: float | None = None
     inter_node_reduction_vs_ddp: float | None = None
+    other_mb: float | None = None
     compression: float | None = None
+    ecr_percent: float | None = None
+    method_ratio: float | None = None  # the method's own figure (update compression for sbc, powersgd, fp16)
     wall_seconds: float | None = None
     train_seconds: float | None = None
     measured_inter_node_mb: float | None = None  # what the emulated links carried (all nodes), headers included
@@ -94,12 +98,15 @@ def row_from_summary(method: str, summary: dict[str, Any], wall_seconds: float,
         reference, inter_reference = ddp_traffic["training_bytes"], ddp_traffic["training_inter_node_bytes"]
     else:
         reference, inter_reference = traffic["ddp_reference_bytes"], traffic["ddp_reference_inter_node_bytes"]
+    compression = summary["compression"]
     return ComparisonRow(
         method=method, final_top1=summary["final"]["val_top1"], best_top1=summary["best_top1"],
-        val_loss=summary["final"]["val_loss"], inter_node_mb=traffic["inter_node_bytes"]["mean"] / MEGA,
-        total_mb=traffic["total_bytes"]["mean"] / MEGA, training_mb=training / MEGA, reduction_vs_ddp=_ratio(reference, training),
+        val_loss=summary["final"]["val_loss"], training_mb=training / MEGA, training_inter_node_mb=inter / MEGA,
+        ddp_training_inter_node_mb=inter_reference / MEGA, reduction_vs_ddp=_ratio(reference, training),
         inter_node_reduction_vs_ddp=_ratio(inter_reference, inter),
-        compression=summary["compression"]["method_ratio"], wall_seconds=wall_seconds,
+        other_mb=sum(traffic["non_training_bytes"].values()) / MEGA,
+        compression=compression["trained_model_ratio"], ecr_percent=compression["ecr_percent"],
+        method_ratio=compression["method_ratio"], wall_seconds=wall_seconds,
         train_seconds=summary["timing"]["train_seconds"], measured_inter_node_mb=_measured_mb(traffic),
     )
 
@@ -172,20 +179,22 @@ def print_table(rows: list[ComparisonRow]) -> None:
     from rich.table import Table
 
     measured = any(r.measured_inter_node_mb is not None for r in rows)
-    table = Table(title="methods compared (traffic: MB per rank on the wire, mean over ranks"
+    table = Table(title="methods compared (training traffic: MB per rank on the wire, mean over ranks"
                         + ("; link MB: all nodes' links, measured)" if measured else ")"))
-    columns = ["method", "final top-1", "val loss", "inter-node MB", "total MB", "training MB",
-               "reduction vs ddp", "inter-node vs ddp", "compression", "train s", "wall s"]
+    columns = ["method", "final top-1", "val loss", "training MB", "inter-node MB", "ddp inter-node MB",
+               "inter-node vs ddp", "reduction vs ddp", "other MB", "compression", "ECR", "train s", "wall s"]
     for column in columns + (["link MB"] if measured else []):
         table.add_column(column, justify="left" if column == "method" else "right")
     for r in rows:
         if r.error is not None:
             table.add_row(r.method, "[red]failed[/]", r.error, *[""] * (len(table.columns) - 3))
             continue
-        table.add_row(r.method, f"{r.final_top1:.4f}", f"{r.val_loss:.4f}", f"{r.inter_node_mb:.3f}",
-                      f"{r.total_mb:.3f}", f"{r.training_mb:.3f}", _x(r.reduction_vs_ddp),
-                      _x(r.inter_node_reduction_vs_ddp), _x(r.compression), f"{r.train_seconds:.1f}",
-                      f"{r.wall_seconds:.1f}", *([f"{r.measured_inter_node_mb:.3f}"] if measured else []))
+        table.add_row(r.method, f"{r.final_top1:.4f}", f"{r.val_loss:.4f}", f"{r.training_mb:.3f}",
+                      f"{r.training_inter_node_mb:.3f}", f"{r.ddp_training_inter_node_mb:.3f}",
+                      _x(r.inter_node_reduction_vs_ddp), _x(r.reduction_vs_ddp), f"{r.other_mb:.3f}",
+                      _x(r.compression), "-" if r.ecr_percent is None else f"{r.ecr_percent:.2f}%",
+                      f"{r.train_seconds:.1f}", f"{r.wall_seconds:.1f}",
+                      *([f"{r.measured_inter_node_mb:.3f}"] if measured else []))
     Console(width=160).print(table)
 
 

@@ -93,7 +93,7 @@ class OptimizerConfig(StrictModel):
 
 
 class ScheduleConfig(StrictModel):
-    """The base learning-rate schedule; AB's LR rebound multiplies it."""
+    """The base learning-rate schedule; AB's LR rebound replaces it for a few steps after each change of shape."""
 
     name: Literal["cosine", "constant"] = "cosine"
     warmup_frac: float = Field(0.05, ge=0.0, lt=1.0, description="linear LR warmup, fraction of steps")
@@ -120,6 +120,15 @@ class AbConfig(StrictModel):
     rebound_frac: float = Field(0.25, ge=0.0, le=10.0, description="fullRankReboundSteps / numABSteps")
     lr_rebound_frac: float = Field(0.5, ge=0.0, le=10.0, description="LR rebound steps / numABSteps")
     sigma_cutoff: Fraction = Field(0.1, description="keep singular values > cutoff * largest")
+    rank_cap: float | None = Field(
+        1.0, gt=0.0, le=1.0,
+        description="factor a weight (m x n, rank r) only if its factors hold at most this fraction of its "
+                    "entries, r(m+n) <= rank_cap * mn, and never at r(m+n) >= mn; else it stays full rank "
+                    "during the AB phase. null: factor every eligible weight whatever r",
+    )
+    lr_rebound_floor: float = Field(
+        1e-5, ge=0.0, description="learning rate of the first step after a change of shape (the authors' code: 1e-5)"
+    )
     group_size: int | None = Field(None, ge=1, description="ranks per independent group; default ranks per node")
     sync_mode: Literal["with-stale", "only-learned", "full"] = "with-stale"
     keep_full_rank: tuple[str, ...] = Field(

@@ -50,13 +50,13 @@ def main() -> None:
         for name, extra in VARIANTS.items():
             rows.append((name, run_variant(args.config, extra, args, Path(folder))))
     floor = rows[0][1]["timing"]["seconds_per_step"]
-    print("| variant | s/step | vs floor | SVD s/decomposition | inter-node MB/rank | top-1 |")
+    print("| variant | s/step | vs floor | SVD s/decomposition | training inter-node MB/rank | top-1 |")
     print("|---|---|---|---|---|---|")
     for name, summary in rows:
         step = summary["timing"]["seconds_per_step"]
         svd = summary.get("svd_seconds") or []
         svd_text = f"{sum(svd) / len(svd):.4f}" if svd else "-"
-        inter = summary["traffic"]["inter_node_bytes"]["mean"] / 1e6
+        inter = summary["traffic"]["training_inter_node_bytes"] / 1e6
         print(f"| {name} | {step:.4f} | {step / floor:.2f} | {svd_text} | {inter:.2f} | {summary['final']['val_top1']:.4f} |")
 
 

@@ -20,13 +20,13 @@ PNG_MAGIC = b"\x89PNG"
 @pytest.mark.slow
 def test_compare_runs_every_method_on_the_same_budget(tmp_path: Path) -> None:
     out = tmp_path / "cmp"
-    result = run_cli("compare", str(QUICKSTART), "--methods", "ddp,sbc,powersgd,fp16", "--nproc", "4",
+    result = run_cli("compare", str(QUICKSTART), "--methods", "ddp,ab,sbc,powersgd,fp16", "--nproc", "4",
                      "--ranks-per-node", "2", "--out", str(out), "--set", "train.steps=300",
                      "--set", "sbc.delay=10", "--set", "sbc.sparsity=0.01")
-    assert "methods compared" in result.stdout
+    assert "methods compared" in result.stdout and "ECR" in result.stdout
     rows = {r["method"]: r for r in csv.DictReader((out / "compare.csv").open())}
-    assert list(rows) == ["ddp", "sbc", "powersgd", "fp16"]
-    assert json.loads((out / "compare.json").read_text())[1]["method"] == "sbc"
+    assert list(rows) == ["ddp", "ab", "sbc", "powersgd", "fp16"]
+    assert json.loads((out / "compare.json").read_text())[2]["method"] == "sbc"
     assert (out / "compare.png").read_bytes()[:4] == PNG_MAGIC
     for method, row in rows.items():
         assert float(row["final_top1"]) > MIN_TOP1 > CHANCE, method
@@ -34,6 +34,14 @@ def test_compare_runs_every_method_on_the_same_budget(tmp_path: Path) -> None:
         assert summary["steps_done"] == 300 and summary["config"]["seed"] == 0
         assert float(row["training_mb"]) == pytest.approx(summary["traffic"]["training_bytes"] / 1e6)
     assert float(rows["ddp"]["reduction_vs_ddp"]) == 1.0
+    # AB: the trained model's compression, its ECR, and training inter-node bytes against ddp's.
+    ab, ddp = (json.loads((out / m / "summary.json").read_text()) for m in ("ab", "ddp"))
+    ratio = ab["compression"]["trained_model_ratio"]
+    assert float(rows["ab"]["compression"]) == pytest.approx(ratio)
+    assert float(rows["ab"]["ecr_percent"]) == pytest.approx(75.0 * (1 - 1 / ratio))
+    assert float(rows["ab"]["training_inter_node_mb"]) == pytest.approx(ab["traffic"]["training_inter_node_bytes"] / 1e6)
+    assert float(rows["ab"]["ddp_training_inter_node_mb"]) == pytest.approx(ddp["traffic"]["training_inter_node_bytes"] / 1e6)
+    assert rows["ddp"]["ecr_percent"] == ""  # ddp does not compress the model
     assert float(rows["sbc"]["reduction_vs_ddp"]) >= SBC_MIN_REDUCTION
     assert float(rows["fp16"]["reduction_vs_ddp"]) == pytest.approx(2.0, rel=1e-3)
     assert 1.0 < float(rows["powersgd"]["reduction_vs_ddp"]) < float(rows["sbc"]["reduction_vs_ddp"])

@@ -60,7 +60,7 @@ def test_promoted_campaign_runs_and_reports_every_run(tmp_path: Path, mlflow_db:
     for name, row in rows.items():
         summary = json.loads((out / runs[name]["run_dir"] / "summary.json").read_text())
         assert float(row["best_top1"]) == pytest.approx(summary["best_top1"])
-        assert float(row["inter_node_gb_per_s"]) == pytest.approx(summary["traffic"]["inter_node_gb_per_s"])
+        assert float(row["inter_node_gb_per_s"]) == pytest.approx(summary["traffic"]["training_inter_node_gb_per_s"])
         assert float(row["compression"]) == pytest.approx(summary["compression"]["method_ratio"])
         assert float(row["reduction_vs_ddp"]) == pytest.approx(summary["traffic"]["reduction_vs_ddp"])
     assert float(rows["n01-ddp"]["inter_node_gb_per_s"]) == 0.0  # one node: nothing crosses the interconnect

@@ -42,7 +42,7 @@ def fake_submit(run_dir: Path, layout: Layout, launcher: str) -> FinishedJob:
     ab = "trial" in run_dir.name
     gbs = 0.0 if layout.nodes == 1 else (1.0 if ab else 2.5) * layout.nodes
     summary = {"best_top1": 0.5 + 0.1 * layout.nodes, "final": {"val_top1": 0.5},
-               "traffic": {"inter_node_gb_per_s": gbs, "inter_node_bytes": {"mean": gbs * 1e9, "max": gbs * 1e9},
+               "traffic": {"training_inter_node_gb_per_s": gbs, "training_inter_node_bytes": gbs * 1e9,
                            "reduction_vs_ddp": 2.0 if ab else 1.0},
                "compression": {"method_ratio": 1.5 if ab else 1.0}}
     (run_dir / "summary.json").write_text(json.dumps(summary))

@@ -35,14 +35,21 @@ def test_zero_warmup_starts_with_an_ab_phase() -> None:
     assert s.shape_change_steps()[0] == 0
 
 
-def test_lr_rebounds_from_near_zero_after_each_change_of_shape() -> None:
+def test_lr_rebounds_from_the_floor_after_each_change_of_shape() -> None:
     s = schedule(40, warmup_frac=0.25, ab_frac=0.25, rebound_frac=0.5, lr_rebound_frac=0.4)  # LR rebound: 4 steps
     assert s.shape_change_steps() == [10, 20, 25, 35]
-    assert s.lr_factor(9) == 1.0
-    assert [s.lr_factor(step) for step in range(10, 15)] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
-    assert s.lr_factor(20) == pytest.approx(0.2)  # the sync rebuilds W: another change of shape
+    assert s.learning_rate(9, 0.5) == 0.5
+    floor = 1e-5  # the default, as the authors' code
+    assert [s.learning_rate(step, 0.5) for step in range(10, 15)] == pytest.approx(
+        [floor, floor + 0.25 * (0.5 - floor), floor + 0.5 * (0.5 - floor), floor + 0.75 * (0.5 - floor), 0.5])
+    assert s.learning_rate(20, 0.5) == pytest.approx(floor)  # the sync rebuilds W: another change of shape
+
+
+def test_lr_floor_above_the_schedule_never_raises_the_rate() -> None:
+    s = schedule(40, warmup_frac=0.25, ab_frac=0.25, lr_rebound_frac=0.4, lr_rebound_floor=0.1)
+    assert s.learning_rate(10, 0.01) == 0.01
 
 
 def test_no_lr_rebound_when_fraction_is_zero() -> None:
     s = schedule(40, warmup_frac=0.25, ab_frac=0.25, lr_rebound_frac=0.0)
-    assert all(s.lr_factor(step) == 1.0 for step in range(40))
+    assert all(s.learning_rate(step, 0.5) == 0.5 for step in range(40))

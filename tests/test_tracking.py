@@ -62,20 +62,23 @@ def test_mlflow_log_lines_are_redacted() -> None:
 def _log(step: int, phase: str, seconds: float, inter: float) -> dict:
     return {"kind": "log", "step": step, "phase": phase, "loss": 1.0 / step, "lr": 0.01, "step_seconds": seconds,
             "total_bytes": 2 * inter, "inter_node_bytes": inter, "intra_node_bytes": inter,
-            "phase_bytes": {phase: inter}, "phase_inter_node_bytes": {phase: inter / 2}}
+            "phase_bytes": {phase: inter}, "phase_inter_node_bytes": {phase: inter / 2, "eval": inter / 4}}
 
 
 def test_records_become_step_metrics_with_cumulative_gb_per_s() -> None:
     stream = MetricStream()
     first = {p.key: p for p in stream.log_points(_log(10, "warmup", 0.5, 5e9))}
     second = {p.key: p for p in stream.log_points(_log(20, "ab", 0.25, 10e9))}
-    assert first["traffic/inter_node_gb_per_s"].value == pytest.approx(5 / (10 * 0.5))
-    assert second["traffic/inter_node_gb_per_s"].value == pytest.approx(10 / (10 * 0.5 + 10 * 0.25))
+    # Training phases' inter-node bytes per training second: the evaluation's bytes are not training traffic.
+    assert first["traffic/training_inter_node_gb_per_s"].value == pytest.approx(2.5 / (10 * 0.5))
+    assert second["traffic/training_inter_node_gb_per_s"].value == pytest.approx(5 / (10 * 0.5 + 10 * 0.25))
     assert second["train/phase"].value == PHASE_CODES["ab"] and second["train/phase"].step == 20
     assert second["traffic/bytes_ab"].value == 10e9 and second["traffic/inter_node_bytes_ab"].value == 5e9
     evaluation = MetricStream.evaluation_points({"step": 20, "val_top1": 0.5, "val_top5": None, "val_loss": 1.2,
-                                                 "compression": float("inf"), "trainable_params": 100})
+                                                 "model_compression": float("inf"), "trainable_params": 100})
     assert {p.key for p in evaluation} == {"val/top1", "val/loss", "model/trainable_params"}  # None, inf skipped
+    evaluation = MetricStream.evaluation_points({"step": 20, "model_compression": 2.5, "dense_over_current": 1.0})
+    assert {p.key: p.value for p in evaluation} == {"model/compression": 2.5, "model/dense_over_current": 1.0}
 
 
 def _fake_run_dir(folder: Path) -> Path:

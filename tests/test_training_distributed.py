@@ -26,8 +26,9 @@ NPROC, RANKS_PER_NODE = 4, 2
 FLOAT32 = 4
 INT32 = 4
 INT64 = 8
+# rank_cap null: every eligible weight is factored whatever its rank, so the formulas below hold exactly.
 AB_SECTION = {"warmup_frac": 0.25, "ab_frac": 0.25, "rebound_frac": 0.5, "lr_rebound_frac": 0.5,
-              "sigma_cutoff": 0.3}
+              "sigma_cutoff": 0.3, "rank_cap": None}
 DIGITS = DatasetInfo(num_classes=10, image_size=8, in_channels=3)
 
 pytestmark = pytest.mark.slow

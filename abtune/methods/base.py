@@ -86,9 +86,9 @@ class Method(ABC):
     def end_step(self, step: int) -> None:
         """Called after the optimizer step of `step`."""
 
-    def lr_factor(self, step: int) -> float:
-        """Multiplier on the scheduled learning rate (AB's rebound)."""
-        return 1.0
+    def learning_rate(self, step: int, scheduled: float) -> float:
+        """The learning rate of `step`, given the base schedule's (AB replaces it by its rebound)."""
+        return scheduled
 
     @property
     @abstractmethod
@@ -106,6 +106,11 @@ class Method(ABC):
         return ParameterCounts(
             self.dense_parameters, count_parameters(self.model), count_parameters(self.model, trainable_only=True)
         )
+
+    def trained_model_counts(self) -> ParameterCounts:
+        """Parameter counts of the model being trained, the model whose compression the AB paper
+        reports: AB's at its latest decomposition, every other method's current model."""
+        return self.parameter_counts()
 
     def compression_ratio(self) -> float:
         """The method's own compression figure, x in x:1: AB's parameter compression during its AB

@@ -64,8 +64,8 @@ def row_for(campaign: Campaign, run: PlannedRun, run_dir: Path) -> ScalingRow:
     summary = json.loads(summary_path.read_text())
     traffic = summary["traffic"]
     return ScalingRow(status="ok", best_top1=summary["best_top1"], final_top1=summary["final"]["val_top1"],
-                      inter_node_gb_per_s=traffic["inter_node_gb_per_s"],
-                      inter_node_mb=traffic["inter_node_bytes"]["mean"] / MEGA,
+                      inter_node_gb_per_s=traffic["training_inter_node_gb_per_s"],
+                      inter_node_mb=traffic["training_inter_node_bytes"] / MEGA,
                       compression=summary["compression"]["method_ratio"],
                       reduction_vs_ddp=traffic["reduction_vs_ddp"], **base)
 
@@ -84,7 +84,7 @@ def table1_markdown(rows: list[ScalingRow]) -> str:
 
 def runs_markdown(rows: list[ScalingRow]) -> str:
     header = ["run", "strategy", "nodes", "ranks", "global batch", "steps", "method", "best top-1", "final top-1",
-              "inter-node GB/s", "inter-node MB/rank", "compression", "traffic reduction vs ddp", "promoted from",
+              "training inter-node GB/s", "training inter-node MB/rank", "compression", "traffic reduction vs ddp", "promoted from",
               "status"]
     lines = [_md_row(header), _md_row(["---"] * len(header))]
     for r in rows:

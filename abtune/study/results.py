@@ -1,8 +1,10 @@
 """What a trial's run produced, in the study's terms; the budget; the Pareto front.
 
 Objectives: `top1` is the final validation top-1, `inter_node_bytes` the inter-node wire bytes per
-rank (mean over ranks), `compression` the dense : current parameter ratio during the AB phases
-(the mean over decompositions; 1.0 for DDP).
+rank of the training phases (mean over ranks; evaluation, set-up and checkpoint traffic excluded, so
+`train.eval_every` does not leak into the search), `compression` the compression of the model being
+trained as the AB paper reports it (AB: at the end of the last AB phase; 1.0 for DDP). `ecr` is
+equation 4's estimated communication reduction (%) from that compression, recorded, not optimized.
 """
 
 from __future__ import annotations
@@ -15,19 +17,19 @@ from optuna.trial import FrozenTrial, TrialState
 from abtune.study.definition import DDP, PAPER_DEFAULTS, REFERENCE
 from abtune.study.spec import DIRECTIONS
 
-RESULT_KEYS = ("top1", "best_top1", "inter_node_bytes", "compression", "steps_done", "stopped_early",
+RESULT_KEYS = ("top1", "best_top1", "inter_node_bytes", "compression", "ecr", "steps_done", "stopped_early",
                "train_seconds", "time_to_target", "wall_seconds")
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
 def result_attrs(summary: dict[str, Any], wall_seconds: float) -> dict[str, Any]:
-    during_ab = summary.get("compression_during_ab") or []
-    compression = sum(during_ab) / len(during_ab) if during_ab else summary["compression"]["final_ratio"]
+    compression = summary["compression"]
     return {
         "top1": float(summary["final"]["val_top1"]),
         "best_top1": summary["best_top1"],
-        "inter_node_bytes": float(summary["traffic"]["inter_node_bytes"]["mean"]),
-        "compression": float(compression),
+        "inter_node_bytes": float(summary["traffic"]["training_inter_node_bytes"]),
+        "compression": float(compression["trained_model_ratio"]),
+        "ecr": compression["ecr_percent"],
         "steps_done": summary["steps_done"],
         "stopped_early": summary["stopped_early"],
         "train_seconds": summary["timing"]["train_seconds"],

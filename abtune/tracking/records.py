@@ -3,10 +3,12 @@ metrics.jsonl use the same conversion, so a replay fills exactly the gaps an out
 
 Step series (x-axis: the training step; bytes are rank 0's cumulative wire bytes):
     train/loss, train/lr, train/phase (PHASE_CODES), train/step_seconds, train/skipped_steps (fp16),
-    traffic/total_bytes, traffic/inter_node_bytes, traffic/intra_node_bytes, traffic/inter_node_gb_per_s,
+    traffic/total_bytes, traffic/inter_node_bytes, traffic/intra_node_bytes (every phase),
+    traffic/training_inter_node_gb_per_s (training phases' inter-node bytes per training second),
     traffic/bytes_<phase>, traffic/inter_node_bytes_<phase>,
-    val/top1, val/top5, val/loss, model/compression, model/trainable_params,
-    ab/compression, ab/params, ab/trainable_params, ab/svd_seconds (at each decomposition).
+    val/top1, val/top5, val/loss, model/compression (of the model being trained; AB: its latest AB phase's),
+    model/dense_over_current (dense : current parameters), model/trainable_params,
+    ab/compression, ab/trainable_compression, ab/params, ab/trainable_params, ab/svd_seconds (at each decomposition).
 Final metrics (from summary.json, mean over ranks, at the last step): see `summary_metrics`.
 """
 
@@ -15,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
+
+from abtune.comm import TRAINING_PHASES
 
 PHASE_CODES = {"train": 0, "warmup": 1, "ab": 2, "rebound": 3}
 GIGA = 1e9
@@ -44,13 +48,15 @@ class MetricStream:
         step = int(record["step"])
         self.seconds += record["step_seconds"] * max(0, step - self.last_step)
         self.last_step = step
+        phase_inter = record.get("phase_inter_node_bytes", {})
+        training_inter = sum(v for p, v in phase_inter.items() if p in TRAINING_PHASES)
         values = {
             "train/loss": record["loss"], "train/lr": record["lr"], "train/skipped_steps": record.get("skipped_steps", 0),
             "train/phase": PHASE_CODES.get(record["phase"], -1), "train/step_seconds": record["step_seconds"],
             "traffic/total_bytes": record["total_bytes"],
             "traffic/inter_node_bytes": record["inter_node_bytes"],
             "traffic/intra_node_bytes": record["intra_node_bytes"],
-            "traffic/inter_node_gb_per_s": record["inter_node_bytes"] / GIGA / self.seconds if self.seconds else 0.0,
+            "traffic/training_inter_node_gb_per_s": training_inter / GIGA / self.seconds if self.seconds else 0.0,
         }
         values.update({f"traffic/bytes_{p}": v for p, v in record.get("phase_bytes", {}).items()})
         values.update({f"traffic/inter_node_bytes_{p}": v for p, v in record.get("phase_inter_node_bytes", {}).items()})
@@ -60,7 +66,8 @@ class MetricStream:
     def evaluation_points(row: dict[str, Any]) -> list[Point]:
         return _points(int(row["step"]), {
             "val/top1": row.get("val_top1"), "val/top5": row.get("val_top5"), "val/loss": row.get("val_loss"),
-            "model/compression": row.get("compression"), "model/trainable_params": row.get("trainable_params"),
+            "model/compression": row.get("model_compression"), "model/dense_over_current": row.get("dense_over_current"),
+            "model/trainable_params": row.get("trainable_params"),
         })
 
     def record_points(self, record: dict[str, Any]) -> list[Point]:
@@ -79,21 +86,27 @@ def records_points(records: list[dict[str, Any]]) -> list[Point]:
 
 def decomposition_points(summary: dict[str, Any]) -> list[Point]:
     return [point for d in summary.get("decompositions", []) for point in _points(int(d["step"]), {
-        "ab/compression": d["compression"], "ab/params": d["params"], "ab/trainable_params": d["trainable"],
+        "ab/compression": d["compression"], "ab/trainable_compression": d.get("trainable_compression"),
+        "ab/params": d["params"], "ab/trainable_params": d["trainable"],
         "ab/svd_seconds": d["svd_seconds"],
     })]
 
 
 def summary_metrics(summary: dict[str, Any], wall_seconds: float | None) -> dict[str, float | None]:
     """The run's result: top-1, traffic (per rank, mean over ranks, as in summary.json), compression, time."""
-    traffic, final = summary["traffic"], summary["final"]
+    traffic, final, compression = summary["traffic"], summary["final"], summary["compression"]
     values: dict[str, float | None] = {
         "best_top1": summary["best_top1"], "final_top1": final["val_top1"], "final_top5": final["val_top5"],
         "final_val_loss": final["val_loss"],
         "total_bytes": traffic["total_bytes"]["mean"], "inter_node_bytes": traffic["inter_node_bytes"]["mean"],
         "intra_node_bytes": traffic["intra_node_bytes"]["mean"], "training_bytes": traffic["training_bytes"],
+        "training_inter_node_bytes": traffic["training_inter_node_bytes"],
         "ddp_reference_bytes": traffic["ddp_reference_bytes"], "reduction_vs_ddp": traffic["reduction_vs_ddp"],
-        "inter_node_gb_per_s": traffic["inter_node_gb_per_s"], "compression": summary["compression"]["final_ratio"],
+        "inter_node_reduction_vs_ddp": traffic.get("inter_node_reduction_vs_ddp"),
+        "training_inter_node_gb_per_s": traffic["training_inter_node_gb_per_s"],
+        "compression": compression["trained_model_ratio"],
+        "trainable_compression": compression["trained_model_trainable_ratio"],
+        "dense_over_final_params": compression["dense_over_final_params"], "ecr_percent": compression["ecr_percent"],
         "train_seconds": summary["timing"]["train_seconds"], "seconds_per_step": summary["timing"]["seconds_per_step"],
         "time_to_target_seconds": summary["timing"].get("time_to_target_seconds"),
         "wall_seconds": wall_seconds,

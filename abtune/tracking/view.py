@@ -21,7 +21,7 @@ SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
 VIEW_KEY = "abtune-results"
 VIEW_TAG = SHARED_VIEW_PREFIX + VIEW_KEY
 # the result metrics of a run (see records.summary_metrics), in the order the table shows them
-RESULT_METRICS = ("final_top1", "inter_node_bytes", "compression", "reduction_vs_ddp")
+RESULT_METRICS = ("final_top1", "training_inter_node_bytes", "compression", "reduction_vs_ddp")
 
 
 def _column(kind: str, key: str) -> str:

@@ -15,8 +15,11 @@ from rich.progress import (
 )
 
 MEGA = 1e6
-ROW_FORMAT = "{:>7} {:>6} {:>8} {:>8} {:>7} {:>7} {:>12} {:>12}"
-HEADER = ROW_FORMAT.format("step", "epoch", "phase", "loss", "top1", "compr", "inter MB", "intra MB")
+ROW_FORMAT = "{:>6} {:>5} {:>7} {:>7} {:>6} {:>5} {:>9} {:>11} {:>9}"
+# compr: the model being trained (AB: its latest AB phase); dense:cur: dense / current parameters;
+# train inter: training phases' inter-node MB; all inter: every phase's (evaluations, set-up included).
+HEADER = ROW_FORMAT.format("step", "epoch", "phase", "loss", "top1", "compr", "dense:cur", "train inter",
+                           "all inter")
 
 
 class ProgressReporter:
@@ -63,8 +66,8 @@ class ProgressReporter:
         self.console.print(
             ROW_FORMAT.format(
                 row["step"], f"{row['epoch']:.1f}", row["phase"], f"{row['loss']:.4f}", f"{row['val_top1']:.4f}",
-                f"{row['compression']:.2f}", f"{row['inter_node_bytes'] / MEGA:.2f}",
-                f"{row['intra_node_bytes'] / MEGA:.2f}",
+                f"{row['model_compression']:.2f}", f"{row['dense_over_current']:.2f}",
+                f"{row['training_inter_node_bytes'] / MEGA:.2f}", f"{row['inter_node_bytes'] / MEGA:.2f}",
             )
         )
 

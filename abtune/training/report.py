@@ -15,6 +15,10 @@ def _mb(value: float) -> str:
     return f"{value / MEGA:,.3f}"
 
 
+def _ratio(value: float | None) -> str:
+    return "n/a (one node)" if value is None else f"{value:.2f}:1"
+
+
 def traffic_table(summary: dict[str, Any]) -> Table:
     traffic = summary["traffic"]
     table = Table(title="traffic per rank (MB on the wire, mean over ranks)")
@@ -28,7 +32,7 @@ def traffic_table(summary: dict[str, Any]) -> Table:
 
 def result_table(summary: dict[str, Any]) -> Table:
     traffic = summary["traffic"]
-    final = summary["final"]
+    final, compression = summary["final"], summary["compression"]
     table = Table(title=f"{summary['name']}: {summary['method']} on {summary['world_size']} ranks / {summary['num_nodes']} nodes")
     table.add_column("measure")
     table.add_column("value", justify="right")
@@ -36,16 +40,21 @@ def result_table(summary: dict[str, Any]) -> Table:
         ("final top-1", f"{final['val_top1']:.4f}"),
         ("best top-1", f"{summary['best_top1']:.4f}"),
         ("final val loss", f"{final['val_loss']:.4f}"),
-        ("compression (final)", f"{summary['compression']['final_ratio']:.2f}:1"),
-        ("inter-node MB / rank", _mb(traffic["inter_node_bytes"]["mean"])),
+        ("compression (trained model)", f"{compression['trained_model_ratio']:.2f}:1"),
+        ("compression (trainable params)", f"{compression['trained_model_trainable_ratio']:.2f}:1"),
+        ("ECR (equation 4)", "n/a" if compression["ecr_percent"] is None else f"{compression['ecr_percent']:.2f}%"),
+        ("dense : final params", f"{compression['dense_over_final_params']:.2f}:1"),
         ("training MB / rank", _mb(traffic["training_bytes"])),
-        ("DDP reference MB / rank", _mb(traffic["ddp_reference_bytes"])),
+        ("training inter-node MB / rank", _mb(traffic["training_inter_node_bytes"])),
+        ("other phases MB / rank", _mb(sum(traffic["non_training_bytes"].values()))),
+        ("DDP training reference MB / rank", _mb(traffic["ddp_reference_bytes"])),
         ("reduction vs DDP", f"{traffic['reduction_vs_ddp']:.2f}:1"),
-        ("inter-node GB/s / rank", f"{traffic['inter_node_gb_per_s']:.4f}"),
+        ("inter-node reduction vs DDP", _ratio(traffic.get("inter_node_reduction_vs_ddp"))),
+        ("training inter-node GB/s / rank", f"{traffic['training_inter_node_gb_per_s']:.4f}"),
         ("seconds / step", f"{summary['timing']['seconds_per_step']:.4f}"),
     ]
     if "compression_during_ab" in summary and summary["compression_during_ab"]:
-        rows.insert(4, ("compression (AB phases)", ", ".join(f"{c:.2f}" for c in summary["compression_during_ab"][:6])))
+        rows.insert(4, ("compression (each AB phase)", ", ".join(f"{c:.2f}" for c in summary["compression_during_ab"][:6])))
     if "schedule" in summary:
         s = summary["schedule"]
         rows.insert(0, ("schedule (steps)", f"warmup {s['warmup_steps']}, AB {s['ab_steps']} x{s['ab_cycles']}, "

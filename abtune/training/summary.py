@@ -11,15 +11,18 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from abtune import strict_device
-from abtune.comm import CommMeter, Op, all_gather_bytes, sum_rows, wire_factor
+from abtune.comm import TRAINING_PHASES, CommMeter, Op, all_gather_bytes, sum_rows, wire_factor
 from abtune.config import flatten
+from abtune.methods.base import ParameterCounts
 
 if TYPE_CHECKING:
     from abtune.training.trainer import Trainer
 
-TRAINING_PHASES = ("train", "warmup", "ab", "sync", "rebound")
 INTER = "inter_node_bytes"
 GIGA = 1e9
+# Equation 4 of the AB paper as its Table 2 reads it: near full rank for 25% of training (F), at the
+# final compression for the other 75% (L); c = 1 / compression ratio.
+ECR_FULL_RANK_SHARE, ECR_COMPRESSED_SHARE = 0.25, 0.75
 
 
 def gather_rows(trainer: Trainer) -> list[list[dict[str, Any]]]:
@@ -39,6 +42,12 @@ def gather_rows(trainer: Trainer) -> list[list[dict[str, Any]]]:
     return per_rank
 
 
+def estimated_communication_reduction(ratio: float, full_rank_share: float = ECR_FULL_RANK_SHARE,
+                                      compressed_share: float = ECR_COMPRESSED_SHARE) -> float:
+    """ECR = 100% - F - L c (equation 4), in percent, for a model compressed `ratio`:1."""
+    return 100.0 * (1.0 - full_rank_share - compressed_share / ratio)
+
+
 def traffic_summary(per_rank: list[list[dict[str, Any]]], steps: int, seconds: float, node_of_rank: tuple[int, ...],
                     ddp_step_bytes: float) -> dict[str, Any]:
     def stats(key: str = "wire_bytes", **match: str) -> dict[str, float]:
@@ -49,22 +58,30 @@ def traffic_summary(per_rank: list[list[dict[str, Any]]], steps: int, seconds: f
     training_bytes = sum(stats(phase=p)["mean"] for p in phases if p in TRAINING_PHASES)
     inter_training = sum(stats(INTER, phase=p)["mean"] for p in phases if p in TRAINING_PHASES)
     intra = [max(0.0, sum_rows(rows) - sum_rows(rows, INTER)) for rows in per_rank]
+    other = [p for p in phases if p not in TRAINING_PHASES]
     ddp_reference = steps * ddp_step_bytes
+    ddp_reference_inter = ddp_reference * _ring_hops_leaving_nodes(node_of_rank) / len(node_of_rank)
     return {
         "note": "wire bytes sent per rank (ring estimates); inter-node: the part sent to another node "
-                "(gloo's ring and tree); mean and max over ranks",
+                "(gloo's ring and tree); mean and max over ranks. total_bytes, inter_node_bytes "
+                "and intra_node_bytes count every phase; training_* count the training phases only "
+                f"({', '.join(TRAINING_PHASES)}), non_training_* the others; GB/s is training bytes per training second",
         "total_bytes": stats(),
         "inter_node_bytes": stats(INTER),
         "intra_node_bytes": {"mean": sum(intra) / len(intra), "max": max(intra)},
         "inter_node_bytes_by_node": _by_node([sum_rows(rows, INTER) for rows in per_rank], node_of_rank),
         "by_phase": {p: {"total": stats(phase=p), "inter": stats(INTER, phase=p)} for p in phases},
         "per_step_bytes": training_bytes / max(1, steps),
-        "inter_node_gb_per_s": stats(INTER)["mean"] / GIGA / seconds if seconds else 0.0,
+        "training_inter_node_gb_per_s": inter_training / GIGA / seconds if seconds else 0.0,
         "ddp_reference_bytes": ddp_reference,
-        "ddp_reference_inter_node_bytes": ddp_reference * _ring_hops_leaving_nodes(node_of_rank) / len(node_of_rank),
+        "ddp_reference_inter_node_bytes": ddp_reference_inter,
         "training_bytes": training_bytes,
         "training_inter_node_bytes": inter_training,
+        "non_training_bytes": {p: stats(phase=p)["mean"] for p in other},
+        "non_training_inter_node_bytes": {p: stats(INTER, phase=p)["mean"] for p in other},
         "reduction_vs_ddp": ddp_reference / training_bytes if training_bytes else float("inf"),
+        "inter_node_reduction_vs_ddp": (ddp_reference_inter / inter_training if inter_training else float("inf"))
+        if ddp_reference_inter else None,
         "rows_per_rank": per_rank,
     }
 
@@ -104,6 +121,23 @@ def add_measured_traffic(summary: dict[str, Any], tx_bytes: list[int], rx_bytes:
     }
 
 
+def compression_summary(method: Any, counts: ParameterCounts) -> dict[str, Any]:
+    """The paper's compression (of the model being trained; AB: at the end of its last AB phase) and
+    the dense : final parameter ratio of the model as the run ends (AB merges back: 1.00)."""
+    trained = method.trained_model_counts()
+    compresses_model = bool(getattr(method, "decompositions", None))
+    return {
+        "dense_params": counts.dense,
+        "final_params": counts.current,
+        "dense_over_final_params": counts.compression,
+        "trained_model_params": trained.current,
+        "trained_model_ratio": trained.compression,
+        "trained_model_trainable_ratio": trained.dense / trained.trainable,
+        "method_ratio": method.compression_ratio(),
+        "ecr_percent": estimated_communication_reduction(trained.compression) if compresses_model else None,
+    }
+
+
 def build_summary(trainer: Trainer) -> dict[str, Any]:
     per_rank = gather_rows(trainer)
     method, topology, config = trainer.method, trainer.topology, trainer.config
@@ -125,12 +159,7 @@ def build_summary(trainer: Trainer) -> dict[str, Any]:
         "final": {k: final.get(k) for k in ("val_top1", "val_top5", "val_loss")},
         "best_top1": max((h["val_top1"] for h in history), default=None),
         "history": history,
-        "compression": {
-            "dense_params": counts.dense,
-            "final_params": counts.current,
-            "final_ratio": counts.compression,
-            "method_ratio": method.compression_ratio(),
-        },
+        "compression": compression_summary(method, counts),
         "traffic": traffic_summary(per_rank, trainer.state.step, trainer.state.train_seconds,
                                    topology.node_of_rank, ddp_step_bytes),
         "precision": {"name": config.train.precision, "skipped_steps": trainer.state.skipped_steps,

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from abtune.comm import sum_rows
+from abtune.comm import TRAINING_PHASES, sum_rows
 from abtune.config import RunConfig
 from abtune.data import build_datasets, build_loaders, steps_per_epoch
 from abtune.dist import DistEnv, discover_topology
@@ -36,7 +36,7 @@ from abtune.training.hooks import MetricsFile, TrainingHook, build_hooks, config
 from abtune.training.lr import scheduled_lr
 from abtune.training.precision import Precision
 from abtune.training.progress import ProgressReporter
-from abtune.training.summary import build_summary, intra_node_bytes
+from abtune.training.summary import INTER, build_summary, intra_node_bytes
 
 
 @dataclass
@@ -142,13 +142,13 @@ class Trainer:
         if self.config.train.grad_clip is not None:
             self.precision.unscale_(self.method.optimizer)
             torch.nn.utils.clip_grad_norm_(self.method.model.parameters(), self.config.train.grad_clip)
-        lr = scheduled_lr(self.config.schedule, self.config.optimizer.lr, step, self.config.train.steps)
+        scheduled = scheduled_lr(self.config.schedule, self.config.optimizer.lr, step, self.config.train.steps)
         for group in self.method.optimizer.param_groups:
-            group["lr"] = lr * self.method.lr_factor(step)
+            group["lr"] = self.method.learning_rate(step, scheduled)
         if not self.precision.step(self.method.optimizer):
             self.state.skipped_steps += 1
         self.method.optimizer.zero_grad(set_to_none=True)
-        self._window.lr = lr * self.method.lr_factor(step)
+        self._window.lr = self.method.optimizer.param_groups[0]["lr"]  # what the optimizer stepped with
         return loss.item()
 
     def _batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -166,16 +166,19 @@ class Trainer:
         with self.precision.autocast():
             result = evaluate(module, self.val_loader, self.env.device, self.meter, self.world)
         counts = self.method.parameter_counts()
+        rows = self.meter.rows()
         row = {
             "step": self.state.step,
             "epoch": self.state.step / self.steps_per_epoch,
             "phase": self.method.phase,
             "loss": self.progress.mean_loss(),
             **{f"val_{k}": v for k, v in asdict(result).items()},
-            "compression": counts.compression,
+            "model_compression": self.method.trained_model_counts().compression,
+            "dense_over_current": counts.compression,
             "trainable_params": counts.trainable,
             "train_seconds": self.state.train_seconds,
-            "inter_node_bytes": self.meter.total("inter_node_bytes"),
+            "training_inter_node_bytes": sum(sum_rows(rows, INTER, phase=p) for p in TRAINING_PHASES),
+            "inter_node_bytes": self.meter.total(INTER),
             "intra_node_bytes": intra_node_bytes(self.meter),
         }
         self.state.history.append(row)

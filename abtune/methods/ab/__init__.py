@@ -1,6 +1,7 @@
 """AB-training (Coquelin et al., arXiv 2405.01067, Algorithm 1), with and without groups.
 
-`ab`: after a full-rank warmup, every eligible weight is factored W = A.B; the first half of the
+`ab`: after a full-rank warmup, every eligible weight is factored W = A.B (unless the rank cap keeps
+it full rank: its factors would not be smaller than it); the first half of the
 groups trains A, the second half B (the other factor frozen), data-parallel inside the group and
 nothing exchanged between groups; then the factors are averaged over all ranks, W is rebuilt and
 full-rank DDP runs for the rebound steps. Repeat until the step budget is spent.
@@ -21,7 +22,7 @@ from abtune.methods.ab import lowrank
 from abtune.methods.ab.groups import ABGroups, Target, build_groups, resolve_group_size
 from abtune.methods.ab.schedule import ABSchedule, Phase
 from abtune.methods.ab.sync import merged_state
-from abtune.methods.base import Method, MethodContext
+from abtune.methods.base import Method, MethodContext, ParameterCounts
 from abtune.methods.ddp import DataParallel, average_buffers_
 
 
@@ -60,7 +61,7 @@ class ABTraining(Method):
 
     def _wrap_low_rank(self) -> None:
         trains_a = self.groups is not None and self.groups.target is Target.A
-        for ref in self.refs:
+        for ref in self.factored:
             a, b = lowrank.factors(self.model, ref)
             a.requires_grad_(trains_a)
             b.requires_grad_(not trains_a)
@@ -85,32 +86,41 @@ class ABTraining(Method):
         wanted = torch.tensor([lowrank.rank_for_cutoff(s, self.config.sigma_cutoff) for _, s, _ in svds.values()],
                               device=self.ctx.env.device)  # NCCL has no CPU backend
         self.meter.all_reduce(wanted, self.world, op=dist.ReduceOp.MAX)  # every rank must factor alike
-        self._factor_all(dict(zip(svds, wanted.tolist(), strict=True)), svds)
+        shapes = {ref.key: getattr(ref.module(self.model), ref.attr).shape for ref in self.refs}
+        agreed = dict(zip(svds, wanted.tolist(), strict=True))
+        ranks = {k: r for k, r in agreed.items() if lowrank.factors_fit(shapes[k], r, self.config.rank_cap)}
+        self._factor_all(ranks, svds)
         seconds = time.perf_counter() - started
         self.spectra = {key: s.tolist() for key, (_, s, _) in svds.items()}
         counts = self.parameter_counts()
         self.decompositions.append(
             {"step": step, "svd_seconds": seconds, "params": counts.current, "trainable": counts.trainable,
-             "compression": counts.compression, "ranks": dict(self.ranks)}
+             "compression": counts.compression, "trainable_compression": counts.dense / counts.trainable,
+             "ranks": dict(self.ranks), "kept_full_rank": sorted(set(agreed) - set(ranks))}
         )
 
+    @property
+    def factored(self) -> list[lowrank.WeightRef]:
+        """The weights factored in the current (or last) AB phase: the eligible ones the rank cap let through."""
+        return [ref for ref in self.refs if ref.key in self.ranks]
+
     def _factor_all(self, ranks: dict[str, int], svds: dict[str, lowrank.SVD] | None = None) -> None:
-        for ref in self.refs:
-            lowrank.factor(self.model, ref, ranks[ref.key], svds[ref.key] if svds else None)
         self.ranks = ranks
+        for ref in self.factored:
+            lowrank.factor(self.model, ref, ranks[ref.key], svds[ref.key] if svds else None)
         self.in_ab = True
         self._wrap_low_rank()
 
     def _merged_state(self) -> dict[str, torch.Tensor]:
         if self.groups is None:
             average_buffers_(self.model, self.meter, self.world)  # the only thing ranks do not share
-            return merged_state(self.model, self.refs, None, None, self.meter, self.world)
-        return merged_state(self.model, self.refs, self.config.sync_mode, self.groups, self.meter, self.world)
+            return merged_state(self.model, self.factored, None, None, self.meter, self.world)
+        return merged_state(self.model, self.factored, self.config.sync_mode, self.groups, self.meter, self.world)
 
     def _sync(self) -> None:
         self.meter.phase = "sync"
         state = self._merged_state()
-        for ref in self.refs:
+        for ref in self.factored:
             lowrank.merge(self.model, ref)
         self.model.load_state_dict(state)
         self.in_ab = False
@@ -118,8 +128,8 @@ class ABTraining(Method):
         # factored): start fresh on all ranks; the LR rebound that follows is made for this.
         self._wrap_full_rank(keep_optimizer_state=self.groups is None)
 
-    def lr_factor(self, step: int) -> float:
-        return self.schedule.lr_factor(step)
+    def learning_rate(self, step: int, scheduled: float) -> float:
+        return self.schedule.learning_rate(step, scheduled)
 
     @property
     def phase(self) -> str:
@@ -139,12 +149,18 @@ class ABTraining(Method):
         if self.in_ab:
             self._sync()
 
-    # --- checkpoints --------------------------------------------------------------------
-    def compression_ratio(self) -> float:
-        """Dense parameters per parameter of the factored model, averaged over the decompositions."""
-        ratios = [d["compression"] for d in self.decompositions]
-        return sum(ratios) / len(ratios) if ratios else 1.0
+    # --- compression --------------------------------------------------------------------
+    def trained_model_counts(self) -> ParameterCounts:
+        if not self.decompositions:
+            return self.parameter_counts()
+        last = self.decompositions[-1]  # the ranks do not change within an AB phase: this is its end too
+        return ParameterCounts(self.dense_parameters, last["params"], last["trainable"])
 
+    def compression_ratio(self) -> float:
+        """The paper's compression: dense parameters per parameter of the model trained in the last AB phase."""
+        return self.trained_model_counts().compression
+
+    # --- checkpoints --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"in_ab": self.in_ab, "ranks": dict(self.ranks), "decompositions": self.decompositions,
                 "spectra": self.spectra}

@@ -1,5 +1,7 @@
 """Independent groups: contiguous blocks of ranks; the first half of the groups trains A, the second B.
 
+The number of groups must be even, so A ranks = B ranks (Algorithm 1 splits the ranks in halves).
+
 A natural group is one node, so AB's independent phase never crosses the interconnect.
 """
 
@@ -46,6 +48,14 @@ def resolve_group_size(requested: int | None, world_size: int, ranks_per_node: i
         raise ConfigError(
             f"method.group_size: {size} leaves a single group of {world_size} ranks; AB-training needs at least "
             f"2 groups (one trains A, one trains B): choose at most {world_size // 2}"
+        )
+    if (world_size // size) % 2:
+        even = [d for d in range(1, world_size // 2 + 1) if world_size % d == 0 and (world_size // d) % 2 == 0]
+        raise ConfigError(
+            f"method.group_size: {size} makes {world_size // size} groups of the {world_size} ranks (default: one "
+            f"group per node); AB-training "
+            f"gives half of the groups A and half B, so it needs an even number: choose one of "
+            f"{', '.join(map(str, even)) or '(none: use an even number of ranks)'}"
         )
     return size
 

@@ -9,6 +9,7 @@ and A, B are ordinary parameters `module.parametrizations.weight.original0/1`.
 from __future__ import annotations
 
 import fnmatch
+import math
 from dataclasses import dataclass
 
 import torch
@@ -70,6 +71,20 @@ def svd(weight: torch.Tensor) -> SVD:
 
 def rank_for_cutoff(sigma: torch.Tensor, cutoff: float) -> int:
     return max(1, int((sigma > cutoff * sigma[0]).sum()))
+
+
+def factors_fit(shape: torch.Size, rank: int, cap: float | None) -> bool:
+    """Whether rank-`rank` factors of a weight (viewed as m x n) are worth training under `cap`.
+
+    Equation 1 asks k < min(m, n); what saves parameters and traffic is r(m+n) < mn, which is
+    stricter. `cap` is the largest share of W's entries the factors may hold; None factors every
+    weight whatever its rank (A and B may then be larger than W).
+    """
+    if cap is None:
+        return True
+    m, n = shape[0], math.prod(shape[1:])
+    entries = rank * (m + n)
+    return entries < m * n and entries <= cap * m * n
 
 
 def factorize(weight: torch.Tensor, rank: int, decomposition: SVD | None = None) -> tuple[torch.Tensor, torch.Tensor]:

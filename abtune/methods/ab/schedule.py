@@ -2,7 +2,7 @@
 
 warmup (full-rank DDP) | AB | rebound | AB | rebound | ... until the step budget is spent.
 A change of shape happens at the start of every AB segment (decompose) and at the end of every
-AB segment (sync and rebuild W = A.B); the learning rate rebounds after each.
+AB segment (sync and rebuild W = A.B); the learning rate rebounds after each, from a floor near zero.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class ABSchedule:
     ab_steps: int
     rebound_steps: int
     lr_rebound_steps: int
+    lr_floor: float
     segments: tuple[Segment, ...]
 
     @classmethod
@@ -46,7 +47,8 @@ class ABSchedule:
         ab = max(1, round_half_up(config.ab_frac * total_steps))
         rebound = round_half_up(config.rebound_frac * ab)
         lr_rebound = round_half_up(config.lr_rebound_frac * ab)
-        return cls(total_steps, warmup, ab, rebound, lr_rebound, _segments(total_steps, warmup, ab, rebound))
+        return cls(total_steps, warmup, ab, rebound, lr_rebound, config.lr_rebound_floor,
+                   _segments(total_steps, warmup, ab, rebound))
 
     def segment_at(self, step: int) -> Segment:
         for segment in self.segments:
@@ -67,15 +69,14 @@ class ABSchedule:
                     changes.append(segment.end)
         return changes
 
-    def lr_factor(self, step: int) -> float:
-        """Near zero right after a change of shape, rising linearly back to 1 over the rebound steps."""
+    def learning_rate(self, step: int, scheduled: float) -> float:
+        """`scheduled`, except in the LR rebound after a change of shape: a linear ramp from the floor
+        (the first step after the change) up to `scheduled` (reached the step after the rebound ends)."""
         last_change = max((s for s in self.shape_change_steps() if s <= step), default=None)
-        if last_change is None or self.lr_rebound_steps == 0:
-            return 1.0
-        since = step - last_change
-        if since >= self.lr_rebound_steps:
-            return 1.0
-        return (since + 1) / (self.lr_rebound_steps + 1)
+        if last_change is None or step - last_change >= self.lr_rebound_steps:
+            return scheduled
+        start = min(self.lr_floor, scheduled)
+        return start + (scheduled - start) * (step - last_change) / self.lr_rebound_steps
 
     def describe(self) -> dict[str, int]:
         return {
