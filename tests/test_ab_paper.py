@@ -370,13 +370,14 @@ def test_the_paper_study_initializes_orthogonally_as_the_paper() -> None:
 
 def _row(phase: str, locality: str, wire: float) -> dict[str, Any]:
     return {"phase": phase, "group": "world", "locality": locality, "op": "all_reduce", "calls": 1,
-            "payload_bytes": int(wire), "wire_bytes": wire}
+            "payload_bytes": int(wire), "wire_bytes": wire,
+            "inter_node_bytes": wire if locality == "inter" else 0.0}  # 2 ranks on 2 nodes: every hop leaves
 
 
 def test_training_traffic_leaves_out_evaluation_setup_and_checkpoints() -> None:
     rank = [_row("warmup", "inter", 300.0), _row("ab", "intra", 200.0), _row("sync", "inter", 100.0),
             _row("eval", "inter", 50.0), _row("setup", "inter", 10.0), _row("checkpoint", "inter", 1.0)]
-    traffic = traffic_summary([rank, rank], steps=4, seconds=2.0, multi_node=True, ddp_step_bytes=200.0)
+    traffic = traffic_summary([rank, rank], steps=4, seconds=2.0, node_of_rank=(0, 1), ddp_step_bytes=200.0)
     assert traffic["training_bytes"] == 600.0 and traffic["training_inter_node_bytes"] == 400.0
     assert traffic["non_training_inter_node_bytes"] == {"checkpoint": 1.0, "eval": 50.0, "setup": 10.0}
     assert traffic["inter_node_bytes"]["mean"] == 461.0  # every phase
