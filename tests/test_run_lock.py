@@ -21,6 +21,7 @@ from abtune.training.hooks import read_metrics, write_hook_specs
 from tests.conftest import abtune_command, run_cli, write_config
 
 HOST = socket.gethostname()
+REPO = Path(__file__).resolve().parents[1]
 WAIT_S = 300  # a safety net for a hung run, never a pass/fail criterion
 HOLD = "import sys; from abtune.launch.runlock import join_run; held = join_run(__import__('pathlib').Path(sys.argv[1])); " \
        "print('held', flush=True); sys.stdin.read()"
@@ -67,19 +68,22 @@ def test_resume_is_refused_while_the_old_ranks_run_and_the_first_run_finishes_un
     run_dir.mkdir()
     write_hook_specs(run_dir, [{"factory": "tests.test_tracking_e2e:gate", "options": {"step": 20}}])
     train = [*abtune_command(), "train", str(config), "--nproc", "2", "--run-dir", str(run_dir), "--no-tracking"]
-    with (tmp_path / "first.log").open("w") as log:
-        first = subprocess.Popen(train, cwd=tmp_path, stdout=log, stderr=log, start_new_session=True)
+    # The ranks import the gate hook from this checkout's tests package, from a cwd outside it.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    log_path = tmp_path / "first.log"
+    with log_path.open("w") as log:
+        first = subprocess.Popen(train, cwd=tmp_path, stdout=log, stderr=log, start_new_session=True, env=env)
     try:
-        _wait_for((run_dir / "gate.paused").exists, "rank 0 to reach step 20")
+        _wait_for(lambda: (run_dir / "gate.paused").exists() or _ended(first, log_path), "rank 0 to reach step 20")
         config_before = (run_dir / "config.yaml").read_text()
 
-        resumed = run_cli(*train[1:], "--resume", cwd=tmp_path, check=False)
+        resumed = run_cli(*train[1:], "--resume", cwd=tmp_path, check=False, env=env)
         assert resumed.returncode == 2 and len(resumed.stderr.splitlines()) == 1, resumed.stderr
         assert f"is still training (launcher pid {first.pid} on {HOST}; rank 0 pid " in resumed.stderr
 
         os.kill(first.pid, signal.SIGKILL)  # the launcher only: its ranks keep training, as after a lost terminal
         first.wait()
-        resumed = run_cli(*train[1:], "--resume", cwd=tmp_path, check=False)
+        resumed = run_cli(*train[1:], "--resume", cwd=tmp_path, check=False, env=env)
         assert resumed.returncode == 2 and len(resumed.stderr.splitlines()) == 1, resumed.stderr
         assert "is still training (rank 0 pid " in resumed.stderr and "launcher" not in resumed.stderr
 
@@ -95,6 +99,12 @@ def test_resume_is_refused_while_the_old_ranks_run_and_the_first_run_finishes_un
     assert (run_dir / "config.yaml").read_text() == config_before
     assert not (run_dir / "failures").exists()
     claim_run(run_dir)  # the dead launcher's and rank 0's lines are still in the file; they block nothing
+
+
+def _ended(process: subprocess.Popen[bytes], log: Path) -> bool:
+    if process.poll() is None:
+        return False
+    raise AssertionError(f"the first launch ended ({process.returncode}) before the gate:\n{log.read_text()}")
 
 
 def _group_alive(pgid: int) -> bool:
