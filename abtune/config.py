@@ -8,7 +8,7 @@ trackers record as parameters.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -167,6 +167,13 @@ MethodConfig = Annotated[
     DdpConfig | AbConfig | SbcConfig | PowerSgdConfig | Fp16Config, Field(discriminator="name")
 ]
 
+# Every method's config class by the names it answers to, read off MethodConfig so a new method needs no list edited.
+METHOD_CONFIGS: dict[str, type[StrictModel]] = {
+    name: cls
+    for cls in get_args(get_args(MethodConfig)[0])
+    for name in get_args(cls.model_fields["name"].annotation)
+}
+
 
 class RunConfig(StrictModel):
     name: str = Field("run", pattern=r"^[A-Za-z0-9_.-]+$")
@@ -181,7 +188,7 @@ class RunConfig(StrictModel):
 
 def _format_location(loc: tuple[int | str, ...]) -> str:
     # Pydantic puts the discriminator's tag into the path (method.ab.sigma_cutoff); the user wrote method.sigma_cutoff.
-    parts = [str(p) for p in loc if p not in ("ddp", "ab", "ab-nogroups", "sbc", "powersgd", "fp16")]
+    parts = [str(p) for p in loc if p not in METHOD_CONFIGS]
     return ".".join(parts) or "(top level)"
 
 

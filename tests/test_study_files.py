@@ -307,3 +307,23 @@ def test_bad_study_file_through_the_installed_command_stores_nothing(
     assert [s.study_name for s in storage.get_all_studies()] == ["keep"]
     assert len(trials_of(url, "keep")) == 2
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("method", "dotted", "dim", "expected"), [
+    ("sbc", "method.delay", {"low": 2, "high": 20}, IntDistribution(2, 20)),
+    ("sbc", "method.binarize", {"choices": [True, False]}, CategoricalDistribution([True, False])),
+    ("powersgd", "method.rank", {"low": 1, "high": 4}, IntDistribution(1, 4)),
+    ("ddp", "method.comm_hook", {"choices": ["allreduce"]}, CategoricalDistribution(["allreduce"])),
+])
+def test_every_method_s_fields_can_be_searched(tmp_path: Path, method: str, dotted: str, dim: dict,
+                                                expected: object) -> None:
+    spec = load_study_spec(write_study(tmp_path / "s.yaml", base={**TINY_BASE, "method": {"name": method}},
+                                       space={dotted: dim}))
+    assert build_distributions(spec, "s.yaml") == {dotted: expected}
+
+
+def test_a_field_of_another_method_names_the_base_method(tmp_path: Path) -> None:
+    spec = load_study_spec(write_study(tmp_path / "s.yaml", base={**TINY_BASE, "method": {"name": "sbc"}},
+                                       space={"method.sigma_cutoff": {"low": 0.1, "high": 0.2}}))
+    with pytest.raises(ConfigError, match="'sigma_cutoff' is not a field of method 'sbc'; valid: binarize, delay, name"):
+        build_distributions(spec, "s.yaml")

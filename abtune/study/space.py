@@ -19,13 +19,12 @@ from optuna.distributions import (
 )
 from pydantic import BaseModel
 
-from abtune.config import AbConfig, DdpConfig, RunConfig, apply_overrides, parse_run_config
+from abtune.config import METHOD_CONFIGS, RunConfig, apply_overrides, parse_run_config
 from abtune.errors import ConfigError
 from abtune.launch.profiles import Layout, check_fits
 from abtune.study.spec import GUIDELINE, Dimension, StudySpec
 
 Kind = Literal["int", "float", "categorical"]
-METHOD_CLASSES: dict[str, type[BaseModel]] = {"ddp": DdpConfig, "ab": AbConfig, "ab-nogroups": AbConfig}
 MAX_CHECKED_INTS = 256  # an int range up to this size has every value checked against the schema
 
 
@@ -36,7 +35,7 @@ def field_kind(base: dict[str, Any], dotted: str) -> tuple[Kind, list[Any] | Non
     for depth, key in enumerate(keys):
         last = depth == len(keys) - 1
         if model is RunConfig and key == "method" and not last:
-            model = METHOD_CLASSES[base["method"]["name"]]
+            model = METHOD_CONFIGS[base["method"]["name"]]
             continue
         fields = model.model_fields
         if key not in fields:
