@@ -12,6 +12,13 @@ a binomial tree (in round d = 1, 2, 4, ..., a rank d or more positions past the 
 the root, receives the whole payload from the rank d positions before it). Summed over ranks they
 are the bytes that cross node boundaries.
 
+Only some ranks of a ring send across (in 2 nodes x 2 ranks, ranks 1 and 3), so one rank's own figure
+says little about the run. Each tally therefore also keeps the group's mean per rank
+(`group_mean_inter_node_bytes`), which every rank can compute from the placement alone: rank 0's
+live evaluation rows show that. It is the run's mean per rank when every group rank 0 is not in
+is laid out like one of its own (AB's groups are); the summary's figures are the exact means over
+every rank's own counts.
+
 The meter also refuses a tensor that is not on the run's device, naming the collective, the group
 and both devices: NCCL has no CPU backend, so a CPU tensor handed to a collective kills a GPU run.
 In strict-device mode (`abtune.strict_device`) tensors a GPU run would hold on the CPU are refused
@@ -124,12 +131,14 @@ class Tally:
     payload_bytes: int = 0
     wire_bytes: float = 0.0
     inter_node_bytes: float = 0.0
+    group_mean_inter_node_bytes: float = 0.0
 
-    def add(self, payload: int, wire: float, inter_node: float) -> None:
+    def add(self, payload: int, wire: float, inter_node: float, group_mean_inter_node: float) -> None:
         self.calls += 1
         self.payload_bytes += payload
         self.wire_bytes += wire
         self.inter_node_bytes += inter_node
+        self.group_mean_inter_node_bytes += group_mean_inter_node
 
 
 class CommMeter:
@@ -153,7 +162,9 @@ class CommMeter:
         wire = payload_bytes * wire_factor(op, group.size)
         root = group.ranks.index(src) if src is not None else 0
         inter = self.topology.inter_node_bytes(self.rank, op, payload_bytes, group.ranks, root)
-        self._tallies[(self.phase, group.name, group.locality, op.value)].add(payload_bytes, wire, inter)
+        group_mean = sum(self.topology.inter_node_bytes(r, op, payload_bytes, group.ranks, root)
+                         for r in group.ranks) / group.size
+        self._tallies[(self.phase, group.name, group.locality, op.value)].add(payload_bytes, wire, inter, group_mean)
 
     def check_device(self, what: str, group: CommGroup, *tensors: torch.Tensor) -> None:
         """Refuse tensors that are not on the run's device (see the module's docstring)."""
@@ -200,7 +211,8 @@ class CommMeter:
         for row in state["rows"]:
             key = (row["phase"], row["group"], row["locality"], row["op"])
             self._tallies[key] = Tally(row["calls"], row["payload_bytes"], row["wire_bytes"],
-                                       row.get("inter_node_bytes", 0.0))
+                                       row.get("inter_node_bytes", 0.0),
+                                       row.get("group_mean_inter_node_bytes", 0.0))
 
 
 def check_device(tensor: torch.Tensor, device: torch.device, what: str) -> None:
@@ -216,6 +228,9 @@ def check_device(tensor: torch.Tensor, device: torch.device, what: str) -> None:
         f"{what}: a {tuple(tensor.shape)} {tensor.dtype} tensor {where}, but the run's device is {device}; "
         "create it with device= the run's device (NCCL has no CPU backend)"
     )
+
+
+GROUP_MEAN_INTER = "group_mean_inter_node_bytes"
 
 
 def sum_rows(rows: list[dict[str, Any]], key: str = "wire_bytes", **match: str) -> float:

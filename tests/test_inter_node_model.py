@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from abtune.comm import Op, Topology, broadcast_children
+from abtune.comm import GROUP_MEAN_INTER, CommMeter, Op, Topology, broadcast_children
 from abtune.errors import ConfigError
 from abtune.study.spec import load_study_spec
 from abtune.training.summary import time_to_target
@@ -45,6 +45,20 @@ def test_a_broadcast_is_gloos_binomial_tree() -> None:
     assert per_node(FOUR_BY_ONE, Op.BROADCAST) == [2 * PAYLOAD, PAYLOAD, 0.0, 0.0]
     # counted from the root: rank 2 sends to 3 (1 after it) and 0 (2 after it), rank 3 sends to 1
     assert per_node(FOUR_BY_ONE, Op.BROADCAST, src=2) == [0.0, 0.0, 2 * PAYLOAD, PAYLOAD]
+
+
+def test_every_rank_meters_its_own_inter_node_bytes_and_its_groups_mean() -> None:
+    meters = [CommMeter(TWO_BY_TWO, rank=rank) for rank in WORLD]
+    for meter in meters:
+        meter.record(Op.ALL_REDUCE, PAYLOAD, meter.world())
+        meter.record(Op.ALL_REDUCE, PAYLOAD, meter.group("node", (0, 1) if meter.rank < 2 else (2, 3)))
+    own = [m.total("inter_node_bytes") for m in meters]
+    assert own == [0.0, 1.5 * PAYLOAD, 0.0, 1.5 * PAYLOAD]  # only ranks 1 and 3 send to the other node
+    # what rank 0 shows live is the run's mean per rank, as its summary will be
+    assert [m.total(GROUP_MEAN_INTER) for m in meters] == [sum(own) / len(own)] * 4
+    restored = CommMeter(TWO_BY_TWO, rank=0)
+    restored.load_state_dict(meters[0].state_dict())  # a resumed run keeps both figures
+    assert restored.rows() == meters[0].rows()
 
 
 def test_time_to_target_is_the_first_evaluation_at_or_above_it() -> None:

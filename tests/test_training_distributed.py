@@ -88,6 +88,11 @@ def test_ddp_traffic_matches_the_formula_exactly(ddp_run: dict[str, Any], workdi
     assert all(r["locality"] == "inter" for r in train_rows)
     assert sum(r["wire_bytes"] for r in train_rows if r["op"] == "all_reduce") == 40 * dense * 1.5
     assert ddp_run["traffic"]["reduction_vs_ddp"] == pytest.approx(1.0, rel=1e-3)
+    # Rank 0 sends nothing to node 1 in the ring, yet its live rows show the run's mean per rank.
+    last = ddp_run["history"][-1]
+    assert last["step"] == 40 and sum(r["inter_node_bytes"] for r in train_rows if r["op"] == "all_reduce") == 0
+    assert last["training_inter_node_bytes"] == pytest.approx(ddp_run["traffic"]["training_inter_node_bytes"])
+    assert last["training_inter_node_bytes"] == pytest.approx(40 * dense * 1.5 / 2, rel=1e-3)
 
 
 def test_ab_traffic_matches_the_formula_exactly(ab_run: tuple[Path, dict[str, Any]], ab_config: Path) -> None:

@@ -86,10 +86,11 @@ def traffic_summary(per_rank: list[list[dict[str, Any]]], steps: int, seconds: f
     }
 
 
-def intra_node_bytes(meter: CommMeter) -> float:
-    """Wire bytes not sent to another node. Wire bytes of a broadcast are the mean over the group
-    ((n-1)/n x payload), while its root really sends the payload to each child: clamped at 0 for it."""
-    return max(0.0, meter.total() - meter.total(INTER))
+def intra_node_bytes(meter: CommMeter, inter_key: str = INTER) -> float:
+    """Wire bytes not sent to another node (by `inter_key`: this rank's own, or its groups' mean). Wire
+    bytes of a broadcast are the mean over the group ((n-1)/n x payload), while its root really sends
+    the payload to each child: clamped at 0 for it."""
+    return max(0.0, meter.total() - meter.total(inter_key))
 
 
 def _by_node(values: list[float], node_of_rank: tuple[int, ...]) -> list[float]:

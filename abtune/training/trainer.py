@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from abtune.comm import TRAINING_PHASES, sum_rows
+from abtune.comm import GROUP_MEAN_INTER, TRAINING_PHASES, sum_rows
 from abtune.config import RunConfig
 from abtune.data import build_datasets, build_loaders, steps_per_epoch
 from abtune.dist import DistEnv, discover_topology
@@ -36,7 +36,7 @@ from abtune.training.hooks import MetricsFile, TrainingHook, build_hooks, config
 from abtune.training.lr import scheduled_lr
 from abtune.training.precision import Precision
 from abtune.training.progress import ProgressReporter
-from abtune.training.summary import INTER, build_summary, intra_node_bytes
+from abtune.training.summary import build_summary, intra_node_bytes
 
 
 @dataclass
@@ -177,9 +177,9 @@ class Trainer:
             "dense_over_current": counts.compression,
             "trainable_params": counts.trainable,
             "train_seconds": self.state.train_seconds,
-            "training_inter_node_bytes": sum(sum_rows(rows, INTER, phase=p) for p in TRAINING_PHASES),
-            "inter_node_bytes": self.meter.total(INTER),
-            "intra_node_bytes": intra_node_bytes(self.meter),
+            "training_inter_node_bytes": sum(sum_rows(rows, GROUP_MEAN_INTER, phase=p) for p in TRAINING_PHASES),
+            "inter_node_bytes": self.meter.total(GROUP_MEAN_INTER),
+            "intra_node_bytes": intra_node_bytes(self.meter, GROUP_MEAN_INTER),
         }
         self.state.history.append(row)
         self.progress.evaluation(row)
@@ -200,19 +200,20 @@ class Trainer:
             "step": self.state.step, "phase": self.method.phase, **window.flush(),
             "skipped_steps": self.state.skipped_steps,
             "total_bytes": self.meter.total(),
-            "inter_node_bytes": self.meter.total("inter_node_bytes"),
-            "intra_node_bytes": intra_node_bytes(self.meter),
+            "inter_node_bytes": self.meter.total(GROUP_MEAN_INTER),
+            "intra_node_bytes": intra_node_bytes(self.meter, GROUP_MEAN_INTER),
             **self._bytes_by_phase(),
         }
         for hook in self.hooks:
             hook.on_log(record)
 
     def _bytes_by_phase(self) -> dict[str, dict[str, float]]:
-        """Rank 0's cumulative wire bytes per phase, all and sent to other nodes (for trackers' per-phase curves)."""
+        """Rank 0's cumulative wire bytes per phase, all and its groups' mean sent to other nodes (for trackers'
+        per-phase curves)."""
         rows = self.meter.rows()
         phases = sorted({row["phase"] for row in rows})
         return {"phase_bytes": {p: sum_rows(rows, phase=p) for p in phases},
-                "phase_inter_node_bytes": {p: sum_rows(rows, "inter_node_bytes", phase=p) for p in phases}}
+                "phase_inter_node_bytes": {p: sum_rows(rows, GROUP_MEAN_INTER, phase=p) for p in phases}}
 
     def _ask_hooks_to_continue(self, row: dict[str, Any]) -> None:
         """Rank 0's hooks may stop the run (pruning); the decision is broadcast so all ranks stop together."""
