@@ -36,8 +36,9 @@ METHODS = {"ddp": {}, "ab": {}, "sbc": {"delay": 1, "sparsity": 0.1, "binarize":
 SHAPED = "5mbit"
 RATE_TOLERANCE = 0.15  # tbf's burst (8 KiB: 7% of a 0.2 s poll at 5 Mbit/s) and the poll's timing
 GONE_DEADLINE_S = 120
-# 30 steps: warmup 6, then AB phases of 6 steps inside each node, one inter-node sync after each (the
+# 15 steps: warmup 3, then AB phases of 3 steps inside each node, one inter-node sync after each (the
 # paper's 1/30 would sync after every step of so short a run, sending more than ddp)
+SHAPED_STEPS = 15
 AB_LONG_PHASES = {"warmup_frac": 0.2, "ab_frac": 0.2, "rebound_frac": 0.0}
 
 
@@ -95,8 +96,8 @@ def test_modelled_inter_node_bytes_match_the_link_counters(tmp_path: Path, metho
 def test_a_shaped_link_holds_its_rate_and_carries_fewer_bytes_for_ab(tmp_path: Path) -> None:
     require_fabric()
     shaped = profile(tmp_path / "shaped.yaml", bandwidth=SHAPED)
-    ddp = train(tmp_path, shaped, 4, 2, "ddp", steps=30)
-    ab = train(tmp_path, shaped, 4, 2, "ab", AB_LONG_PHASES, steps=30)
+    ddp = train(tmp_path, shaped, 4, 2, "ddp", steps=SHAPED_STEPS)
+    ab = train(tmp_path, shaped, 4, 2, "ab", AB_LONG_PHASES, steps=SHAPED_STEPS)
     rate = parse_rate_bits(SHAPED)
     for summary in (ddp, ab):
         link = summary["traffic"]["measured_inter_node_bytes"]["link"]
