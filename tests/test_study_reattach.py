@@ -1,0 +1,63 @@
+"""A `study run` killed with SIGKILL leaves its local trial jobs training; the next one follows them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from optuna.trial import FrozenTrial, TrialState
+
+from abtune.study import workers
+from abtune.study.reattach import LOCAL_JOB_ATTR
+from abtune.training.hooks import read_metrics
+from tests.conftest import abtune_command, run_cli
+from tests.study_helpers import TINY_BASE, running, trials_of, wait_for, write_study
+
+pytestmark = pytest.mark.slow
+TRAIN = {"steps": 80, "local_batch_size": 16, "eval_every": 40, "log_every": 10, "checkpoint_every": 40}
+
+
+def _logged_steps(trial: FrozenTrial) -> list[int]:
+    return [r["step"] for r in read_metrics(Path(trial.user_attrs["run_dir"])) if r["kind"] == "log"]
+
+
+def _both_mid_training(url: str) -> list[FrozenTrial] | None:
+    trials = [t for t in running(url) if LOCAL_JOB_ATTR in t.user_attrs]
+    return trials if len(trials) == 2 and all(_logged_steps(t) for t in trials) else None
+
+
+def test_killed_study_run_reattaches_its_surviving_local_trials(tmp_path: Path) -> None:
+    """SIGKILL of `study run --parallel 2` (the runner alone, its jobs live on) mid-trial; the restarted
+    run re-attaches both trials: same numbers, one job and one training each, no FAIL or retry, the
+    budget completes with contiguous numbers."""
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    study = write_study(tmp_path / "s.yaml", trials=3, base={**TINY_BASE, "train": TRAIN},
+                        references={"paper_defaults": False, "ddp": False})
+    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    with (tmp_path / "first.log").open("w") as log:
+        first = subprocess.Popen([*abtune_command(), "study", "run", "tiny", "--parallel", "2", "--storage", url],
+                                 cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    killed = wait_for(lambda: _both_mid_training(url), 300, "two trials training")
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(timeout=60)
+    jobs = {t.number: t.user_attrs[LOCAL_JOB_ATTR] for t in killed}
+    assert [t.number for t in running(url)] == sorted(jobs)  # left RUNNING by the dead runner ...
+    assert all(workers.process_alive(job) for job in jobs.values())  # ... and their jobs train on
+
+    out = run_cli("study", "run", "tiny", "--parallel", "2", "--storage", url, cwd=tmp_path).stdout
+    trials = trials_of(url)
+    assert [(t.number, t.state) for t in trials] == [(n, TrialState.COMPLETE) for n in range(3)]
+    assert not [t for t in trials if "retry_of" in t.user_attrs or "fail_reason" in t.user_attrs]
+    for number, job in jobs.items():
+        trial = trials[number]
+        assert f"trial {number}: re-attached to local job {job['pid']}" in out
+        assert trial.user_attrs[LOCAL_JOB_ATTR] == job  # followed, never resubmitted
+        run_dir = Path(trial.user_attrs["run_dir"])
+        assert len(list((run_dir / "jobs").glob("*_result.pkl"))) == 1  # one job ran in this folder
+        steps = _logged_steps(trial)
+        assert steps == list(range(10, TRAIN["steps"] + 1, 10))  # each step logged once, in order: one training
+        assert [r["kind"] for r in read_metrics(run_dir)].count("summary") == 1
+        assert trial.user_attrs["steps_done"] == TRAIN["steps"]
