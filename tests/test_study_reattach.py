@@ -12,6 +12,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from abtune.study import workers
 from abtune.study.reattach import LOCAL_JOB_ATTR
+from abtune.study.stop import STOPPED
 from abtune.training.hooks import read_metrics
 from tests.conftest import abtune_command, run_cli
 from tests.study_helpers import TINY_BASE, running, trials_of, wait_for, write_study
@@ -61,3 +62,53 @@ def test_killed_study_run_reattaches_its_surviving_local_trials(tmp_path: Path) 
         assert steps == list(range(10, TRAIN["steps"] + 1, 10))  # each step logged once, in order: one training
         assert [r["kind"] for r in read_metrics(run_dir)].count("summary") == 1
         assert trial.user_attrs["steps_done"] == TRAIN["steps"]
+
+
+def _start(tmp_path: Path, url: str, log: str) -> subprocess.Popen[bytes]:
+    with (tmp_path / log).open("w") as out:
+        return subprocess.Popen([*abtune_command(), "study", "run", "tiny", "--parallel", "2", "--storage", url],
+                                cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def test_study_stop_local(tmp_path: Path) -> None:
+    """`study stop` of a local `study run`: the runner cancels its trials (re-enqueued); trials of a killed
+    runner have their jobs cancelled by the stop itself (failed, with --fail); --let-trials-finish lets the
+    runner finish its trial and tell it. Nothing is left RUNNING, no trial job process lives on."""
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    train = {**TRAIN, "steps": 1500, "eval_every": 500, "checkpoint_every": 250}  # trains for ~20 s: stopped mid-trial
+    study = write_study(tmp_path / "s.yaml", trials=3, base={**TINY_BASE, "train": train},
+                        references={"paper_defaults": False, "ddp": False})
+    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    stop = ("study", "stop", "tiny", "--storage", url)
+
+    runner = _start(tmp_path, url, "first.log")
+    first = wait_for(lambda: _both_mid_training(url), 300, "two trials training")
+    out = run_cli(*stop, cwd=tmp_path).stdout
+    assert runner.wait(timeout=60) == 130
+    assert "asked its workers to start no new trial" in out and "no trial is running" in out, out
+    trials = trials_of(url)
+    assert [(t.number, t.state, t.user_attrs.get("fail_reason")) for t in trials[:2]] == \
+        [(t.number, TrialState.FAIL, STOPPED) for t in first]
+    assert [(t.state, t.user_attrs["retry_of"]) for t in trials[2:]] == [(TrialState.WAITING, t.number) for t in first]
+    assert not any(workers.process_alive(t.user_attrs[LOCAL_JOB_ATTR]) for t in first)
+
+    runner = _start(tmp_path, url, "second.log")
+    second = wait_for(lambda: _both_mid_training(url), 300, "the two retries training")
+    os.kill(runner.pid, signal.SIGKILL)  # its trials' jobs live on, followed by nobody
+    runner.wait(timeout=60)
+    out = run_cli(*stop, "--fail", cwd=tmp_path).stdout
+    for trial in second:
+        job = trial.user_attrs[LOCAL_JOB_ATTR]
+        assert f"trial {trial.number}: local job {job['pid']} cancelled, failed\n" in out, out
+        assert not workers.process_alive(job)
+        assert trials_of(url)[trial.number].user_attrs["fail_reason"] == STOPPED
+    assert not running(url) and not [t for t in trials_of(url) if t.state == TrialState.WAITING]
+
+    runner = _start(tmp_path, url, "third.log")
+    last = wait_for(lambda: [t for t in running(url) if _logged_steps(t)], 300, "the last trial training")
+    out = run_cli(*stop, "--let-trials-finish", cwd=tmp_path).stdout
+    assert f"trial {last[0].number}: its worker" in out and "follows it to its end" in out, out
+    assert runner.wait(timeout=300) == 0
+    trials = trials_of(url)
+    assert trials[-1].number == last[0].number and trials[-1].state == TrialState.COMPLETE
+    assert len(trials) == 5 and not running(url)

@@ -46,7 +46,7 @@ from abtune.launch.slurm import outcome as slurm_outcome
 from abtune.launch.submit import RunOutcome, submit_local, submit_run
 from abtune.redact import redact
 from abtune.rundir import prepare_run_dir
-from abtune.study import reattach, results, retries, workers
+from abtune.study import reattach, results, retries, stop, workers
 from abtune.study.definition import DDP, REFERENCE, open_search_study, seed_offset, stored_study_dir
 from abtune.study.display import RunDisplay
 from abtune.study.pruning import STUDY_STORAGE_VARIABLE
@@ -156,6 +156,7 @@ class StudyRunner:
         self.parallel = parallel
         self.max_trials = max_trials
         self.worker = workers.this_worker()
+        self.stop_watch = stop.StopWatch(storage, self.study_id)
         self.active: list[Active] = []
         self.started = 0
         self.stopping = False
@@ -196,6 +197,7 @@ class StudyRunner:
                 except optuna.exceptions.UpdateFinishedTrialError:  # two workers re-attached the same job
                     self.display.note(f"trial {active.trial.number} was already finished by another worker")
                 self.tracking.update_study_artifacts(self.parent_run, self.study)
+        self._obey_stop()
         while not self.stopping and len(self.active) < self.parallel and self._may_start():
             self._start()
         self._keep_alive()
@@ -209,6 +211,17 @@ class StudyRunner:
             self.display.note("stopping: the trials' SLURM jobs keep running; `abtune study run` re-attaches them")
         else:
             self.display.note("stopping: cancelling running trials (they are re-enqueued; Ctrl-C again to abort)")
+
+    def _obey_stop(self) -> None:
+        """`abtune study stop`: start nothing more; cancel the running trials (as Ctrl-C does), or with
+        --let-trials-finish follow them to their end."""
+        mode = self.stop_watch.new_request()
+        if mode == stop.LET_FINISH:
+            self.max_trials = self.started
+            self.display.note(f"stop requested: no new trial; following {len(self.active)} running trial(s) to the end")
+        elif mode is not None:
+            self.stopping = True
+            self.display.note("stop requested: stopping the running trials")
 
     def all_trials(self) -> list[FrozenTrial]:
         return self.storage.get_all_trials(self.study_id, deepcopy=False)
@@ -347,6 +360,7 @@ class StudyRunner:
 
     def _fail(self, active: Active, reason: str, kind: str | None) -> None:
         trial = active.trial
+        reason, kind = self.stop_watch.interrupted_as(reason, kind)
         trial.set_user_attr("fail_reason", reason)
         self.tracking.finish_run(active.mlflow_run_id, active.run_dir,
                                  "KILLED" if kind == retries.INTERRUPTED else "FAILED")
