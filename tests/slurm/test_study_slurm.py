@@ -17,6 +17,7 @@ from optuna.trial import FrozenTrial, TrialState
 from abtune.launch.slurm import attach
 from abtune.study import workers
 from abtune.study.runner import SLURM_JOB_ATTR
+from abtune.study.stop import STOPPED
 from tests.conftest import run_cli
 from tests.slurm.test_launcher_slurm import JOB_TIMEOUT_S, cluster_profile, preempt, sacct_states, wait_until
 from tests.study_helpers import TINY_BASE, running, signal_group, start_run, trials_of, wait_for, write_study
@@ -180,6 +181,35 @@ def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, 
     owner = trials[0].system_attrs[workers.WORKER_ATTR]
     assert owner["slurm_job"] == worker_id and owner["pid"] != first_pid  # followed by the requeued worker
     assert f"re-attached to SLURM job {job_id}" in (folder / f"{worker_id}_0_log.out").read_text()
+
+
+def test_study_stop_cancels_the_workers_then_the_trial_jobs(tmp_path: Path, profile: Path) -> None:
+    """`study stop` of a launched study mid-trial: the worker array goes first (no worker asks a trial as
+    its trial job dies), then every trial job; the stopped trials are re-enqueued; nothing is RUNNING and
+    no job of the study is left in squeue."""
+    url = created_study(tmp_path, steps=3000, trials=4, references=NO_REFERENCES)
+    out = run_cli("study", "launch", "tiny", "--workers", "2", "--launcher", str(profile), "--storage", url,
+                  cwd=tmp_path).stdout
+    match = re.search(r"SLURM job\(s\) (\d+)_0 \1_1\n", out)
+    assert match, out
+    worker_ids = [f"{match[1]}_0", f"{match[1]}_1"]
+    wait_for(lambda: trial_in_running_job(url), JOB_TIMEOUT_S, "a trial's job to start")
+
+    said = run_cli("study", "stop", "tiny", "--storage", url, cwd=tmp_path).stdout
+    assert "cancelled worker job(s) " in said and all(w in said for w in worker_ids), said
+    trials = trials_of(url)
+    stopped = [t for t in trials if t.user_attrs.get("fail_reason") == STOPPED]
+    assert stopped and not running(url)
+    for trial in stopped:
+        job_id = trial.user_attrs[SLURM_JOB_ATTR]
+        assert f"trial {trial.number}: SLURM job {job_id} cancelled, failed and re-enqueued" in said, said
+        assert sacct_states(job_id)[-1] == "CANCELLED"
+    waiting = [t for t in trials if t.state == TrialState.WAITING]
+    assert sorted(t.user_attrs["retry_of"] for t in waiting) == [t.number for t in stopped]
+    assert len(trials) == 2 * len(stopped)  # no trial asked after the stop
+    queue = subprocess.run(["squeue", "-h", "-r", "-o", "%i"], check=True, capture_output=True, text=True,
+                           timeout=30).stdout.split()
+    assert not set(queue) & {*worker_ids, *(t.user_attrs[SLURM_JOB_ATTR] for t in stopped)}, queue
 
 
 def _check_one_child_run_per_trial(tracking: str, trials: list) -> None:
