@@ -94,6 +94,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
     study_id = require_study(storage, args.name, url)
     spec, study_dir = stored_spec(storage, study_id), stored_study_dir(storage, study_id)
     layout = launch.check_study_fits(spec, profile, args.name)
+    from abtune.study.capacity import check_workers_leave_room
+
+    check_workers_leave_room(profile, launch.worker_profile(profile), layout, min(args.workers, profile.array_parallelism))
     if not launch.work_left(storage.get_all_trials(study_id, deepcopy=False), spec.trials):
         print(f"study {args.name} has spent its budget of {spec.trials} trials; nothing to launch "
               f"(see abtune study best {args.name})")
