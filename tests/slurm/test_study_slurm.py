@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from abtune.launch.slurm import attach
@@ -184,16 +185,31 @@ def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, 
 
 
 def test_study_stop_cancels_the_workers_then_the_trial_jobs(tmp_path: Path, profile: Path) -> None:
-    """`study stop` of a launched study mid-trial: the worker array goes first (no worker asks a trial as
-    its trial job dies), then every trial job; the stopped trials are re-enqueued; nothing is RUNNING and
-    no job of the study is left in squeue."""
+    """Workers placed by the profile's `worker:` section run beside their trials; a layout whose workers
+    could hold every node a trial needs is refused (sinfo). `study stop` mid-trial: the worker array goes
+    first (no worker asks a trial as its trial job dies), then every trial job; the stopped trials are
+    re-enqueued; nothing is RUNNING and no job of the study is left in squeue."""
     url = created_study(tmp_path, steps=3000, trials=4, references=NO_REFERENCES)
-    out = run_cli("study", "launch", "tiny", "--workers", "2", "--launcher", str(profile), "--storage", url,
-                  cwd=tmp_path).stdout
+    fields = yaml.safe_load(profile.read_text())
+    blocking = tmp_path / "blocking.yaml"  # trials need 2 of each node's 4 CPUs; 3-CPU workers leave 1
+    blocking.write_text(yaml.safe_dump({**fields, "cpus_per_task": 2, "worker": {"cpus": 3}}))
+    refused = run_cli("study", "launch", "tiny", "--workers", "2", "--launcher", str(blocking), "--storage", url,
+                      "--dry-run", cwd=tmp_path, check=False)
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert "2 worker(s) of 3 CPU(s) on the nodes of debug can keep every trial from starting" in refused.stderr
+    profile.write_text(yaml.safe_dump({**fields, "worker": {"partition": "debug", "time_limit": "0:20:00"}}))
+    launch = ("study", "launch", "tiny", "--workers", "2", "--launcher", str(profile), "--storage", url)
+    dry = run_cli(*launch, "--dry-run", cwd=tmp_path).stdout
+    assert dry.count("#SBATCH --time=20\n") == 1 and dry.count("#SBATCH --time=60\n") == 1  # workers, trial
+
+    out = run_cli(*launch, cwd=tmp_path).stdout
     match = re.search(r"SLURM job\(s\) (\d+)_0 \1_1\n", out)
     assert match, out
     worker_ids = [f"{match[1]}_0", f"{match[1]}_1"]
-    wait_for(lambda: trial_in_running_job(url), JOB_TIMEOUT_S, "a trial's job to start")
+    started = wait_for(lambda: trial_in_running_job(url), JOB_TIMEOUT_S, "a trial's job to start")
+    status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
+    assert re.search(rf"running: trial {started.number} in SLURM job {started.user_attrs[SLURM_JOB_ATTR]} on .*"
+                     r"since [\d:]+: (RUNNING|COMPLETING)\n", status), status
 
     said = run_cli("study", "stop", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert "cancelled worker job(s) " in said and all(w in said for w in worker_ids), said
