@@ -64,7 +64,7 @@ class StopWatch:
 
     def interrupted_as(self, reason: str, kind: str | None) -> tuple[str, str | None]:
         """How a trial this worker cancelled ends: as stopped (and not retried with --fail) when a stop asked it."""
-        if kind != retries.INTERRUPTED or self.mode is None:
+        if kind != retries.INTERRUPTED or self.mode not in (REQUEUE, FAIL):
             return reason, kind
         return STOPPED, (None if self.mode == FAIL else kind)
 
