@@ -47,6 +47,8 @@ def test_killed_study_run_reattaches_its_surviving_local_trials(tmp_path: Path) 
     jobs = {t.number: t.user_attrs[LOCAL_JOB_ATTR] for t in killed}
     assert [t.number for t in running(url)] == sorted(jobs)  # left RUNNING by the dead runner ...
     assert all(workers.process_alive(job) for job in jobs.values())  # ... and their jobs train on
+    status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
+    assert all(f"running: trial {n} in local job {job['pid']} on " in status for n, job in jobs.items()), status
 
     out = run_cli("study", "run", "tiny", "--parallel", "2", "--storage", url, cwd=tmp_path).stdout
     trials = trials_of(url)

@@ -28,20 +28,24 @@ class Node:
     cpus: int
 
 
-def _slurm(*args: str) -> str | None:
-    """A SLURM client's standard output; None when it is missing or fails (then nothing can be told)."""
+def slurm_output(*args: str, required: bool = False) -> str | None:
+    """A SLURM client's standard output; None when it is missing or fails (then nothing can be told),
+    or with `required` a one-line ConfigError when it fails."""
     if shutil.which(args[0]) is None:
         return None
     try:
         done = subprocess.run(list(args), capture_output=True, text=True, timeout=SLURM_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return None
+        done = subprocess.CompletedProcess(args, 1, "", f"no answer in {SLURM_TIMEOUT_S} s")
+    if done.returncode != 0 and required:
+        lines = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
+        raise ConfigError(f"{args[0]} failed: {lines[-1]}")
     return done.stdout if done.returncode == 0 else None
 
 
 def partition_nodes(partition: str | None) -> list[Node] | None:
     """The nodes of a partition (None: the cluster's default one) and their CPUs; None when sinfo cannot tell."""
-    out = _slurm("sinfo", "-h", "-N", "-o", "%N %c %P")
+    out = slurm_output("sinfo", "-h", "-N", "-o", "%N %c %P")
     if out is None:
         return None
     nodes: dict[str, Node] = {}
@@ -95,7 +99,7 @@ def job_states(job_ids: Sequence[str]) -> dict[str, dict[str, str]]:
     """squeue's view of the given jobs: state, reason, partition, nodes; jobs that left the queue are absent."""
     if not job_ids:
         return {}
-    out = _slurm("squeue", "-h", "-r", "-o", "%i|%T|%r|%P|%N")
+    out = slurm_output("squeue", "-h", "-r", "-o", "%i|%T|%r|%P|%N")
     if out is None:
         return {}
     rows = (line.split("|") for line in out.splitlines())

@@ -51,7 +51,8 @@ def print_status(storage: BaseStorage, name: str, url: str) -> None:
         if trial.state == TrialState.RUNNING:
             owner = workers.describe(trial.system_attrs.get(workers.WORKER_ATTR))
             job = trial.user_attrs.get("slurm_job_id")
-            where = f" in SLURM job {job}" if job else ""
+            local = trial.user_attrs.get("local_job")
+            where = f" in SLURM job {job}" if job else f" in local job {local['pid']}" if local else ""
             note = f": {notes[trial.number]}" if trial.number in notes else ""
             console.print(f"running: trial {trial.number}{where} on {owner} since {trial.datetime_start:%H:%M:%S}{note}")
     best = results.best_trial(trials)

@@ -17,8 +17,6 @@ Then:
 from __future__ import annotations
 
 import getpass
-import shutil
-import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -29,6 +27,7 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from abtune.study import reattach, retries, workers
+from abtune.study.capacity import slurm_output
 from abtune.study.spec import StudySpec
 
 STOP_ATTR = "abtune:stop"
@@ -81,16 +80,15 @@ def record_worker_jobs(storage: BaseStorage, study_id: int, job_ids: list[str]) 
 
 def queued(job_ids: list[str]) -> list[str]:
     """The given SLURM jobs (array tasks as ARRAY_TASK) still in the queue: pending, running or ending."""
-    if not job_ids or shutil.which("squeue") is None:
+    if not job_ids:
         return []
-    out = subprocess.run(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i"], capture_output=True,
-                         text=True, timeout=60, check=True).stdout.split()
-    return [job for job in out if job in job_ids]
+    out = slurm_output("squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i", required=True)
+    return [job for job in (out or "").split() if job in job_ids]
 
 
 def scancel(job_ids: list[str]) -> None:
-    if job_ids:
-        subprocess.run(["scancel", *job_ids], capture_output=True, text=True, timeout=60, check=True)
+    if job_ids:  # a job that ended meanwhile makes scancel complain; the queue is checked afterwards
+        slurm_output("scancel", *job_ids)
 
 
 def follower_alive(trial: FrozenTrial, stale_after_s: float) -> bool:
