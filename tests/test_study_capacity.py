@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from abtune.launch.profiles import SlurmProfile
-from abtune.study.capacity import Node, nodes_left
+from abtune.study.capacity import Node, nodes_left, pending_note
 from abtune.study.launch import worker_profile
 
 TWO_BY_TWO = [Node("n1", 2), Node("n2", 2)]
@@ -42,3 +42,13 @@ def test_worker_section_sets_where_workers_run() -> None:
     assert (worker.cpus_per_task, worker.gpus_per_node, worker.sbatch) == (2, None, {"constraint": "a100"})
     default = worker_profile(SlurmProfile(partition="gpu", cpus_per_task=19))
     assert (default.partition, default.cpus_per_task, default.time_limit_min) == ("gpu", 1, 60)
+
+
+def test_a_trial_pending_on_nodes_its_own_workers_hold_is_named() -> None:
+    pending = {"state": "PENDING", "reason": "Resources", "partition": "debug", "nodes": ""}
+    worker = {"state": "RUNNING", "reason": "None", "partition": "debug", "nodes": "n1"}
+    assert pending_note(pending, {"n1", "n2"}, [worker, worker]) == (
+        " (Resources); the study's own workers hold CPUs on n1 of partition debug: it may wait for as long as "
+        "they run (`worker: {partition: ...}` in the launcher profile keeps them apart)")
+    assert pending_note(pending, {"g1", "g2"}, [worker]) == " (Resources)"  # workers on another partition
+    assert pending_note({**pending, "reason": "Dependency"}, {"n1"}, [worker]) == " (Dependency)"

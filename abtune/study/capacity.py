@@ -117,17 +117,18 @@ def trial_job_notes(trial_jobs: dict[int, str], worker_jobs: Sequence[str]) -> d
         state = states.get(job)
         if state is None:
             continue
-        note = state["state"] + (f" ({state['reason']})" if state["state"] == "PENDING" else "")
-        if state["state"] == "PENDING" and state["reason"] in ("Resources", "Priority"):
-            note += _held_by_workers(state["partition"], workers_running)
-        notes[number] = note
+        notes[number] = state["state"]
+        if state["state"] == "PENDING":
+            nodes = {n.name for n in partition_nodes(state["partition"]) or []} if workers_running else set()
+            notes[number] += pending_note(state, nodes, workers_running)
     return notes
 
 
-def _held_by_workers(partition: str, workers_running: list[dict[str, Any]]) -> str:
-    nodes = {n.name for n in partition_nodes(partition) or []}
-    holding = sorted({w["nodes"] for w in workers_running if w["nodes"] in nodes})
-    if not holding:
-        return ""
-    return (f"; the study's own workers hold CPUs on {', '.join(holding)} of partition {partition}: it may wait "
-            "for as long as they run (`worker: {partition: ...}` in the launcher profile keeps them apart)")
+def pending_note(state: dict[str, str], partition_nodes: set[str], workers_running: list[dict[str, Any]]) -> str:
+    """` (REASON)`, and when it waits for resources while the study's own workers run on its partition, that."""
+    note = f" ({state['reason']})"
+    holding = sorted({w["nodes"] for w in workers_running if w["nodes"] in partition_nodes})
+    if state["reason"] not in ("Resources", "Priority") or not holding:
+        return note
+    return (f"{note}; the study's own workers hold CPUs on {', '.join(holding)} of partition {state['partition']}: "
+            "it may wait for as long as they run (`worker: {partition: ...}` in the launcher profile keeps them apart)")
