@@ -22,7 +22,8 @@ TRAIN = {"steps": 80, "local_batch_size": 16, "eval_every": 40, "log_every": 10,
 
 
 def _logged_steps(trial: FrozenTrial) -> list[int]:
-    return [r["step"] for r in read_metrics(Path(trial.user_attrs["run_dir"])) if r["kind"] == "log"]
+    run_dir = trial.user_attrs.get("run_dir")  # set once the trial's folder is prepared
+    return [r["step"] for r in read_metrics(Path(run_dir)) if r["kind"] == "log"] if run_dir else []
 
 
 def _both_mid_training(url: str) -> list[FrozenTrial] | None:
