@@ -52,6 +52,8 @@ AB = {"name": "ab"}
         ({"mem": "lots"}, AB, "mem: String should match pattern"),
         ({"sbatch": {"time": "4:00:00"}}, AB, "sbatch: time is set by abtune; use the profile key time_limit"),
         ({"kind": "kubernetes"}, AB, "kind: expected one of local, debug, slurm (got 'kubernetes')"),
+        ({"worker": {"partitoin": "cpu"}}, AB, "worker.partitoin: unknown key"),
+        ({"worker": {"time_limit": 5}}, AB, "worker.time_limit: 5 minutes is too short"),
         ({"nodes": 3, "tasks_per_node": 2}, {"name": "ab", "group_size": 3},
          "method.group_size 3 and tasks_per_node 2: AB's groups would straddle nodes"),
         ({"nodes": 1, "tasks_per_node": 1}, AB, "method ab needs at least 2 ranks"),

@@ -89,6 +89,32 @@ class DebugProfile(StrictModel):
     kind: Literal["debug"] = "debug"
 
 
+def _check_time_limit(value: int | str) -> int | str:
+    minutes = parse_time_limit(value)
+    if minutes < MIN_TIME_LIMIT_MIN:
+        raise ValueError(
+            f"{minutes} minutes is too short to checkpoint and requeue: submitit counts every signal in a job "
+            f"of 10 minutes or less as a timeout; use at least {MIN_TIME_LIMIT_MIN} minutes"
+        )
+    return value
+
+
+class WorkerSection(StrictModel):
+    """Where `abtune study launch` puts its worker jobs (1 task, no GPU each); unset keys: the profile's.
+    A service or CPU partition keeps the workers off the nodes their trials need."""
+
+    partition: str | None = Field(None, description="sbatch --partition of the workers")
+    account: str | None = None
+    qos: str | None = None
+    time_limit: int | str | None = Field(None, description="minutes or [D-]HH:MM:SS; a worker requeues itself at it")
+    cpus: int = Field(1, ge=1, description="CPUs per worker")
+
+    @field_validator("time_limit")
+    @classmethod
+    def _long_enough(cls, value: int | str | None) -> int | str | None:
+        return None if value is None else _check_time_limit(value)
+
+
 class SlurmProfile(StrictModel):
     """One SLURM job of `nodes x tasks_per_node` tasks per run; every task is one rank."""
 
@@ -109,17 +135,13 @@ class SlurmProfile(StrictModel):
     signal_delay_s: int = Field(120, ge=10, description="the preemption signal comes this long before the limit")
     python: str | None = Field(None, description="python on the nodes; default: the one running abtune")
     workdir: Path | None = Field(None, description="the jobs' working directory; default: where abtune runs")
+    worker: WorkerSection = Field(WorkerSection(), description="`study launch` workers: partition, account, qos, "
+                                                                "time_limit, cpus (default: the profile's, 1 CPU)")
 
     @field_validator("time_limit")
     @classmethod
     def _long_enough(cls, value: int | str) -> int | str:
-        minutes = parse_time_limit(value)
-        if minutes < MIN_TIME_LIMIT_MIN:
-            raise ValueError(
-                f"{minutes} minutes is too short to checkpoint and requeue: submitit counts every signal in a job "
-                f"of 10 minutes or less as a timeout; use at least {MIN_TIME_LIMIT_MIN} minutes"
-            )
-        return value
+        return _check_time_limit(value)
 
     @field_validator("sbatch")
     @classmethod

@@ -94,6 +94,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
     study_id = require_study(storage, args.name, url)
     spec, study_dir = stored_spec(storage, study_id), stored_study_dir(storage, study_id)
     layout = launch.check_study_fits(spec, profile, args.name)
+    from abtune.study.capacity import check_workers_leave_room
+
+    check_workers_leave_room(profile, launch.worker_profile(profile), layout, min(args.workers, profile.array_parallelism))
     if not launch.work_left(storage.get_all_trials(study_id, deepcopy=False), spec.trials):
         print(f"study {args.name} has spent its budget of {spec.trials} trials; nothing to launch "
               f"(see abtune study best {args.name})")
@@ -112,11 +115,28 @@ def cmd_launch(args: argparse.Namespace) -> int:
                                 tracking=not args.no_tracking)
     except SubmissionFailed as error:
         raise ConfigError(str(error)) from None
+    from abtune.study.stop import record_worker_jobs
+
+    record_worker_jobs(storage, study_id, job_ids)  # for `abtune study stop`
     print(f"submitted {len(job_ids)} worker(s) of study {args.name}: SLURM job(s) {' '.join(job_ids)}")
     print(f"each trial is a job of {layout.nodes} node(s) x {layout.ranks_per_node} rank(s); "
           f"worker logs in {study_dir / launch.WORKERS_DIR}")
     storage_flag = f" --storage '{_shown(url)}'" if args.storage else ""
     print(f"watch: abtune study status {args.name}{storage_flag}; squeue --name {launch.job_name(args.name)}")
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from abtune.study import stop
+    from abtune.study.definition import stored_spec
+    from abtune.study.storage import require_study
+
+    if args.let_trials_finish and args.fail:
+        raise ConfigError("--let-trials-finish and --fail contradict each other: a trial left to finish is not failed")
+    storage, url = _storage(args)
+    study_id = require_study(storage, args.name, url)
+    mode = stop.LET_FINISH if args.let_trials_finish else stop.FAIL if args.fail else stop.REQUEUE
+    stop.stop_study(storage, args.name, stored_spec(storage, study_id), mode, say=lambda line: print(line, flush=True))
     return 0
 
 
@@ -211,6 +231,10 @@ def register_study_commands(commands: argparse._SubParsersAction) -> None:
     launch.add_argument("--trials", type=int, default=None, help="at most this many trials per worker")
     launch.add_argument("--dry-run", action="store_true", help="print the sbatch scripts; submit nothing")
     add_tracking_arguments(launch)
+    stop = add("stop", cmd_stop, "stop the study's workers, then its trials (re-enqueued); nothing left RUNNING")
+    stop.add_argument("--let-trials-finish", action="store_true",
+                      help="leave running trials to finish; their workers or the next `study run` tell them")
+    stop.add_argument("--fail", action="store_true", help="fail the stopped trials instead of re-enqueuing them")
     add("status", cmd_status, "trial counts, running trials, best so far")
     add("best", cmd_best, "best configuration and Pareto front, with deltas vs the reference trials")
     export = add("export", cmd_export, "every trial as CSV or JSON")

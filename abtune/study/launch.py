@@ -37,10 +37,14 @@ _TRIAL_ONLY_OPTIONS = ("exclusive", "gres", "gpus", "gpus-per-task", "gpus-per-n
 
 
 def worker_profile(profile: SlurmProfile) -> SlurmProfile:
-    """The profile of the worker jobs: same partition, account, setup; one CPU, no GPU."""
+    """The profile of the worker jobs: the `worker:` section's partition, account, qos, time limit and
+    CPUs, else the profile's (one CPU); the profile's setup; no GPU."""
     sbatch = {k: v for k, v in profile.sbatch.items() if k.replace("_", "-") not in _TRIAL_ONLY_OPTIONS}
-    return profile.model_copy(update={"gpus_per_node": None, "cpus_per_task": 1, "mem": None, "sbatch": sbatch,
-                                      "max_requeues": WORKER_REQUEUES})
+    section = profile.worker
+    own = {key: getattr(section, key) for key in ("partition", "account", "qos", "time_limit")
+           if getattr(section, key) is not None}
+    return profile.model_copy(update={"gpus_per_node": None, "cpus_per_task": section.cpus, "mem": None,
+                                      "sbatch": sbatch, "max_requeues": WORKER_REQUEUES, **own})
 
 
 def require_slurm(profile: Profile, name: str) -> SlurmProfile:

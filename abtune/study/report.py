@@ -15,9 +15,10 @@ from rich.console import Console
 from rich.table import Table
 
 from abtune.errors import ConfigError
-from abtune.study import results, workers
+from abtune.study import capacity, results, workers
 from abtune.study.definition import DDP, PAPER_DEFAULTS, stored_spec, stored_study_dir
 from abtune.study.spec import StudySpec
+from abtune.study.stop import WORKER_JOBS_ATTR
 
 MEGA = 1e6
 EXPORTED_ATTRS = ("reference", "retry_of", "attempt", *results.RESULT_KEYS, "traffic_excess_mb", "fail_reason", "run_dir",
@@ -43,12 +44,17 @@ def print_status(storage: BaseStorage, name: str, url: str) -> None:
         console.print(f"{replaced} failed trial(s) were re-enqueued and do not count against the budget")
     if over:
         console.print(f"{over} trial(s) asked for as others took the last of the budget were not run and do not count")
+    jobs = {t.number: t.user_attrs["slurm_job_id"] for t in trials
+            if t.state == TrialState.RUNNING and t.user_attrs.get("slurm_job_id")}
+    notes = capacity.trial_job_notes(jobs, storage.get_study_system_attrs(study_id).get(WORKER_JOBS_ATTR, []))
     for trial in trials:
         if trial.state == TrialState.RUNNING:
             owner = workers.describe(trial.system_attrs.get(workers.WORKER_ATTR))
             job = trial.user_attrs.get("slurm_job_id")
-            where = f" in SLURM job {job}" if job else ""
-            console.print(f"running: trial {trial.number}{where} on {owner} since {trial.datetime_start:%H:%M:%S}")
+            local = trial.user_attrs.get("local_job")
+            where = f" in SLURM job {job}" if job else f" in local job {local['pid']}" if local else ""
+            note = f": {notes[trial.number]}" if trial.number in notes else ""
+            console.print(f"running: trial {trial.number}{where} on {owner} since {trial.datetime_start:%H:%M:%S}{note}")
     best = results.best_trial(trials)
     if best is not None:
         console.print(f"best so far: trial {best.number}, top-1 {best.user_attrs['top1']:.4f}")

@@ -37,22 +37,26 @@ def enqueue(study: optuna.Study, trial: FrozenTrial, kind: str | None) -> None:
 
 
 def fail_stale(study: optuna.Study, spec: StudySpec, trial: FrozenTrial) -> str | None:
-    """Fail a dead worker's RUNNING trial and re-enqueue it; None when another worker got there first.
-
-    The state change is the claim: the storage lets exactly one worker move RUNNING to FAIL.
-    """
-    storage = study._storage
+    """Fail a dead worker's RUNNING trial and re-enqueue it; None when another worker got there first."""
     owner = workers.describe(trial.system_attrs.get(workers.WORKER_ATTR))
     retry = allowed(spec, trial, STALE)
+    if not fail_unfollowed(study, trial, f"stale: its worker {owner} stopped (crash or kill)", STALE if retry else None):
+        return None
+    return f"trial {trial.number} was left RUNNING by {owner}: failed" + (", re-enqueued" if retry else "")
+
+
+def fail_unfollowed(study: optuna.Study, trial: FrozenTrial, reason: str, retry_kind: str | None) -> bool:
+    """FAIL a RUNNING trial no worker follows, re-enqueued as `retry_kind` unless None; False when
+    another process finished it first. The state change is the claim: the storage lets exactly one
+    process move RUNNING to FAIL."""
+    storage = study._storage
     try:
-        storage.set_trial_user_attr(trial._trial_id, "fail_reason", f"stale: its worker {owner} stopped (crash or kill)")
-        if retry:
+        storage.set_trial_user_attr(trial._trial_id, "fail_reason", reason)
+        if retry_kind is not None:
             storage.set_trial_user_attr(trial._trial_id, "retried", True)
         claimed = storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
     except optuna.exceptions.UpdateFinishedTrialError:
         claimed = False
-    if not claimed:
-        return None
-    if retry:
-        enqueue(study, storage.get_trial(trial._trial_id), STALE)
-    return f"trial {trial.number} was left RUNNING by {owner}: failed" + (", re-enqueued" if retry else "")
+    if claimed and retry_kind is not None:
+        enqueue(study, storage.get_trial(trial._trial_id), retry_kind)
+    return claimed

@@ -3,7 +3,9 @@
 One runner is one worker process. Several workers (on one host or many, sharing a storage) can
 run the same study; the budget counts every trial in the storage. A worker:
 
-1. fails and re-enqueues the RUNNING trials of dead workers (see workers.py), within `retries`;
+1. re-attaches the RUNNING trials of dead workers whose job still runs or left its result (a SLURM
+   job; a local job on this host, see reattach.py), and fails and re-enqueues the others, within
+   `retries`;
 2. starts trials while fewer than P run and the budget allows (waiting trials first: the
    reference trials and retries);
 3. tells each finished trial: COMPLETE with its objectives, PRUNED when its run stopped early,
@@ -39,15 +41,16 @@ from optuna.trial import FrozenTrial, TrialState
 from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.launch.profiles import Layout, LocalProfile, Profile, SlurmProfile, check_fits
-from abtune.launch.slurm import SubmissionFailed, attach, job_folder, nested_submission
+from abtune.launch.slurm import SubmissionFailed, nested_submission
 from abtune.launch.slurm import outcome as slurm_outcome
 from abtune.launch.submit import RunOutcome, submit_local, submit_run
 from abtune.redact import redact
 from abtune.rundir import prepare_run_dir
-from abtune.study import results, retries, workers
+from abtune.study import reattach, results, retries, stop, workers
 from abtune.study.definition import DDP, REFERENCE, open_search_study, seed_offset, stored_study_dir
 from abtune.study.display import RunDisplay
 from abtune.study.pruning import STUDY_STORAGE_VARIABLE
+from abtune.study.reattach import SLURM_JOB_ATTR
 from abtune.study.space import build_distributions, ddp_reference_config
 from abtune.study.spec import StudySpec
 from abtune.study.storage import absolute_url
@@ -58,7 +61,6 @@ from abtune.training.hooks import METRICS_FILE, write_hook_specs
 
 POLL_S = 0.5
 SLURM_POLL_S = 2.0  # every poll of a SLURM job asks sacct
-SLURM_JOB_ATTR = "slurm_job_id"
 HEARTBEAT_S = 10.0
 CANCEL_GRACE_S = 30.0
 INTERRUPTED = "interrupted by the user (Ctrl-C)"
@@ -154,6 +156,7 @@ class StudyRunner:
         self.parallel = parallel
         self.max_trials = max_trials
         self.worker = workers.this_worker()
+        self.stop_watch = stop.StopWatch(storage, self.study_id)
         self.active: list[Active] = []
         self.started = 0
         self.stopping = False
@@ -194,6 +197,7 @@ class StudyRunner:
                 except optuna.exceptions.UpdateFinishedTrialError:  # two workers re-attached the same job
                     self.display.note(f"trial {active.trial.number} was already finished by another worker")
                 self.tracking.update_study_artifacts(self.parent_run, self.study)
+        self._obey_stop()
         while not self.stopping and len(self.active) < self.parallel and self._may_start():
             self._start()
         self._keep_alive()
@@ -207,6 +211,17 @@ class StudyRunner:
             self.display.note("stopping: the trials' SLURM jobs keep running; `abtune study run` re-attaches them")
         else:
             self.display.note("stopping: cancelling running trials (they are re-enqueued; Ctrl-C again to abort)")
+
+    def _obey_stop(self) -> None:
+        """`abtune study stop`: start nothing more; cancel the running trials (as Ctrl-C does), or with
+        --let-trials-finish follow them to their end."""
+        mode = self.stop_watch.new_request()
+        if mode == stop.LET_FINISH:
+            self.max_trials = self.started
+            self.display.note(f"stop requested: no new trial; following {len(self.active)} running trial(s) to the end")
+        elif mode is not None:
+            self.stopping = True
+            self.display.note("stop requested: stopping the running trials")
 
     def all_trials(self) -> list[FrozenTrial]:
         return self.storage.get_all_trials(self.study_id, deepcopy=False)
@@ -257,6 +272,8 @@ class StudyRunner:
             return
         if _is_slurm(active.job):
             trial.set_user_attr(SLURM_JOB_ATTR, active.job.job_id)
+        elif isinstance(active.job, submitit.LocalJob):  # followed by the next runner if this one dies
+            trial.set_user_attr(reattach.LOCAL_JOB_ATTR, reattach.local_job_record(active.job))
         trial.set_user_attr("prepare_seconds", time.time() - active.started)  # ask -> submitted
         self.display.started(trial.number, trial.user_attrs.get(REFERENCE))
 
@@ -343,6 +360,7 @@ class StudyRunner:
 
     def _fail(self, active: Active, reason: str, kind: str | None) -> None:
         trial = active.trial
+        reason, kind = self.stop_watch.interrupted_as(reason, kind)
         trial.set_user_attr("fail_reason", reason)
         self.tracking.finish_run(active.mlflow_run_id, active.run_dir,
                                  "KILLED" if kind == retries.INTERRUPTED else "FAILED")
@@ -357,29 +375,31 @@ class StudyRunner:
 
     # --- other workers' dead trials, and stopping -----------------------------------------------
     def recover_stale(self) -> None:
-        """Other workers' dead trials: a SLURM job is re-attached (it may still run), anything else failed."""
+        """Other workers' dead trials: a job that may still run, or ended with a result, is re-attached
+        (SLURM: any host; local: this host); anything else failed."""
         self._last_scan = time.time()
         mine = {a.trial._trial_id for a in self.active}
         for trial in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.RUNNING,)):
             if trial._trial_id in mine:
                 continue
             if workers.same_slurm_job(trial, self.worker) or workers.is_stale(trial, self.spec.retries.stale_after_s):
-                if trial.user_attrs.get(SLURM_JOB_ATTR) and trial.user_attrs.get("run_dir"):
-                    self._reattach(trial)
+                job = reattach.job_to_follow(trial)
+                if job is not None:
+                    self._reattach(trial, *job)
                     continue
                 note = retries.fail_stale(self.study, self.spec, trial)
                 if note:
                     self.display.note(note)
 
-    def _reattach(self, frozen: FrozenTrial) -> None:
-        """Follow a trial's SLURM job from here on: its worker (an earlier run, a requeued worker) is gone."""
-        job_id, run_dir = frozen.user_attrs[SLURM_JOB_ATTR], Path(frozen.user_attrs["run_dir"])
+    def _reattach(self, frozen: FrozenTrial, job: Any, what: str) -> None:
+        """Follow a trial's job from here on: its worker (an earlier run, a requeued worker) is gone."""
+        run_dir = Path(frozen.user_attrs["run_dir"])
         self.storage.set_trial_system_attr(frozen._trial_id, workers.WORKER_ATTR, self.worker)
         self.storage.set_trial_system_attr(frozen._trial_id, workers.HEARTBEAT_ATTR, time.time())
         started = frozen.datetime_start.timestamp() if frozen.datetime_start else time.time()
         trial = optuna.Trial(self.study, frozen._trial_id)
-        self.active.append(Active(trial, run_dir, attach(job_id, job_folder(run_dir)), started))
-        self.display.note(f"trial {frozen.number}: re-attached to SLURM job {job_id}")
+        self.active.append(Active(trial, run_dir, job, started))
+        self.display.note(f"trial {frozen.number}: re-attached to {what}")
         self.display.started(frozen.number, frozen.user_attrs.get(REFERENCE))
 
     def _detach_slurm_jobs(self) -> None:

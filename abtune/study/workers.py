@@ -51,22 +51,29 @@ def same_slurm_job(trial: FrozenTrial, worker: dict[str, Any]) -> bool:
         and owner.get("pid") != worker["pid"]
 
 
-def _alive_here(worker: dict[str, Any]) -> bool:
-    pid = int(worker["pid"])
+def process_alive(record: dict[str, Any]) -> bool:
+    """The process named by `pid` (and `start`, when known) runs on this host. A zombie has ended: an
+    orphan whose new parent does not reap it would otherwise look alive for ever."""
+    pid = int(record["pid"])
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    started = process_start(pid)
-    return worker.get("start") is None or started is None or started == worker["start"]
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return True  # no /proc: the signal said it exists
+    if stat[0] == "Z":
+        return False
+    return record.get("start") is None or stat[19] == record["start"]
 
 
 def is_stale(trial: FrozenTrial, stale_after_s: float, now: float | None = None) -> bool:
     worker = trial.system_attrs.get(WORKER_ATTR)
     if worker and worker.get("host") == socket.gethostname():
-        return not _alive_here(worker)
+        return not process_alive(worker)
     start = trial.datetime_start.timestamp() if trial.datetime_start else 0.0
     beat = float(trial.system_attrs.get(HEARTBEAT_ATTR, start))
     return (now or time.time()) - beat > stale_after_s

@@ -12,11 +12,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from abtune.launch.slurm import attach
 from abtune.study import workers
 from abtune.study.runner import SLURM_JOB_ATTR
+from abtune.study.stop import STOPPED
 from tests.conftest import run_cli
 from tests.slurm.test_launcher_slurm import JOB_TIMEOUT_S, cluster_profile, preempt, sacct_states, wait_until
 from tests.study_helpers import TINY_BASE, running, signal_group, start_run, trials_of, wait_for, write_study
@@ -180,6 +182,50 @@ def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, 
     owner = trials[0].system_attrs[workers.WORKER_ATTR]
     assert owner["slurm_job"] == worker_id and owner["pid"] != first_pid  # followed by the requeued worker
     assert f"re-attached to SLURM job {job_id}" in (folder / f"{worker_id}_0_log.out").read_text()
+
+
+def test_study_stop_cancels_the_workers_then_the_trial_jobs(tmp_path: Path, profile: Path) -> None:
+    """Workers placed by the profile's `worker:` section run beside their trials; a layout whose workers
+    could hold every node a trial needs is refused (sinfo). `study stop` mid-trial: the worker array goes
+    first (no worker asks a trial as its trial job dies), then every trial job; the stopped trials are
+    re-enqueued; nothing is RUNNING and no job of the study is left in squeue."""
+    url = created_study(tmp_path, steps=3000, trials=4, references=NO_REFERENCES)
+    fields = yaml.safe_load(profile.read_text())
+    blocking = tmp_path / "blocking.yaml"  # trials need 2 of each node's 4 CPUs; 3-CPU workers leave 1
+    blocking.write_text(yaml.safe_dump({**fields, "cpus_per_task": 2, "worker": {"cpus": 3}}))
+    refused = run_cli("study", "launch", "tiny", "--workers", "2", "--launcher", str(blocking), "--storage", url,
+                      "--dry-run", cwd=tmp_path, check=False)
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert "2 worker(s) of 3 CPU(s) on the nodes of debug can keep every trial from starting" in refused.stderr
+    profile.write_text(yaml.safe_dump({**fields, "worker": {"partition": "debug", "time_limit": "0:20:00"}}))
+    launch = ("study", "launch", "tiny", "--workers", "2", "--launcher", str(profile), "--storage", url)
+    dry = run_cli(*launch, "--dry-run", cwd=tmp_path).stdout
+    assert dry.count("#SBATCH --time=20\n") == 1 and dry.count("#SBATCH --time=60\n") == 1  # workers, trial
+
+    out = run_cli(*launch, cwd=tmp_path).stdout
+    match = re.search(r"SLURM job\(s\) (\d+)_0 \1_1\n", out)
+    assert match, out
+    worker_ids = [f"{match[1]}_0", f"{match[1]}_1"]
+    started = wait_for(lambda: trial_in_running_job(url), JOB_TIMEOUT_S, "a trial's job to start")
+    status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
+    assert re.search(rf"running: trial {started.number} in SLURM job {started.user_attrs[SLURM_JOB_ATTR]} on .*"
+                     r"since [\d:]+: (RUNNING|COMPLETING)\n", status), status
+
+    said = run_cli("study", "stop", "tiny", "--storage", url, cwd=tmp_path).stdout
+    assert "cancelled worker job(s) " in said and all(w in said for w in worker_ids), said
+    trials = trials_of(url)
+    stopped = [t for t in trials if t.user_attrs.get("fail_reason") == STOPPED]
+    assert stopped and not running(url)
+    for trial in stopped:
+        job_id = trial.user_attrs[SLURM_JOB_ATTR]
+        assert f"trial {trial.number}: SLURM job {job_id} cancelled, failed and re-enqueued" in said, said
+        assert sacct_states(job_id)[-1] == "CANCELLED"
+    waiting = [t for t in trials if t.state == TrialState.WAITING]
+    assert sorted(t.user_attrs["retry_of"] for t in waiting) == [t.number for t in stopped]
+    assert len(trials) == 2 * len(stopped)  # no trial asked after the stop
+    queue = subprocess.run(["squeue", "-h", "-r", "-o", "%i"], check=True, capture_output=True, text=True,
+                           timeout=30).stdout.split()
+    assert not set(queue) & {*worker_ids, *(t.user_attrs[SLURM_JOB_ATTR] for t in stopped)}, queue
 
 
 def _check_one_child_run_per_trial(tracking: str, trials: list) -> None:

@@ -1,0 +1,168 @@
+"""`abtune study stop NAME`: workers first, then the trial jobs; no trial left RUNNING unfollowed.
+
+The stop request is written into the study (`abtune:stop`), where every worker looks before it asks
+for a trial: a worker that sees it asks for nothing more, wherever it runs (any host, any launcher).
+Then:
+
+- a `study launch` worker array (its job ids are recorded in the study at launch) is cancelled, and
+  the command waits until its jobs have left the queue, so no worker sees its trial's job cancelled
+  and answers by asking a new trial (scancel of the array alone raced like that);
+- a local `study run` stops as on Ctrl-C: it cancels its trial jobs and re-enqueues their trials
+  (fails them with --fail); with --let-trials-finish it follows its running trials to their end;
+- the RUNNING trials no live worker follows any more are cancelled (SLURM job, or local job on this
+  host) and re-enqueued, or failed with --fail; with --let-trials-finish their jobs keep running and
+  the next `abtune study run` re-attaches them and tells their results.
+"""
+
+from __future__ import annotations
+
+import getpass
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+from optuna.storages import BaseStorage
+from optuna.trial import FrozenTrial, TrialState
+
+from abtune.study import reattach, retries, workers
+from abtune.study.capacity import slurm_output
+from abtune.study.spec import StudySpec
+
+STOP_ATTR = "abtune:stop"
+WORKER_JOBS_ATTR = "abtune:worker_jobs"
+REQUEUE, FAIL, LET_FINISH = "requeue", "fail", "let-trials-finish"
+STOPPED = "stopped by `abtune study stop`"
+WAIT_S = 120.0  # a local runner's cancel grace (30 s) and a worker job's way out of the queue
+POLL_S = 1.0
+
+
+class StopWatch:
+    """A worker's view of stop requests: only a request made after the worker started counts (the
+    request stays in the study; the next `study run` or `study launch` is not stopped by it)."""
+
+    def __init__(self, storage: BaseStorage, study_id: int) -> None:
+        self.storage, self.study_id = storage, study_id
+        earlier = self._request()
+        self.ignored = earlier["id"] if earlier else None
+        self.mode: str | None = None
+
+    def _request(self) -> dict[str, Any] | None:
+        return self.storage.get_study_system_attrs(self.study_id).get(STOP_ATTR)
+
+    def new_request(self) -> str | None:
+        """The mode of a stop request not yet seen, once; None otherwise."""
+        if self.mode is not None:
+            return None
+        request = self._request()
+        if request is None or request["id"] == self.ignored:
+            return None
+        self.mode = request["mode"]
+        return self.mode
+
+    def interrupted_as(self, reason: str, kind: str | None) -> tuple[str, str | None]:
+        """How a trial this worker cancelled ends: as stopped (and not retried with --fail) when a stop asked it."""
+        if kind != retries.INTERRUPTED or self.mode not in (REQUEUE, FAIL):
+            return reason, kind
+        return STOPPED, (None if self.mode == FAIL else kind)
+
+
+def request_stop(storage: BaseStorage, study_id: int, mode: str) -> None:
+    storage.set_study_system_attr(study_id, STOP_ATTR, {"id": uuid.uuid4().hex, "mode": mode, "at": time.time()})
+
+
+def record_worker_jobs(storage: BaseStorage, study_id: int, job_ids: list[str]) -> None:
+    """`study launch`: the worker array's jobs, for `study stop` to cancel."""
+    known = storage.get_study_system_attrs(study_id).get(WORKER_JOBS_ATTR, [])
+    storage.set_study_system_attr(study_id, WORKER_JOBS_ATTR, [*known, *job_ids])
+
+
+def queued(job_ids: list[str]) -> list[str]:
+    """The given SLURM jobs (array tasks as ARRAY_TASK) still in the queue: pending, running or ending."""
+    if not job_ids:
+        return []
+    out = slurm_output("squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i", required=True)
+    return [job for job in (out or "").split() if job in job_ids]
+
+
+def scancel(job_ids: list[str]) -> None:
+    if job_ids:  # a job that ended meanwhile makes scancel complain; the queue is checked afterwards
+        slurm_output("scancel", *job_ids)
+
+
+def follower_alive(trial: FrozenTrial, stale_after_s: float) -> bool:
+    owner = trial.system_attrs.get(workers.WORKER_ATTR) or {}
+    if owner.get("slurm_job"):
+        return bool(queued([owner["slurm_job"]]))
+    return not workers.is_stale(trial, stale_after_s)
+
+
+def stop_study(storage: BaseStorage, name: str, spec: StudySpec, mode: str,
+               say: Callable[[str], None], wait_s: float = WAIT_S) -> None:
+    """Stop every worker of the study, then deal with its RUNNING trials as `mode` says; `say` each step."""
+    study_id = storage.get_study_id_from_name(name)
+    request_stop(storage, study_id, mode)
+    say(f"study {name}: asked its workers to start no new trial")
+    worker_jobs = queued(storage.get_study_system_attrs(study_id).get(WORKER_JOBS_ATTR, []))
+    if worker_jobs:
+        scancel(worker_jobs)
+        say(f"cancelled worker job(s) {' '.join(worker_jobs)}")
+
+    def running() -> list[FrozenTrial]:
+        return storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+
+    def busy() -> bool:  # local runners cancelling their trials; worker jobs leaving the queue
+        followed = mode != LET_FINISH and any(follower_alive(t, spec.retries.stale_after_s) for t in running())
+        return followed or bool(queued(worker_jobs))
+
+    _wait_until(lambda: not busy(), wait_s)
+    study = optuna.load_study(study_name=name, storage=storage)
+    left = running()
+    for trial in left:
+        say(_stop_trial(study, trial, spec, mode))
+    if not left:
+        say("no trial is running")
+
+
+def _stop_trial(study: optuna.Study, trial: FrozenTrial, spec: StudySpec, mode: str) -> str:
+    owner = trial.system_attrs.get(workers.WORKER_ATTR)
+    if follower_alive(trial, spec.retries.stale_after_s):
+        verb = "follows it to its end" if mode == LET_FINISH else "did not stop in time; it still follows it"
+        return f"trial {trial.number}: its worker {workers.describe(owner)} {verb}"
+    job = _job_of(trial)
+    if mode == LET_FINISH:
+        if job is None:
+            return f"trial {trial.number}: no job left; the next `abtune study run` fails it as stale"
+        return f"trial {trial.number}: {job[1]} keeps running; the next `abtune study run` re-attaches it"
+    if job is not None:
+        _cancel(job[0])
+    retry = None if mode == FAIL else retries.INTERRUPTED
+    if not retries.fail_unfollowed(study, trial, STOPPED, retry):
+        return f"trial {trial.number}: finished meanwhile"
+    what = f"{job[1]} cancelled, " if job else ""
+    return f"trial {trial.number}: {what}" + ("failed" if retry is None else "failed and re-enqueued")
+
+
+def _job_of(trial: FrozenTrial) -> tuple[Any, str] | None:
+    job_id = trial.user_attrs.get(reattach.SLURM_JOB_ATTR)
+    if job_id:
+        return (job_id, f"SLURM job {job_id}") if queued([job_id]) else None
+    local = reattach.local_job_here(trial)
+    return (local, f"local job {local.job_id}") if local is not None and not local.done() else None
+
+
+def _cancel(job: Any) -> None:
+    """Cancel a trial's job (a SLURM job id or a local job) and wait until it is gone: its ranks write nothing more."""
+    if isinstance(job, str):
+        scancel([job])
+        _wait_until(lambda: not queued([job]), WAIT_S)
+    else:
+        job.cancel()
+        _wait_until(job.done, WAIT_S)
+
+
+def _wait_until(condition: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(POLL_S)

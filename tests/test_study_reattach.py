@@ -1,0 +1,118 @@
+"""A `study run` killed with SIGKILL leaves its local trial jobs training; the next one follows them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from optuna.trial import FrozenTrial, TrialState
+
+from abtune.study import workers
+from abtune.study.reattach import LOCAL_JOB_ATTR
+from abtune.study.stop import STOPPED
+from abtune.training.hooks import read_metrics
+from tests.conftest import abtune_command, run_cli
+from tests.study_helpers import TINY_BASE, running, trials_of, wait_for, write_study
+
+pytestmark = pytest.mark.slow
+# long enough that the restarted run usually finds the jobs still training (it also tells one that ended meanwhile)
+TRAIN = {"steps": 600, "local_batch_size": 16, "eval_every": 300, "log_every": 20, "checkpoint_every": 300}
+
+
+def _logged_steps(trial: FrozenTrial) -> list[int]:
+    run_dir = trial.user_attrs.get("run_dir")  # set once the trial's folder is prepared
+    return [r["step"] for r in read_metrics(Path(run_dir)) if r["kind"] == "log"] if run_dir else []
+
+
+def _both_mid_training(url: str) -> list[FrozenTrial] | None:
+    trials = [t for t in running(url) if LOCAL_JOB_ATTR in t.user_attrs]
+    return trials if len(trials) == 2 and all(_logged_steps(t) for t in trials) else None
+
+
+def test_killed_study_run_reattaches_its_surviving_local_trials(tmp_path: Path) -> None:
+    """SIGKILL of `study run --parallel 2` (the runner alone, its jobs live on) mid-trial; the restarted
+    run re-attaches both trials: same numbers, one job and one training each, no FAIL or retry, the
+    budget completes with contiguous numbers."""
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    study = write_study(tmp_path / "s.yaml", trials=3, base={**TINY_BASE, "train": TRAIN},
+                        references={"paper_defaults": False, "ddp": False})
+    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    with (tmp_path / "first.log").open("w") as log:
+        first = subprocess.Popen([*abtune_command(), "study", "run", "tiny", "--parallel", "2", "--storage", url],
+                                 cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    killed = wait_for(lambda: _both_mid_training(url), 300, "two trials training")
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(timeout=60)
+    jobs = {t.number: t.user_attrs[LOCAL_JOB_ATTR] for t in killed}
+    assert [t.number for t in running(url)] == sorted(jobs)  # left RUNNING by the dead runner ...
+    assert all(workers.process_alive(job) for job in jobs.values())  # ... and their jobs train on
+    status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
+    assert all(f"running: trial {n} in local job {job['pid']} on " in status for n, job in jobs.items()), status
+
+    out = run_cli("study", "run", "tiny", "--parallel", "2", "--storage", url, cwd=tmp_path).stdout
+    trials = trials_of(url)
+    assert [(t.number, t.state) for t in trials] == [(n, TrialState.COMPLETE) for n in range(3)]
+    assert not [t for t in trials if "retry_of" in t.user_attrs or "fail_reason" in t.user_attrs]
+    for number, job in jobs.items():
+        trial = trials[number]
+        assert f"trial {number}: re-attached to local job {job['pid']}" in out, out
+        assert trial.user_attrs[LOCAL_JOB_ATTR] == job  # followed, never resubmitted
+        run_dir = Path(trial.user_attrs["run_dir"])
+        assert len(list((run_dir / "jobs").glob("*_result.pkl"))) == 1  # one job ran in this folder
+        steps = _logged_steps(trial)
+        assert steps == list(range(20, TRAIN["steps"] + 1, 20))  # each step logged once, in order: one training
+        assert [r["kind"] for r in read_metrics(run_dir)].count("summary") == 1
+        assert trial.user_attrs["steps_done"] == TRAIN["steps"]
+
+
+def _start(tmp_path: Path, url: str, log: str) -> subprocess.Popen[bytes]:
+    with (tmp_path / log).open("w") as out:
+        return subprocess.Popen([*abtune_command(), "study", "run", "tiny", "--parallel", "2", "--storage", url],
+                                cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def test_study_stop_local(tmp_path: Path) -> None:
+    """`study stop` of a local `study run`: the runner cancels its trials (re-enqueued); trials of a killed
+    runner have their jobs cancelled by the stop itself (failed, with --fail); --let-trials-finish lets the
+    runner finish its trial and tell it. Nothing is left RUNNING, no trial job process lives on."""
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    train = {**TRAIN, "steps": 1500, "eval_every": 500, "log_every": 10, "checkpoint_every": 250}  # ~20 s: stopped mid-trial
+    study = write_study(tmp_path / "s.yaml", trials=3, base={**TINY_BASE, "train": train},
+                        references={"paper_defaults": False, "ddp": False})
+    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    stop = ("study", "stop", "tiny", "--storage", url)
+
+    runner = _start(tmp_path, url, "first.log")
+    first = wait_for(lambda: _both_mid_training(url), 300, "two trials training")
+    out = run_cli(*stop, cwd=tmp_path).stdout
+    assert runner.wait(timeout=60) == 130
+    assert "asked its workers to start no new trial" in out and "no trial is running" in out, out
+    trials = trials_of(url)
+    assert [(t.number, t.state, t.user_attrs.get("fail_reason")) for t in trials[:2]] == \
+        [(t.number, TrialState.FAIL, STOPPED) for t in first]
+    assert [(t.state, t.user_attrs["retry_of"]) for t in trials[2:]] == [(TrialState.WAITING, t.number) for t in first]
+    assert not any(workers.process_alive(t.user_attrs[LOCAL_JOB_ATTR]) for t in first)
+
+    runner = _start(tmp_path, url, "second.log")
+    second = wait_for(lambda: _both_mid_training(url), 300, "the two retries training")
+    os.kill(runner.pid, signal.SIGKILL)  # its trials' jobs live on, followed by nobody
+    runner.wait(timeout=60)
+    out = run_cli(*stop, "--fail", cwd=tmp_path).stdout
+    for trial in second:
+        job = trial.user_attrs[LOCAL_JOB_ATTR]
+        assert f"trial {trial.number}: local job {job['pid']} cancelled, failed\n" in out, out
+        assert not workers.process_alive(job)
+        assert trials_of(url)[trial.number].user_attrs["fail_reason"] == STOPPED
+    assert not running(url) and not [t for t in trials_of(url) if t.state == TrialState.WAITING]
+
+    runner = _start(tmp_path, url, "third.log")
+    last = wait_for(lambda: [t for t in running(url) if _logged_steps(t)], 300, "the last trial training")
+    out = run_cli(*stop, "--let-trials-finish", cwd=tmp_path).stdout
+    assert f"trial {last[0].number}: its worker" in out and "follows it to its end" in out, out
+    assert runner.wait(timeout=300) == 0
+    trials = trials_of(url)
+    assert trials[-1].number == last[0].number and trials[-1].state == TrialState.COMPLETE
+    assert len(trials) == 5 and not running(url)
