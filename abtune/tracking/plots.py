@@ -5,6 +5,7 @@ matplotlib only (Agg, no display); every function writes one file and returns it
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -119,11 +120,21 @@ def pareto_front(points: list[dict[str, Any]], path: Path) -> Path:
     for p in front:
         axis.annotate(str(p["number"]), (p["bytes"] / 1e6, p["top1"]), fontsize=7, xytext=(3, 3),
                       textcoords="offset points")
+    spread = [p for p in points if p.get("top1_std") is not None]
+    if spread:  # seed repeats: one standard deviation over the seeds either way
+        axis.errorbar([p["bytes"] / 1e6 for p in spread], [p["top1"] for p in spread],
+                      yerr=[_finite(p["top1_std"]) for p in spread],
+                      xerr=[_finite(p.get("bytes_std")) / 1e6 for p in spread],
+                      fmt="none", ecolor="0.4", elinewidth=0.8, capsize=2, zorder=1, label="± 1 std over seeds")
     axis.set_xlabel("inter-node MB per rank")
     axis.set_ylabel("top-1")
     axis.set_title("Pareto front (numbers: trial)")
     axis.legend(fontsize="small")
     return _save(figure, path)
+
+
+def _finite(value: float | None) -> float:
+    return value if value is not None and math.isfinite(value) else 0.0
 
 
 def importances(by_objective: dict[str, dict[str, float]], path: Path) -> Path:
