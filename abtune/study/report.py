@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -18,6 +17,7 @@ from rich.table import Table
 from abtune.errors import ConfigError
 from abtune.study import repeats, results, workers
 from abtune.study.definition import DDP, PAPER_DEFAULTS, stored_spec, stored_study_dir
+from abtune.study.display import with_spread
 from abtune.study.spec import StudySpec
 
 MEGA = 1e6
@@ -125,15 +125,6 @@ def repeat_columns() -> list[str]:
     """Export columns of a study with repeats: the seeds, and each result's spread and per-seed values."""
     return [repeats.SEEDS_ATTR, repeats.REUSED_ATTR,
             *(f"{key}_{part}" for key in repeats.SPREAD_KEYS for part in ("std", "seeds"))]
-
-
-def with_spread(value: str, attrs: dict[str, Any], key: str, scale: float = 1.0) -> str:
-    """`value ± std` when the trial ran several seeds (same digits as `value`)."""
-    spread = attrs.get(f"{key}_std")
-    if spread is None or not math.isfinite(spread):
-        return value
-    digits = len(value.rpartition(".")[2]) if "." in value else 0
-    return f"{value} ± {spread / scale:.{digits}f}"
 
 
 def export_text(storage: BaseStorage, name: str, fmt: str) -> str:
