@@ -13,7 +13,6 @@ from abtune.study.definition import DDP, PAPER_DEFAULTS
 from tests.conftest import run_cli
 from tests.study_helpers import study_attrs, trials_of, write_study
 
-pytestmark = pytest.mark.slow
 VIT_TARGET = Path(__file__).resolve().parent.parent / "studies" / "imagenet_vit_b16.yaml"
 
 
@@ -26,6 +25,7 @@ def _row(table: str, name: str, metric: str = "top1") -> str:
     return next(line for line in section.splitlines() if line.startswith(f"| {name} |"))
 
 
+@pytest.mark.slow
 def test_confirm_reruns_the_best_and_both_references_with_fresh_seeds(tmp_path: Path, mlflow_db: Path) -> None:
     url, tracking = f"sqlite:///{tmp_path}/optuna.db", f"sqlite:///{mlflow_db}"
     run_cli("study", "create", str(write_study(tmp_path / "s.yaml", trials=3)), "--storage", url, cwd=tmp_path)
@@ -89,3 +89,16 @@ def test_confirm_reruns_the_best_and_both_references_with_fresh_seeds(tmp_path: 
     chosen = max((n for n in index["trials"] if n != ddp.number),
                  key=lambda n: (attrs[f"abtune.confirmation.trial_{n}"]["values"][0], -n))
     assert f"tiny #{chosen}; confirmed top-1" in after.stdout, after.stdout
+
+
+def test_bad_confirmations_give_one_line_and_exit_2(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    run_cli("study", "create", str(write_study(tmp_path / "s.yaml", trials=3)), "--storage", url, cwd=tmp_path)
+    for args, expected in ((("--seeds", "1"), "--seeds at least 2"),
+                           ((), "study tiny has no finished reference trial (paper defaults, DDP)")):
+        result = run_cli("study", "confirm", "tiny", *args, "--storage", url, "--no-tracking", cwd=tmp_path, check=False)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and expected in lines[0], result.stderr
+    bad = write_study(tmp_path / "bad.yaml", repeats=0)
+    result = run_cli("study", "create", str(bad), "--storage", url, cwd=tmp_path, check=False)
+    assert result.returncode == 2 and "repeats" in result.stderr and "Traceback" not in result.stderr, result.stderr

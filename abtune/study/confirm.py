@@ -18,6 +18,7 @@ results are study user attributes: `abtune.confirmation.trial_N` per configurati
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -181,7 +182,7 @@ def confirm(storage: Any, name: str, top: int, seeds_count: int, rule: Rule, pro
     run_id = tracking.log_report(name, "confirmation", files, {"abtune.confirmation": "true", "optuna.study": name})
     tracking.log_metrics(run_id, {f"trial_{r['trial']}.{m}_{k}": r["metrics"][m][k] for r in records
                                   for m in metrics for k in ("mean", "std", "low", "high")
-                                  if _finite(r["metrics"][m][k])})
+                                  if math.isfinite(r["metrics"][m][k])})
     for entry in records:
         storage.set_study_user_attr(study_id, f"{CONFIRMATION_ATTR}.trial_{entry['trial']}", entry)
     storage.set_study_user_attr(study_id, CONFIRMATION_ATTR, {
@@ -192,13 +193,9 @@ def confirm(storage: Any, name: str, top: int, seeds_count: int, rule: Rule, pro
 
 
 # --- showing it -------------------------------------------------------------------------------------
-def _finite(value: float) -> bool:
-    return value == value and abs(value) != float("inf")
-
-
 def _number(metric: str, value: float, signed: bool = False) -> str:
     unit, scale, digits = UNITS.get(metric, ("", 1.0, 4))
-    if not _finite(value):
+    if not math.isfinite(value):
         return str(value)
     return f"{value / scale:{'+' if signed else ''}.{digits}f}"
 
@@ -207,7 +204,7 @@ def _versus(metric: str, test: dict[str, Any] | None) -> str:
     if test is None:
         return "-"
     mark = " *" if test["significant"] else ""
-    if not _finite(test["t"]):  # every seed gave the same difference (traffic is deterministic)
+    if not math.isfinite(test["t"]):  # every seed gave the same difference (traffic is deterministic)
         return f"{_number(metric, test['diff'], signed=True)} (same every seed){mark}"
     return f"{_number(metric, test['diff'], signed=True)} (t {test['t']:.2f}, p {test['p']:.3f}){mark}"
 
