@@ -153,20 +153,23 @@ def cmd_promote(args: argparse.Namespace) -> int:
     from abtune.promote import campaign as runner
     from abtune.promote.display import print_campaign
     from abtune.promote.plan import parse_nodes, plan_campaign
-    from abtune.promote.select import load_study, promoted_from_study
+    from abtune.promote.select import load_study, promoted_from_study, selection_basis
     from abtune.promote.target import check_data_root, load_target, train_samples
     from abtune.tracking import open_tracking
 
     profile = runner.check_launcher(args.launcher)
     nodes = parse_nodes(args.nodes)
     target = load_target(args.to, args.data_root, args.ranks_per_node)
-    promoted = promoted_from_study(load_study(args.study, resolve_storage_url(args.storage)), args.top, args.rule)
+    study = load_study(args.study, resolve_storage_url(args.storage))
+    promoted = promoted_from_study(study, args.top, args.rule)
     try:
         check_data_root(target, str(args.to))
     except ConfigError as error:
         if not args.dry_run:
             raise
         print(f"abtune: warning: {error} (a real campaign stops here)", file=sys.stderr)
+    if (basis := selection_basis(study)) is not None:
+        print(f"abtune: warning: {basis}", file=sys.stderr)
     campaign, configs = plan_campaign(target, str(args.to), promoted, nodes, args.scaling, train_samples(target),
                                       study=args.study)
     print_campaign(campaign, "dry run (nothing written): " if args.dry_run else "")

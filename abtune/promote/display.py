@@ -17,6 +17,8 @@ def run_cells(run: PlannedRun) -> list[str]:
     source = "baseline" if run.promoted_from is None else f"{run.promoted_from.study} #{run.promoted_from.trial}"
     if run.promoted_from is not None and run.promoted_from.mlflow_run_id:
         source += f" (mlflow {run.promoted_from.mlflow_run_id})"
+    if run.promoted_from is not None and run.promoted_from.confirmed:
+        source += f"; confirmed {run.promoted_from.confirmed}"
     return [run.name, str(run.nodes), str(run.world_size), f"{run.local_batch_size:,}", f"{run.global_batch_size:,}",
             f"{run.steps_per_epoch:,}", f"{run.steps:,}", steps("warmup_steps"), steps("ab_steps"),
             steps("rebound_steps"), steps("lr_rebound_steps"), run.method, run.precision, source]

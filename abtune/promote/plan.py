@@ -31,6 +31,7 @@ class PromotedFrom(StrictModel):
     trial: int
     values: tuple[float, ...] = ()
     mlflow_run_id: str | None = None
+    confirmed: str | None = None
 
 
 class PlannedRun(StrictModel):
@@ -112,7 +113,7 @@ def plan_run(target: ScalingTarget, item: Promoted | None, nodes: int, strategy:
     schedule = _schedule(config, steps, world, rpn, nodes)
     source = None if item is None or item.source is None else PromotedFrom(
         study=item.source.study, trial=item.source.trial, values=item.source.values,
-        mlflow_run_id=item.source.mlflow_run_id)
+        mlflow_run_id=item.source.mlflow_run_id, confirmed=item.source.confirmed)
     run = PlannedRun(name=f"n{nodes:02d}-{label}", configuration=label, method=config.method.name,
                      precision=config.train.precision, nodes=nodes,
                      ranks_per_node=rpn, world_size=world, local_batch_size=local, global_batch_size=global_,

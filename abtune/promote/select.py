@@ -5,6 +5,10 @@ sigma cutoff and sync mode (never absolute step counts, batch sizes or the model
 named by dotted run-config keys (`method.warmup_frac`). The `ddp` reference trial (user attr
 `reference: ddp`) and other non-AB trials are never promoted: the DDP baseline is planned for every
 node count anyway. The `paper-defaults` reference competes like any other trial.
+
+A study confirmed by `abtune study confirm` holds a record per re-run configuration (study user attr
+`abtune.confirmation.trial_N`, as Optuna cannot change a finished trial): promotion then chooses among
+those configurations only, by their confirmed means, and shows their intervals.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ PROMOTED_KEYS = ("method.name", "method.warmup_frac", "method.ab_frac", "method.
 REFERENCE_ATTR = "reference"
 MLFLOW_RUN_ATTR = "mlflow_run_id"
 AB_METHODS = ("ab", "ab-nogroups")
+CONFIRMATION_ATTR = "abtune.confirmation"  # study user attrs written by `abtune study confirm`
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,7 @@ class Source:
     trial: int
     values: tuple[float, ...]
     mlflow_run_id: str | None = None
+    confirmed: str | None = None  # the confirmed interval, when `abtune study confirm` ran
 
     def describe(self) -> str:
         run = f", mlflow {self.mlflow_run_id}" if self.mlflow_run_id else ""
@@ -51,7 +57,28 @@ class Promoted:
 
 
 def promoted_from_study(study: optuna.Study, top: int, rule: Rule = "best-accuracy") -> list[Promoted]:
-    """The adapter from a study: top K finished trials (one objective) or K of the Pareto front (several)."""
+    """The adapter from a study: its confirmed configurations when `abtune study confirm` ran (ranked by
+    their confirmed means), else its finished trials; top K (one objective) or K of the Pareto front."""
+    confirmed = confirmed_trials(study)
+    if not confirmed:
+        return [promote_trial(study.study_name, t) for t in chosen_trials(study, top, rule)]
+    if top > len(confirmed):
+        raise ConfigError(f"--top {top}: study '{study.study_name}' has only {len(confirmed)} confirmed "
+                          "configuration(s) (ddp excluded); ask for fewer or confirm more with "
+                          f"`abtune study confirm {study.study_name} --top {top}`")
+    if len(study.directions) == 1:
+        chosen = _top_single(confirmed, study.direction, top, study.study_name)
+    else:
+        front = [t for t in confirmed if not any(_beats(o, t, study.directions) for o in confirmed)]
+        chosen = rank_front(front, list(study.directions), rule)[:top]
+        if len(chosen) < top:
+            raise ConfigError(f"--top {top}: the confirmed Pareto front of study '{study.study_name}' holds only "
+                              f"{len(chosen)} configuration(s); ask for fewer")
+    return [promote_trial(study.study_name, t, _interval_text(study, t.number)) for t in chosen]
+
+
+def chosen_trials(study: optuna.Study, top: int, rule: Rule = "best-accuracy") -> list[FrozenTrial]:
+    """The top K finished trials of the search by `rule` (what is promoted without a confirmation)."""
     if top < 1:
         raise ConfigError(f"--top must be at least 1, got {top}")
     finished = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if _promotable(t)]
@@ -60,10 +87,42 @@ def promoted_from_study(study: optuna.Study, top: int, rule: Rule = "best-accura
         raise ConfigError(f"study '{study.study_name}' has no finished trials ({counts}); "
                           "run the study first or choose another one")
     if len(study.directions) == 1:
-        chosen = _top_single(finished, study.direction, top, study.study_name)
-    else:
-        chosen = _top_pareto(study, finished, top, rule)
-    return [promote_trial(study.study_name, t) for t in chosen]
+        return _top_single(finished, study.direction, top, study.study_name)
+    return _top_pareto(study, finished, top, rule)
+
+
+def confirmed_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """Promotable trials with a confirmation record, their values replaced by the confirmed means."""
+    attrs = study.user_attrs
+    chosen = []
+    for trial in study.get_trials(deepcopy=True, states=(TrialState.COMPLETE,)):
+        record = attrs.get(f"{CONFIRMATION_ATTR}.trial_{trial.number}")
+        if record is not None and _promotable(trial):
+            trial.values = list(record["values"])
+            chosen.append(trial)
+    return chosen
+
+
+def selection_basis(study: optuna.Study) -> str | None:
+    """None when the study is confirmed, else one line on what the selection rests on and how to confirm it."""
+    if CONFIRMATION_ATTR in study.user_attrs:
+        return None
+    seeds = max((len(t.user_attrs.get("seeds", [])) for t in study.get_trials(deepcopy=False)), default=0)
+    basis = f"{seeds} seeds" if seeds > 1 else "a single run"
+    return (f"the selection from study {study.study_name} rests on {basis} per configuration, not on a "
+            f"confirmation; run `abtune study confirm {study.study_name} --top K --seeds 5` first")
+
+
+def _interval_text(study: optuna.Study, number: int) -> str:
+    record = study.user_attrs[f"{CONFIRMATION_ATTR}.trial_{number}"]
+    top1 = record["metrics"]["top1"]
+    return f"top-1 {top1['mean']:.4f} [{top1['low']:.4f}, {top1['high']:.4f}] over {len(top1['values'])} seeds"
+
+
+def _beats(a: FrozenTrial, b: FrozenTrial, directions: list[StudyDirection]) -> bool:
+    signs = [1.0 if d == StudyDirection.MAXIMIZE else -1.0 for d in directions]
+    pairs = [(s * x, s * y) for s, x, y in zip(signs, a.values, b.values, strict=True)]
+    return all(x >= y for x, y in pairs) and any(x > y for x, y in pairs)
 
 
 def _promotable(trial: FrozenTrial) -> bool:
@@ -71,10 +130,11 @@ def _promotable(trial: FrozenTrial) -> bool:
     return trial.user_attrs.get(REFERENCE_ATTR) != "ddp" and trial.params.get("method.name", "ab") in AB_METHODS
 
 
-def promote_trial(study_name: str, trial: FrozenTrial) -> Promoted:
+def promote_trial(study_name: str, trial: FrozenTrial, confirmed: str | None = None) -> Promoted:
     carried = {k: v for k, v in trial.params.items() if k in PROMOTED_KEYS}
     dropped = tuple(sorted(k for k in trial.params if k not in PROMOTED_KEYS))
-    source = Source(study_name, trial.number, tuple(trial.values or ()), trial.user_attrs.get(MLFLOW_RUN_ATTR))
+    source = Source(study_name, trial.number, tuple(trial.values or ()), trial.user_attrs.get(MLFLOW_RUN_ATTR),
+                    confirmed)
     return Promoted(f"trial-{trial.number}", carried, source, dropped)
 
 

@@ -175,6 +175,30 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_confirm(args: argparse.Namespace) -> int:
+    from abtune.launch.profiles import load_profile
+    from abtune.study.confirm import confirm
+    from abtune.study.storage import require_study
+    from abtune.tracking import open_tracking
+
+    if args.top < 1 or args.seeds < 2 or args.parallel < 1:
+        raise ConfigError("--top and --parallel must be at least 1, --seeds at least 2 (a spread needs two values)")
+    profile = load_profile(args.launcher)
+    storage, url = _storage(args)
+    require_study(storage, args.name, url)
+    tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
+    try:
+        table, _ = confirm(storage, args.name, args.top, args.seeds, args.rule, profile, args.parallel, tracking)
+    except KeyboardInterrupt:
+        print(f"abtune: interrupted; finished seeds are kept. Continue with: abtune study confirm {args.name} "
+              f"--top {args.top} --seeds {args.seeds}", file=sys.stderr)
+        return INTERRUPTED_EXIT
+    print(table)
+    print(f"stored in study {args.name} (user attrs abtune.confirmation.*); `abtune promote {args.name}` now "
+          "chooses among these configurations")
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from abtune.study.report import print_list
 
@@ -240,6 +264,15 @@ def register_study_commands(commands: argparse._SubParsersAction) -> None:
     export = add("export", cmd_export, "every trial as CSV or JSON")
     export.add_argument("--format", choices=("csv", "json"), default="csv")
     export.add_argument("--output", type=Path, default=None, help="file to write (default: standard output)")
+    confirm = add("confirm", cmd_confirm, "re-run the best configurations and both references with fresh seeds")
+    confirm.add_argument("--top", type=int, default=1, help="configurations to confirm (default: %(default)s)")
+    confirm.add_argument("--seeds", type=int, default=5, help="fresh seeds per configuration (default: %(default)s)")
+    confirm.add_argument("--rule", choices=("best-accuracy", "least-traffic", "knee"), default="best-accuracy",
+                         help="how to pick from a multi-objective study's Pareto front, as promote does")
+    confirm.add_argument("--parallel", type=int, default=1, help="runs at a time (each starts layout.nproc ranks)")
+    confirm.add_argument("--launcher", default="local", metavar="NAME|PATH",
+                         help="local (default) or a slurm profile (a job per run)")
+    add_tracking_arguments(confirm)
     add("list", cmd_list, "studies in the storage", named=False)
     delete = add("delete", cmd_delete, "delete a study and its trial folders")
     delete.add_argument("--yes", action="store_true", help="do not ask")

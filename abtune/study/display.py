@@ -5,6 +5,7 @@ On a terminal both live in one rich Live view; otherwise (logs, CI) one line per
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,10 +22,20 @@ MEGA = 1e6
 SHOWN_ROWS = 15
 
 
+def with_spread(value: str, attrs: dict[str, Any], key: str, scale: float = 1.0) -> str:
+    """`value ± std` when the trial ran several seeds (`repeats`), with as many digits as `value`."""
+    spread = attrs.get(f"{key}_std")
+    if spread is None or not math.isfinite(spread):
+        return value
+    digits = len(value.rpartition(".")[2]) if "." in value else 0
+    return f"{value} ± {spread / scale:.{digits}f}"
+
+
 def trial_row(trial: FrozenTrial) -> list[str]:
     attrs = trial.user_attrs
-    top1 = f"{attrs['top1']:.4f}" if "top1" in attrs else "-"
-    inter = f"{attrs['inter_node_bytes'] / MEGA:.2f}" if "inter_node_bytes" in attrs else "-"
+    top1 = with_spread(f"{attrs['top1']:.4f}", attrs, "top1") if "top1" in attrs else "-"
+    inter = with_spread(f"{attrs['inter_node_bytes'] / MEGA:.2f}", attrs, "inter_node_bytes", MEGA) \
+        if "inter_node_bytes" in attrs else "-"
     seconds = f"{attrs['wall_seconds']:.0f}" if "wall_seconds" in attrs else "-"
     note = attrs.get("fail_reason", "") if trial.state == TrialState.FAIL else results.label(trial)
     return [str(trial.number), trial.state.name, top1, inter, seconds, note]

@@ -15,8 +15,9 @@ from rich.console import Console
 from rich.table import Table
 
 from abtune.errors import ConfigError
-from abtune.study import capacity, results, workers
+from abtune.study import capacity, repeats, results, workers
 from abtune.study.definition import DDP, PAPER_DEFAULTS, stored_spec, stored_study_dir
+from abtune.study.display import with_spread
 from abtune.study.spec import StudySpec
 from abtune.study.stop import WORKER_JOBS_ATTR
 
@@ -57,7 +58,9 @@ def print_status(storage: BaseStorage, name: str, url: str) -> None:
             console.print(f"running: trial {trial.number}{where} on {owner} since {trial.datetime_start:%H:%M:%S}{note}")
     best = results.best_trial(trials)
     if best is not None:
-        console.print(f"best so far: trial {best.number}, top-1 {best.user_attrs['top1']:.4f}")
+        seeds = best.user_attrs.get("top1_seeds")
+        noise = f" ± {best.user_attrs['top1_std']:.4f} over {len(seeds)} seeds" if seeds else ""
+        console.print(f"best so far: trial {best.number}, top-1 {best.user_attrs['top1']:.4f}{noise}")
 
 
 def _delta(value: float, reference: FrozenTrial | None, key: str, ratio: bool) -> str:
@@ -76,8 +79,9 @@ def trial_table(title: str, trials: Sequence[FrozenTrial], all_trials: Sequence[
     for trial in trials:
         a = trial.user_attrs
         params = [_format(trial.params.get(p, "-")) for p in spec.space]
-        table.add_row(str(trial.number), f"{a['top1']:.4f}", _delta(a["top1"], paper, "top1", ratio=False),
-                      f"{a['inter_node_bytes'] / MEGA:.2f}", _delta(a["inter_node_bytes"], ddp, "inter_node_bytes", True),
+        table.add_row(str(trial.number), with_spread(f"{a['top1']:.4f}", a, "top1"),
+                      _delta(a["top1"], paper, "top1", ratio=False),
+                      with_spread(f"{a['inter_node_bytes'] / MEGA:.2f}", a, "inter_node_bytes", MEGA), _delta(a["inter_node_bytes"], ddp, "inter_node_bytes", True),
                       f"{a['compression']:.2f}", *params, results.label(trial))
     return table
 
@@ -115,10 +119,18 @@ def export_rows(storage: BaseStorage, name: str) -> list[dict[str, Any]]:
         row.update({f"value_{m}": v for m, v in zip(spec.objectives, values, strict=True)})
         row.update({f"param_{k}": trial.params.get(k) for k in spec.space})
         row.update({key: trial.user_attrs.get(key) for key in EXPORTED_ATTRS})
+        if spec.repeats > 1:
+            row.update({key: trial.user_attrs.get(key) for key in repeat_columns()})
         row["datetime_start"] = trial.datetime_start.isoformat() if trial.datetime_start else None
         row["datetime_complete"] = trial.datetime_complete.isoformat() if trial.datetime_complete else None
         rows.append(row)
     return rows
+
+
+def repeat_columns() -> list[str]:
+    """Export columns of a study with repeats: the seeds, and each result's spread and per-seed values."""
+    return [repeats.SEEDS_ATTR, repeats.REUSED_ATTR,
+            *(f"{key}_{part}" for key in repeats.SPREAD_KEYS for part in ("std", "seeds"))]
 
 
 def export_text(storage: BaseStorage, name: str, fmt: str) -> str:

@@ -23,9 +23,7 @@ makes its trial FAIL with the SLURM state as the reason (`SLURM job 812 CANCELLE
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -46,7 +44,7 @@ from abtune.launch.slurm import outcome as slurm_outcome
 from abtune.launch.submit import RunOutcome, submit_local, submit_run
 from abtune.redact import redact
 from abtune.rundir import prepare_run_dir
-from abtune.study import reattach, results, retries, stop, workers
+from abtune.study import reattach, repeats, results, retries, stop, workers
 from abtune.study.definition import DDP, REFERENCE, open_search_study, seed_offset, stored_study_dir
 from abtune.study.display import RunDisplay
 from abtune.study.pruning import STUDY_STORAGE_VARIABLE
@@ -56,8 +54,7 @@ from abtune.study.spec import StudySpec
 from abtune.study.storage import absolute_url
 from abtune.tracking import LaunchInfo, Tracking
 from abtune.tracking._base import RUN_ID_ATTR
-from abtune.training.checkpoint import COMPLETE_MARK
-from abtune.training.hooks import METRICS_FILE, write_hook_specs
+from abtune.training.hooks import write_hook_specs
 
 POLL_S = 0.5
 SLURM_POLL_S = 2.0  # every poll of a SLURM job asks sacct
@@ -258,9 +255,12 @@ class StudyRunner:
             run_id = self.tracking.start_trial_run(
                 config, trial, study_name=self.study.study_name, parent_run_id=self.parent_run,
                 launch_info=LaunchInfo(self.profile.kind, self.layout.world_size, self.layout.ranks_per_node))
-            active.run_dir, resume = self._prepare(trial, config, self.tracking.hook_spec(run_id))
-            active.job = submit_trial(active.run_dir, self.spec, resume, self.profile, self.layout,
-                                      trial_job_name(self.study.study_name, trial.number))
+            if self.spec.repeats > 1:  # K seeds as one job (see repeats.py)
+                active.run_dir, active.job = repeats.start_trial(self, trial, config, run_id)
+            else:
+                active.run_dir, resume = self._prepare(trial, config, self.tracking.hook_spec(run_id))
+                active.job = submit_trial(active.run_dir, self.spec, resume, self.profile, self.layout,
+                                          trial_job_name(self.study.study_name, trial.number))
         except ConfigError as error:
             self.active.remove(active)
             self._fail(active, str(error), kind=None)
@@ -319,14 +319,10 @@ class StudyRunner:
         previous = trial.user_attrs.get("retry_of")
         if previous is None:
             return False
-        source = self.study_dir / "trials" / str(previous)
-        complete = sorted((source / "checkpoints").glob(f"step_*/{COMPLETE_MARK}"))
-        if not complete:
+        step = repeats.adopt_checkpoint(self.study_dir / "trials" / str(previous), run_dir)
+        if step is None:
             return False
-        shutil.copytree(complete[-1].parent, run_dir / "checkpoints" / complete[-1].parent.name)
-        if (source / METRICS_FILE).exists():
-            shutil.copy(source / METRICS_FILE, run_dir / METRICS_FILE)
-        trial.set_user_attr("resumed_from_step", int(complete[-1].parent.name.removeprefix("step_")))
+        trial.set_user_attr("resumed_from_step", step)
         return True
 
     # --- finishing a trial --------------------------------------------------------------------
@@ -338,12 +334,11 @@ class StudyRunner:
             self._fail(active, outcome.reason or f"the job exited with code {outcome.exit_code}", kind=retries.FAILED)
             return
         assert active.run_dir is not None
-        summary_file = active.run_dir / "summary.json"
-        if not summary_file.exists():
-            self._fail(active, f"the run ended without writing {summary_file}", kind=retries.FAILED)
+        attrs = repeats.trial_attrs(active.run_dir, active.trial.user_attrs.get(repeats.SEEDS_ATTR),
+                                    time.time() - active.started)
+        if isinstance(attrs, str):
+            self._fail(active, attrs, kind=retries.FAILED)
             return
-        summary = json.loads(summary_file.read_text())
-        attrs = results.result_attrs(summary, time.time() - active.started)
         budget = self.spec.constraints.max_inter_node_mb
         if budget is not None:
             attrs["traffic_excess_mb"] = attrs["inter_node_bytes"] / 1e6 - budget
@@ -352,7 +347,7 @@ class StudyRunner:
         if budget is not None:  # feasible when <= 0; constrained samplers read it from the trial
             active.trial.set_constraint("traffic_excess_mb", attrs["traffic_excess_mb"])
         self.tracking.finish_run(active.mlflow_run_id, active.run_dir, "FINISHED")
-        if summary["stopped_early"]:
+        if attrs["stopped_early"]:
             frozen = self.study.tell(active.trial, state=TrialState.PRUNED)
         else:
             frozen = self.study.tell(active.trial, [attrs[m] for m in self.spec.objectives])

@@ -127,6 +127,7 @@ class StudySpec(StrictModel):
     pruner: PrunerSpec = PrunerSpec()
     references: References = References()
     trials: int = Field(20, ge=1, description="trial budget of the whole study, reference trials included")
+    repeats: int = Field(1, ge=1, description="seeds per configuration; objectives are the means over them")
     retries: Retries = Retries()
     trial_timeout_min: int = Field(24 * 60, ge=1)
     storage: str | None = Field(None, description="default storage for `study create`; --storage wins")

@@ -120,6 +120,14 @@ class MlflowTracking(Tracking):
             _try(lambda: self.client.set_terminated(run_id, status))
             return "incomplete"
 
+    def log_metrics(self, run_id: str | None, metrics: dict[str, float]) -> None:
+        if run_id is None or not metrics:
+            return
+        try:
+            self._log_points(run_id, [Point(key, value, 0) for key, value in metrics.items()])
+        except Exception as error:  # the values are in the study's storage; the record is a convenience
+            _warn(f"could not log metrics to MLflow run {run_id} at {self.describe()}: {_first_line(error)}")
+
     def _experiment_id(self, name: str) -> str:
         from mlflow.exceptions import MlflowException
 

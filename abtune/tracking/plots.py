@@ -5,6 +5,7 @@ matplotlib only (Agg, no display); every function writes one file and returns it
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -119,11 +120,44 @@ def pareto_front(points: list[dict[str, Any]], path: Path) -> Path:
     for p in front:
         axis.annotate(str(p["number"]), (p["bytes"] / 1e6, p["top1"]), fontsize=7, xytext=(3, 3),
                       textcoords="offset points")
+    spread = [p for p in points if p.get("top1_std") is not None]
+    if spread:  # seed repeats: one standard deviation over the seeds either way
+        axis.errorbar([p["bytes"] / 1e6 for p in spread], [p["top1"] for p in spread],
+                      yerr=[_finite(p["top1_std"]) for p in spread],
+                      xerr=[_finite(p.get("bytes_std")) / 1e6 for p in spread],
+                      fmt="none", ecolor="0.4", elinewidth=0.8, capsize=2, zorder=1, label="± 1 std over seeds")
     axis.set_xlabel("inter-node MB per rank")
     axis.set_ylabel("top-1")
     axis.set_title("Pareto front (numbers: trial)")
     axis.legend(fontsize="small")
     return _save(figure, path)
+
+
+def confirmation_intervals(rows: list[dict[str, Any]], metrics: list[str], units: dict[str, tuple[str, float]],
+                           path: Path) -> Path:
+    """Per metric: each configuration's mean with its 95% interval (bar) and its seeds' values (dots).
+
+    rows: {name, METRIC: {mean, low, high, values}}; units: METRIC -> (unit, scale the values are divided by).
+    """
+    figure, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 1.2 + 0.6 * len(rows)), squeeze=False)
+    names = [r["name"] for r in rows][::-1]
+    for axis, metric in zip(axes[0], metrics, strict=True):
+        unit, scale = units[metric]
+        for y, row in enumerate(rows[::-1]):
+            m = row[metric]
+            bounded = math.isfinite(m["low"]) and math.isfinite(m["high"])  # no interval for one seed
+            error = [[(m["mean"] - m["low"]) / scale], [(m["high"] - m["mean"]) / scale]] if bounded else None
+            axis.errorbar([m["mean"] / scale], [y], xerr=error, fmt="o", c="tab:blue", capsize=4)
+            axis.scatter([v / scale for v in m["values"]], [y] * len(m["values"]), s=12, c="0.5", zorder=3)
+        axis.set_yticks(range(len(names)), names, fontsize=8)
+        axis.set_xlabel(f"{metric}{f' ({unit})' if unit else ''}")
+        axis.grid(True, axis="x", alpha=0.3)
+    axes[0][0].set_title("mean and 95% interval (dots: seeds)", fontsize=9, loc="left")
+    return _save(figure, path)
+
+
+def _finite(value: float | None) -> float:
+    return value if value is not None and math.isfinite(value) else 0.0
 
 
 def importances(by_objective: dict[str, dict[str, float]], path: Path) -> Path:

@@ -3,7 +3,8 @@
 Which objective is which: a study with `metric_names` names them (a name with "top1", a name with
 "byte"); otherwise the first maximized value is top-1 and the first minimized one inter-node bytes.
 A single-objective study maximizes top-1 and keeps the bytes in the user attr `inter_node_bytes`.
-Reference trials carry the user attr `reference` (`ddp` or `paper-defaults`).
+Reference trials carry the user attr `reference` (`ddp` or `paper-defaults`). Trials of a study with
+seed repeats carry `top1_std` and `inter_node_bytes_std`: the Pareto plot draws them as error bars.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def _trial_point(trial: FrozenTrial, top1: int | None, nbytes: int | None) -> di
     if accuracy is None or traffic is None:
         return None
     return {"number": trial.number, "top1": float(accuracy), "bytes": float(traffic), "front": False,
-            "reference": trial.user_attrs.get(REFERENCE_ATTR)}
+            "reference": trial.user_attrs.get(REFERENCE_ATTR),
+            "top1_std": trial.user_attrs.get("top1_std"), "bytes_std": trial.user_attrs.get(f"{BYTES_ATTR}_std")}
 
 
 def study_points(study: optuna.Study) -> list[dict[str, Any]]:

@@ -1,0 +1,241 @@
+"""`abtune study confirm NAME --top K --seeds S`: is the winner better, or only luckier?
+
+Re-runs the K best configurations of the search (chosen by the rules of `abtune promote`: `--rule`)
+and both reference trials (paper defaults, DDP) with S fresh seeds each: seed B + 1000 (R + j) for
+j < S, where B is the base config's seed and R the study's `repeats`, so no confirmation seed was
+seen by the search, and all configurations share the same seeds. Runs go to
+STUDY_DIR/confirm/trial_N/seed_S/; a run whose summary.json exists is not run again (a confirmation
+interrupted by Ctrl-C continues where it stopped).
+
+The table holds, per objective (and inter-node bytes), mean +- std and the 95% t-interval of every
+configuration, and its difference to the paper defaults and to DDP with a paired t-test over the
+shared seeds (stats.TEST_NAME). Optuna cannot change the attributes of a finished trial, so the
+results are study user attributes: `abtune.confirmation.trial_N` per configuration and
+`abtune.confirmation` for the whole (seeds, rule, test, MLflow run). MLflow gets one run,
+`confirmation`, with the table (markdown, JSON) and a plot of the intervals as artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from abtune.config import RunConfig, apply_overrides, parse_run_config
+from abtune.errors import AbtuneError, ConfigError
+from abtune.launch.profiles import Profile
+from abtune.promote.select import CONFIRMATION_ATTR, Rule, chosen_trials
+from abtune.rundir import prepare_run_dir
+from abtune.study import results, stats
+from abtune.study.definition import DDP, PAPER_DEFAULTS, REFERENCE, stored_spec, stored_study_dir
+from abtune.study.repeats import SUMMARY, repeat_seed, seed_dir
+from abtune.study.space import ddp_reference_config
+from abtune.study.spec import DIRECTIONS, StudySpec
+from abtune.tracking import Tracking
+
+CONFIRM_DIR = "confirm"
+POLL_S = 0.5
+LABELS = {PAPER_DEFAULTS: "paper defaults", DDP: "DDP"}
+UNITS = {"inter_node_bytes": ("MB", 1e6, 3), "top1": ("", 1.0, 4), "compression": ("x", 1.0, 2),
+         "train_seconds": ("s", 1.0, 1), "time_to_target": ("s", 1.0, 1)}
+
+
+@dataclass
+class Subject:
+    """One configuration to confirm: the trial it comes from and why (candidate and/or a reference)."""
+
+    trial: FrozenTrial
+    roles: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        labels = [LABELS[r] for r in self.roles if r in LABELS]
+        return f"trial {self.trial.number}" + (f" ({', '.join(labels)})" if labels else "")
+
+    def folder(self, study_dir: Path) -> Path:
+        return study_dir / CONFIRM_DIR / f"trial_{self.trial.number}"
+
+
+def subjects(study: optuna.Study, top: int, rule: Rule) -> list[Subject]:
+    """The K best trials, then the paper-defaults and DDP trials (a reference among the best counts once)."""
+    trials = study.get_trials(deepcopy=False)
+    paper, ddp = results.reference(trials, PAPER_DEFAULTS), results.reference(trials, DDP)
+    if paper is None and ddp is None:
+        raise ConfigError(f"study {study.study_name} has no finished reference trial (paper defaults, DDP) to "
+                          "compare with; run it with references enabled")
+    chosen: dict[int, Subject] = {}
+    for trial, role in [(t, "candidate") for t in chosen_trials(study, top, rule)] + [(paper, PAPER_DEFAULTS),
+                                                                                       (ddp, DDP)]:
+        if trial is not None:
+            chosen.setdefault(trial.number, Subject(trial)).roles.append(role)
+    return list(chosen.values())
+
+
+def confirmation_seeds(spec: StudySpec, count: int) -> list[int]:
+    return [repeat_seed(int(spec.base.get("seed", 0)), spec.repeats + j) for j in range(count)]
+
+
+def subject_config(spec: StudySpec, study_name: str, subject: Subject, seed: int) -> RunConfig:
+    trial = subject.trial
+    raw = ddp_reference_config(spec) if trial.user_attrs.get(REFERENCE) == DDP else apply_overrides(spec.base, trial.params)
+    raw = {**raw, "name": f"{study_name}-confirm-{trial.number}", "seed": seed}
+    return parse_run_config(raw, f"confirmation of trial {trial.number}")
+
+
+# --- running ----------------------------------------------------------------------------------------
+def run_seeds(spec: StudySpec, study_name: str, study_dir: Path, chosen: list[Subject], seeds: list[int],
+              profile: Profile, parallel: int) -> None:
+    """Every (configuration, seed) run without a summary.json, `parallel` at a time; raises when any failed."""
+    from abtune.launch.submit import outcome
+    from abtune.study.runner import submit_trial, trial_job_name, trial_layout
+
+    layout = trial_layout(spec, profile)
+    pending = [(s, seed) for s in chosen for seed in seeds if not (seed_dir(s.folder(study_dir), seed) / SUMMARY).exists()]
+    done = len(chosen) * len(seeds) - len(pending)
+    print(f"confirming {len(chosen)} configuration(s) x {len(seeds)} seed(s): {len(pending)} run(s) to train"
+          + (f", {done} already done" if done else ""), flush=True)
+    active: list[tuple[Subject, int, Path, Any]] = []
+    failed: list[str] = []
+    try:
+        while pending or active:
+            while pending and len(active) < parallel:
+                subject, seed = pending.pop(0)
+                run_dir = seed_dir(subject.folder(study_dir), seed)
+                shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted earlier attempt starts over
+                prepare_run_dir(subject_config(spec, study_name, subject, seed), run_dir, resume=False)
+                job = submit_trial(run_dir, spec, False, profile, layout,
+                                   trial_job_name(study_name, f"confirm-{subject.trial.number}-seed{seed}"))
+                active.append((subject, seed, run_dir, job))
+            for entry in list(active):
+                subject, seed, run_dir, job = entry
+                ended = outcome(job, run_dir)
+                if ended is None:
+                    continue
+                active.remove(entry)
+                print(f"{subject.name} seed {seed}: " + ("done" if ended.ok else f"failed: {ended.reason}"), flush=True)
+                if not ended.ok:
+                    failed.append(f"{subject.name} seed {seed} ({ended.reason})")
+            time.sleep(POLL_S if active else 0)
+    except KeyboardInterrupt:
+        for _, _, _, job in active:
+            job.cancel()
+        raise
+    if failed:
+        raise AbtuneError(f"{len(failed)} confirmation run(s) failed: {'; '.join(failed)}; run the command "
+                          "again to retry them (finished runs are kept)")
+
+
+# --- the statistics ---------------------------------------------------------------------------------
+def confirmation_metrics(spec: StudySpec) -> list[str]:
+    return [*spec.objectives, *(["inter_node_bytes"] if "inter_node_bytes" not in spec.objectives else [])]
+
+
+def seed_values(folder: Path, seeds: list[int], metrics: list[str]) -> dict[str, list[float]]:
+    attrs = [results.result_attrs(json.loads((seed_dir(folder, s) / SUMMARY).read_text()), 0.0) for s in seeds]
+    return {m: [float(a[m]) for a in attrs] for m in metrics}
+
+
+def record(subject: Subject, values: dict[str, list[float]], references: dict[str, dict[str, list[float]]],
+           spec: StudySpec, seeds: list[int], folder: Path) -> dict[str, Any]:
+    """What is stored for one configuration: per metric its seeds' values and spread, and the paired tests."""
+    metrics = {}
+    for metric, series in values.items():
+        spread = stats.spread(series)
+        metrics[metric] = {"values": series, "mean": spread.mean, "std": spread.std, "low": spread.low,
+                           "high": spread.high}
+    versus = {}
+    for role, reference in references.items():
+        if role in subject.roles:
+            continue
+        versus[role] = {}
+        for metric, series in values.items():
+            test = stats.paired(series, reference[metric])
+            versus[role][metric] = {"diff": test.diff, "t": test.t, "p": test.p, "significant": test.significant}
+    return {"trial": subject.trial.number, "name": subject.name, "roles": subject.roles, "seeds": seeds,
+            "folder": str(folder), "metrics": metrics, "versus": versus,
+            "values": [metrics[m]["mean"] for m in spec.objectives], "test": stats.TEST_NAME}
+
+
+def confirm(storage: Any, name: str, top: int, seeds_count: int, rule: Rule, profile: Profile, parallel: int,
+            tracking: Tracking) -> tuple[str, list[dict[str, Any]]]:
+    """Run the confirmation, store it in the study and in MLflow; returns the table (markdown) and records."""
+    study_id = storage.get_study_id_from_name(name)
+    spec, study_dir = stored_spec(storage, study_id), stored_study_dir(storage, study_id)
+    study = optuna.load_study(study_name=name, storage=storage)
+    chosen = subjects(study, top, rule)
+    seeds = confirmation_seeds(spec, seeds_count)
+    run_seeds(spec, name, study_dir, chosen, seeds, profile, parallel)
+    metrics = confirmation_metrics(spec)
+    values = {s.trial.number: seed_values(s.folder(study_dir), seeds, metrics) for s in chosen}
+    references = {role: values[s.trial.number] for s in chosen for role in s.roles if role in LABELS}
+    records = [record(s, values[s.trial.number], references, spec, seeds, s.folder(study_dir)) for s in chosen]
+    table = markdown_table(name, records, metrics, seeds)
+    out = study_dir / CONFIRM_DIR
+    files = write_files(out, table, records, metrics)
+    run_id = tracking.log_report(name, "confirmation", files, {"abtune.confirmation": "true", "optuna.study": name})
+    tracking.log_metrics(run_id, {f"trial_{r['trial']}.{m}_{k}": r["metrics"][m][k] for r in records
+                                  for m in metrics for k in ("mean", "std", "low", "high")
+                                  if math.isfinite(r["metrics"][m][k])})
+    for entry in records:
+        storage.set_study_user_attr(study_id, f"{CONFIRMATION_ATTR}.trial_{entry['trial']}", entry)
+    storage.set_study_user_attr(study_id, CONFIRMATION_ATTR, {
+        "trials": [r["trial"] for r in records], "candidates": [s.trial.number for s in chosen if "candidate" in s.roles],
+        "seeds": seeds, "rule": rule, "test": stats.TEST_NAME, "mlflow_run_id": run_id, "folder": str(out),
+        "time": time.strftime("%Y-%m-%d %H:%M:%S")})
+    return table, records
+
+
+# --- showing it -------------------------------------------------------------------------------------
+def _number(metric: str, value: float, signed: bool = False) -> str:
+    unit, scale, digits = UNITS.get(metric, ("", 1.0, 4))
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value / scale:{'+' if signed else ''}.{digits}f}"
+
+
+def _versus(metric: str, test: dict[str, Any] | None) -> str:
+    if test is None:
+        return "-"
+    mark = " *" if test["significant"] else ""
+    if not math.isfinite(test["t"]):  # every seed gave the same difference (traffic is deterministic)
+        return f"{_number(metric, test['diff'], signed=True)} (same every seed){mark}"
+    return f"{_number(metric, test['diff'], signed=True)} (t {test['t']:.2f}, p {test['p']:.3f}){mark}"
+
+
+def markdown_table(name: str, records: list[dict[str, Any]], metrics: list[str], seeds: list[int]) -> str:
+    lines = [f"Confirmation of study {name}: {len(records)} configuration(s) x {len(seeds)} fresh seeds "
+             f"({', '.join(map(str, seeds))})",
+             f"Test: {stats.TEST_NAME}; * = significant (p < {stats.ALPHA:.2f}); difference = row - reference.", ""]
+    for metric in metrics:
+        unit = UNITS.get(metric, ("", 1.0, 4))[0]
+        lines += [f"### {metric}{f' ({unit})' if unit else ''}, {DIRECTIONS[metric]}", "",
+                  "| configuration | mean ± std | 95% interval | vs paper defaults | vs DDP |",
+                  "| --- | --- | --- | --- | --- |"]
+        for entry in records:
+            m = entry["metrics"][metric]
+            interval = f"[{_number(metric, m['low'])}, {_number(metric, m['high'])}]"
+            cells = [entry["name"], f"{_number(metric, m['mean'])} ± {_number(metric, m['std'])}", interval,
+                     _versus(metric, entry["versus"].get(PAPER_DEFAULTS, {}).get(metric)),
+                     _versus(metric, entry["versus"].get(DDP, {}).get(metric))]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_files(out: Path, table: str, records: list[dict[str, Any]], metrics: list[str]) -> list[Path]:
+    from abtune.tracking.plots import confirmation_intervals
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "confirmation.md", out / "confirmation.json", out / "confirmation.png"]
+    paths[0].write_text(table)
+    paths[1].write_text(json.dumps(records, indent=2) + "\n")
+    rows = [{"name": r["name"], **{m: r["metrics"][m] for m in metrics}} for r in records]
+    confirmation_intervals(rows, metrics, {m: UNITS.get(m, ("", 1.0, 4))[:2] for m in metrics}, paths[2])
+    return paths

@@ -1,0 +1,279 @@
+"""Seed repeats: with `repeats: K` a trial is K runs of one configuration, one per seed.
+
+Seeds: repeat i of a configuration whose run config has seed B uses seed B + 1000 i, so repeat 0 is
+the configuration as searched and `repeats: 1` is the study as before (one run in `trials/N/`).
+With K > 1 the seeds are recorded in the trial's user attr `seeds`, each runs in its own folder
+`trials/N/seed_S/`, and `trials/N/config.yaml` is the configuration with seed B (to run it again).
+On SLURM every seed is its own job (not a job array).
+
+Order: without a pruner the seeds of a trial run side by side (locally: K x nproc processes). With
+a pruner they run one after another, so the pruner sees the running mean: seed i's pruning hook
+reports the mean of seeds 0..i at each step (over the value seed i-1 left). When a trial's seeds
+are done its intermediate values are the mean curve; its objective values are the means; mean,
+sample std and each seed's value are user attrs (`top1`, `top1_std`, `top1_seeds`, ...) and
+metrics of its MLflow run, whose child runs are the seeds.
+
+A retry (Ctrl-C, a dead worker, a failed run) takes over what the trial it replaces finished: a seed
+folder holding summary.json is copied, not run again (`reused_seeds`); a seed with a complete
+checkpoint resumes from it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from abtune.config import RunConfig
+from abtune.launch.outcome import RunOutcome
+from abtune.rundir import prepare_run_dir
+from abtune.study import results, stats
+from abtune.training.checkpoint import COMPLETE_MARK
+from abtune.training.hooks import METRICS_FILE, read_metrics, write_hook_specs
+
+SEED_STRIDE = 1000
+SEEDS_ATTR = "seeds"
+REUSED_ATTR = "reused_seeds"
+SPREAD_KEYS = ("top1", "best_top1", "inter_node_bytes", "compression", "train_seconds", "time_to_target")
+SUMMARY = "summary.json"
+
+
+def repeat_seed(base: int, index: int) -> int:
+    return base + SEED_STRIDE * index
+
+
+def seed_dir(trial_dir: Path, seed: int) -> Path:
+    return trial_dir / f"seed_{seed}"
+
+
+def adopt_checkpoint(source: Path, run_dir: Path) -> int | None:
+    """Copy the newest complete checkpoint (and the metrics so far) of `source` into `run_dir`; its step."""
+    complete = sorted((source / "checkpoints").glob(f"step_*/{COMPLETE_MARK}"),
+                      key=lambda mark: int(mark.parent.name.removeprefix("step_")))
+    if not complete:
+        return None
+    shutil.copytree(complete[-1].parent, run_dir / "checkpoints" / complete[-1].parent.name)
+    if (source / METRICS_FILE).exists():
+        shutil.copy(source / METRICS_FILE, run_dir / METRICS_FILE)
+    return int(complete[-1].parent.name.removeprefix("step_"))
+
+
+# --- the result of a trial ------------------------------------------------------------------------
+def trial_attrs(run_dir: Path, seeds: Sequence[int] | None, wall_seconds: float) -> dict[str, Any] | str:
+    """The trial's result attrs (means over the seeds that ran), or why there is none."""
+    if not seeds:
+        summary_file = run_dir / SUMMARY
+        if not summary_file.exists():
+            return f"the run ended without writing {summary_file}"
+        return results.result_attrs(json.loads(summary_file.read_text()), wall_seconds)
+    each = {s: results.result_attrs(json.loads((seed_dir(run_dir, s) / SUMMARY).read_text()), wall_seconds)
+            for s in seeds if (seed_dir(run_dir, s) / SUMMARY).exists()}
+    if not each:
+        return f"no seed of the trial wrote {SUMMARY} (first: {seed_dir(run_dir, seeds[0])})"
+    return aggregate(each, wall_seconds)
+
+
+def aggregate(each: dict[int, dict[str, Any]], wall_seconds: float) -> dict[str, Any]:
+    """Means of every numeric result; spread and per-seed values of SPREAD_KEYS; the earliest stop."""
+    rows = list(each.values())
+    attrs: dict[str, Any] = {}
+    for key, first in rows[0].items():
+        values = [row[key] for row in rows]
+        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+        attrs[key] = stats.mean(values) if numeric else first
+    for key in SPREAD_KEYS:
+        values = [row[key] for row in rows]
+        if all(isinstance(v, int | float) for v in values):
+            attrs[f"{key}_std"] = stats.std(values)
+            attrs[f"{key}_seeds"] = values
+    attrs["steps_done"] = min(row["steps_done"] for row in rows)
+    attrs["stopped_early"] = next((row["stopped_early"] for row in rows if row["stopped_early"]), None)
+    attrs["wall_seconds"] = wall_seconds
+    attrs["seeds_done"] = list(each)
+    return attrs
+
+
+def spread_metrics(attrs: dict[str, Any]) -> dict[str, float]:
+    """MLflow metrics of a repeated trial: KEY_mean, KEY_std and KEY_seed_S (finite values only)."""
+    metrics: dict[str, float] = {}
+    for key in SPREAD_KEYS:
+        if f"{key}_seeds" not in attrs:
+            continue
+        metrics[f"{key}_mean"], metrics[f"{key}_std"] = attrs[key], attrs[f"{key}_std"]
+        metrics.update({f"{key}_seed_{s}": v for s, v in zip(attrs["seeds_done"], attrs[f"{key}_seeds"], strict=True)})
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, int | float) and math.isfinite(v)}
+
+
+def eval_curve(run_dir: Path) -> dict[int, float]:
+    return {int(r["step"]): float(r["val_top1"]) for r in read_metrics(run_dir) if r.get("kind") == "evaluation"}
+
+
+def mean_curve(run_dirs: Sequence[Path]) -> dict[int, float]:
+    """The mean validation top-1 at every step all runs evaluated."""
+    curves = [eval_curve(d) for d in run_dirs]
+    steps = set.intersection(*(set(c) for c in curves)) if curves else set()
+    return {step: stats.mean([c[step] for c in curves]) for step in sorted(steps)}
+
+
+# --- running the seeds of one trial ---------------------------------------------------------------
+@dataclass
+class SeedRun:
+    seed: int
+    run_dir: Path
+    resume: bool = False
+    finished: bool = False  # summary.json is there (run here, or taken over from the trial it retries)
+    job: Any = None
+    outcome: RunOutcome | None = None
+    mlflow_run_id: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.job is not None and self.outcome is None
+
+    @property
+    def pruned(self) -> bool:
+        summary = self.run_dir / SUMMARY
+        return self.finished and bool(json.loads(summary.read_text()).get("stopped_early"))
+
+
+class RepeatedJob:
+    """The seeds of one trial, seen by the runner as one job: `done()` polls the seed jobs and starts the
+    next ones (at most `concurrent` at a time); `result()` says how they ended."""
+
+    def __init__(self, runs: list[SeedRun], concurrent: int, start: Callable[[SeedRun], Any],
+                 end: Callable[[SeedRun, bool], None], complete: Callable[[], None]) -> None:
+        self.runs, self.concurrent = runs, concurrent
+        self._start, self._end, self._complete = start, end, complete
+        self.cancelled = False
+        self._completed = False
+
+    def done(self) -> bool:
+        from abtune.launch.submit import outcome
+
+        for run in [r for r in self.runs if r.running]:
+            ended = outcome(run.job, run.run_dir)
+            if ended is not None:
+                self._ended(run, ended)
+        waiting = [r for r in self.runs if r.job is None and r.outcome is None and not r.finished]
+        while not self._stopped() and waiting and sum(r.running for r in self.runs) < self.concurrent:
+            run = waiting.pop(0)
+            try:
+                run.job = self._start(run)
+            except Exception as error:  # noqa: BLE001 - a refused submission fails this trial only
+                self._ended(run, RunOutcome(False, f"seed {run.seed} not started: {error}", 1))
+        if any(r.running for r in self.runs):
+            return False
+        if not self._completed and self.result().ok:
+            self._completed = True
+            self._complete()
+        return True
+
+    def _ended(self, run: SeedRun, ended: RunOutcome) -> None:
+        run.outcome = ended
+        run.finished = ended.ok and (run.run_dir / SUMMARY).exists()
+        self._end(run, self.cancelled)
+
+    def _stopped(self) -> bool:
+        return self.cancelled or any(r.outcome is not None and not r.outcome.ok for r in self.runs) \
+            or any(r.pruned for r in self.runs)
+
+    def result(self) -> RunOutcome:
+        failed = [r for r in self.runs if r.outcome is not None and not r.outcome.ok]
+        if failed:
+            first = failed[0].outcome
+            assert first is not None
+            return RunOutcome(False, f"seed {failed[0].seed}: {first.reason}", first.exit_code)
+        if self.cancelled and not all(r.finished for r in self.runs):
+            return RunOutcome(False, "cancelled", 1)
+        return RunOutcome(True)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        for run in self.runs:
+            if run.running:
+                run.job.cancel()
+
+
+def start_trial(runner: Any, trial: Any, config: RunConfig, run_id: str | None) -> tuple[Path, RepeatedJob]:
+    """Prepare `trials/N/` and its seeds, take over what a retried trial finished, start the first seeds."""
+    from abtune.study.runner import trial_hook_specs
+
+    trial_dir = runner.study_dir / "trials" / str(trial.number)
+    prepare_run_dir(config, trial_dir, resume=False)
+    seeds = [repeat_seed(config.seed, i) for i in range(runner.spec.repeats)]
+    trial.set_user_attr(SEEDS_ATTR, seeds)
+    trial.set_user_attr("run_dir", str(trial_dir))
+    runs = [SeedRun(s, seed_dir(trial_dir, s)) for s in seeds]
+    previous = trial.user_attrs.get("retry_of")
+    if previous is not None:
+        _take_over(runner.study_dir / "trials" / str(previous), runs, trial)
+    hooks = trial_hook_specs(runner.spec, runner.study.study_name, trial)
+    sequential = any(h["options"].get("prune") for h in hooks)  # the pruner needs the running mean
+    seeds_of = _SeedStarter(runner, trial, config, run_id, hooks if sequential else [], runs)
+
+    def complete() -> None:
+        if hooks:  # the trial reports a curve: make it the mean over the seeds
+            for step, value in mean_curve([r.run_dir for r in runs if r.finished]).items():
+                runner.storage.set_trial_intermediate_value(trial._trial_id, step, value)
+        attrs = trial_attrs(trial_dir, seeds, 0.0)
+        if isinstance(attrs, dict):
+            runner.tracking.log_metrics(run_id, spread_metrics(attrs))
+
+    job = RepeatedJob(runs, 1 if sequential else len(runs), seeds_of.start, seeds_of.end, complete)
+    job.done()
+    return trial_dir, job
+
+
+def _take_over(previous_dir: Path, runs: list[SeedRun], trial: Any) -> None:
+    reused = []
+    for run in runs:
+        source = seed_dir(previous_dir, run.seed)
+        if (source / SUMMARY).exists():
+            shutil.copytree(source, run.run_dir)
+            run.finished = True
+            reused.append(run.seed)
+        elif source.is_dir():
+            run.resume = adopt_checkpoint(source, run.run_dir) is not None
+    if reused:
+        trial.set_user_attr(REUSED_ATTR, reused)
+
+
+@dataclass
+class _SeedStarter:
+    """Starts one seed of a trial (its folder, hooks, MLflow child run, job) and records its end."""
+
+    runner: Any
+    trial: Any
+    config: RunConfig
+    run_id: str | None
+    hooks: list[dict[str, Any]]
+    runs: list[SeedRun]
+
+    def start(self, run: SeedRun) -> Any:
+        from abtune.study.runner import submit_trial, trial_job_name
+        from abtune.tracking import LaunchInfo
+
+        runner, number = self.runner, self.trial.number
+        config = self.config.model_copy(update={"seed": run.seed})
+        prepare_run_dir(config, run.run_dir, resume=False)
+        earlier = [str(r.run_dir) for r in self.runs[:self.runs.index(run)]]
+        hooks = [{**h, "options": {**h["options"], "earlier": earlier}} for h in self.hooks]
+        if self.run_id is not None:
+            run.mlflow_run_id = runner.tracking.start_run(
+                config, experiment=runner.study.study_name, run_name=f"trial-{number}-seed-{run.seed}",
+                parent_run_id=self.run_id, tags={"optuna.study": runner.study.study_name,
+                                                 "optuna.trial_number": number, "abtune.seed": run.seed},
+                launch_info=LaunchInfo(runner.profile.kind, runner.layout.world_size, runner.layout.ranks_per_node))
+        tracking_hook = runner.tracking.hook_spec(run.mlflow_run_id)
+        write_hook_specs(run.run_dir, hooks + ([tracking_hook] if tracking_hook else []))
+        return submit_trial(run.run_dir, runner.spec, run.resume, runner.profile, runner.layout,
+                            trial_job_name(runner.study.study_name, f"{number}-seed{run.seed}"))
+
+    def end(self, run: SeedRun, cancelled: bool) -> None:
+        assert run.outcome is not None
+        status = "FINISHED" if run.outcome.ok else ("KILLED" if cancelled else "FAILED")
+        self.runner.tracking.finish_run(run.mlflow_run_id, run.run_dir, status)
