@@ -67,6 +67,7 @@ SERVER_ENVIRONMENT = {"OMP_NUM_THREADS": "1", "JE_ARROW_MALLOC_CONF": "backgroun
 MESSAGE_BYTES = 1 << 20
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
+REPLY_TIMEOUT_S = 120.0  # a server still preloading (seconds; more on a busy machine) answers after that
 LOST_EXIT_CODE = 1  # the server ended before its rank: the rank's own status is lost
 
 
@@ -78,20 +79,27 @@ def enabled() -> bool:
 
 
 @contextlib.contextmanager
-def owned_server(wait: bool = False) -> Iterator[None]:
+def owned_server(start: bool = False, wait: bool = False) -> Iterator[Path | None]:
     """Ranks started under this block (here or in child processes) fork from one server of this process,
-    started on first use and stopped at the end of the block. Nothing when warm start is off or an outer
-    owner (a test session) already provides a server. `wait`: block until the server has ended."""
+    started on first use (`start`: now) and stopped at the end of the block; yields its socket. Nothing
+    (None) when warm start is off or an outer owner (a test session) provides a server already.
+    `wait`: at the end, block until the server has ended."""
     if not enabled() or os.environ.get(SOCKET_VARIABLE):
-        yield
+        yield None
         return
     folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))
     path = folder / SOCKET_NAME
+    earlier_owner = os.environ.get(OWNER_VARIABLE)
     os.environ.update({SOCKET_VARIABLE: str(path), OWNER_VARIABLE: str(os.getpid())})
     try:
-        yield
+        if start and (conn := _server_connection(path, dict(os.environ))) is not None:
+            conn.close()
+        yield path
     finally:
-        del os.environ[SOCKET_VARIABLE], os.environ[OWNER_VARIABLE]
+        os.environ.pop(SOCKET_VARIABLE, None)
+        os.environ.pop(OWNER_VARIABLE, None)
+        if earlier_owner is not None:
+            os.environ[OWNER_VARIABLE] = earlier_owner
         server = stop_server(path)
         if server is None:
             shutil.rmtree(folder, ignore_errors=True)
@@ -188,6 +196,7 @@ def spawn(args: list[str], env: dict[str, str]) -> WarmRank | None:
         return None
     request = {"args": args, "env": env, "cwd": os.getcwd(), "executable": os.path.realpath(sys.executable),
                "path": _path_prefix(env)}
+    conn.settimeout(REPLY_TIMEOUT_S)
     try:
         socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
         message, fds, _, _ = socket.recv_fds(conn, MESSAGE_BYTES, 1)
@@ -455,12 +464,12 @@ def _take_over(request: dict[str, Any], base_path: list[str]) -> None:
 
 
 def _run_worker(args: list[str]) -> int:
-    import runpy
-
-    sys.argv = [sys.modules[WORKER_MODULE].__file__ or WORKER_MODULE, *args]
+    """What `python -m abtune.training.worker ARGS` runs (the module is preloaded, so not run again)."""
+    worker = sys.modules[WORKER_MODULE]
+    sys.argv = [worker.__file__ or WORKER_MODULE, *args]
     try:
-        runpy.run_module(WORKER_MODULE, run_name="__main__", alter_sys=True)
-    except SystemExit as done:
+        worker.exit_without_finalizing(worker.main(args))
+    except SystemExit as done:  # argparse
         return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
     return 0
 
