@@ -130,6 +130,7 @@ def test_a_killed_rank_fails_only_its_run(tmp_path: Path, started: list[tuple[li
     thread.join(timeout=120)
     assert isinstance(outcome["long"], TrainingFailed)
     assert str(outcome["long"]).endswith("was killed by SIGKILL")
+    assert all(rank.poll() is not None for args, rank in started if args[0] == str(tmp_path / "long"))
     assert results(short)["final"]["val_top1"] > 0
     after = run(tmp_path, "after", seed=6)
     assert (after / "summary.json").exists()
