@@ -52,10 +52,11 @@ def tiny_config(tmp_path: Path) -> Path:
 def _warm_rank_server() -> Iterator[None]:
     """One warm rank server for the whole session (abtune/launch/warm.py): every run a test starts, in
     this process or through the `abtune` command, forks its ranks from it instead of importing torch in
-    each. Stopped, and waited for, at the end. ABTUNE_WARM_START=0 runs the suite cold."""
+    each. Started by the first run (a session without runs starts none), stopped and waited for at the
+    end. ABTUNE_WARM_START=0 runs the suite cold."""
     from abtune.launch.warm import owned_server
 
-    with owned_server(start=True, wait=True):
+    with owned_server(wait=True):
         yield
 
 

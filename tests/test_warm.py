@@ -137,8 +137,8 @@ def test_a_killed_rank_fails_only_its_run(tmp_path: Path, started: list[tuple[li
     assert sum(args[0] == str(after) for args, _ in started) == NPROC  # still warm
 
 
-@session_server
-def test_a_python_path_with_another_abtune_starts_cold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_python_path_with_another_abtune_starts_cold(tmp_path: Path, own_server: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A PYTHONPATH entry holding another `abtune` would make a cold rank import that one: the server
     refuses, and the launcher starts the rank cold. So do different settings read at import."""
     other = tmp_path / "other"

@@ -105,6 +105,7 @@ def owned_server(start: bool = False, wait: bool = False) -> Iterator[Path | Non
             shutil.rmtree(folder, ignore_errors=True)
         elif wait:
             wait_for_exit(server, STOP_TIMEOUT_S)
+            shutil.rmtree(folder, ignore_errors=True)  # gone already, unless the server had to be killed
 
 
 def stop_server(path: Path) -> int | None:
