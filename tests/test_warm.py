@@ -125,6 +125,7 @@ def test_a_killed_rank_fails_only_its_run(tmp_path: Path, started: list[tuple[li
     while not (metrics.exists() and metrics.read_text()) and time.monotonic() < deadline and thread.is_alive():
         time.sleep(0.2)
     victim = next(rank for args, rank in started if args[0] == str(tmp_path / "long") and rank.poll() is None)
+    assert os.getpgid(victim.pid) == os.getpgid(0)  # a Ctrl-C or killpg of the launcher's group reaches it
     short = run(tmp_path, "short", seed=5)  # side by side with the long one's ranks
     os.kill(victim.pid, signal.SIGKILL)
     thread.join(timeout=120)

@@ -13,7 +13,9 @@ session through tests/conftest.py). Any launcher under it (the command itself, o
 study trial) starts the server on first use; the server stops once its owner has ended or asked it to,
 and its ranks have all ended: a rank that outlives its launcher (a killed `study run`) is still reaped
 and its exit status still delivered. The socket lives in a private (0700) temporary folder that the
-server removes when it ends. ABTUNE_WARM_START=0 turns all of this off (every rank starts cold).
+server removes when it ends. The server runs in its own process group of the starter's session; each
+rank joins its launcher's process group, so a Ctrl-C or a killpg reaches warm ranks as it reaches cold
+ones (a launcher in another session gets cold ranks). ABTUNE_WARM_START=0 turns all of this off (every rank starts cold).
 
 Protocol (SOCK_SEQPACKET, one JSON message each way): the launcher sends the rank's argv, environment,
 working directory, interpreter and Python path, with its stdin, stdout and stderr as SCM_RIGHTS; the
@@ -196,7 +198,7 @@ def spawn(args: list[str], env: dict[str, str]) -> WarmRank | None:
     if conn is None:
         return None
     request = {"args": args, "env": env, "cwd": os.getcwd(), "executable": os.path.realpath(sys.executable),
-               "path": _path_prefix(env)}
+               "path": _path_prefix(env), "launcher": os.getpid(), "group": os.getpgid(0)}
     conn.settimeout(REPLY_TIMEOUT_S)
     try:
         socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
@@ -229,6 +231,7 @@ def _server_connection(path: Path, env: dict[str, str]) -> socket.socket | None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         with contextlib.suppress(OSError):
             return _connect(path)
+        path.unlink(missing_ok=True)  # a killed server's socket
         return _start_server(path, env)
 
 
@@ -248,7 +251,7 @@ def _start_server(path: Path, env: dict[str, str]) -> socket.socket | None:
     server_env.update(SERVER_ENVIRONMENT, OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"))
     with (path.parent / LOG_FILE).open("a") as log:
         process = subprocess.Popen([sys.executable, "-m", __name__, "serve", str(path), owner], env=server_env,
-                                   stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+                                   stdin=subprocess.DEVNULL, stdout=log, stderr=log, process_group=0)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline and process.poll() is None:
         with contextlib.suppress(OSError):
@@ -344,6 +347,11 @@ class Server:
         self.children[pid] = conn
 
     def _mismatch(self, request: dict[str, Any]) -> str | None:
+        try:
+            if os.getsid(request["launcher"]) != os.getsid(0):
+                return "the launcher is in another session: its process group cannot take the rank"
+        except ProcessLookupError:
+            return "the launcher is gone"
         if request["executable"] != os.path.realpath(sys.executable):
             return f"another interpreter ({request['executable']})"
         for name in IMPORT_TIME_VARIABLES:
@@ -376,6 +384,7 @@ class Server:
             for sock in (self.listener, self.wakeup_read, self.wakeup_write, conn, *self.children.values()):
                 sock.close()
             os.close(self.owner)
+            os.setpgid(0, request["group"])  # the launcher's: a Ctrl-C or killpg reaches the rank as a cold one
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)
             for fd in fds:
