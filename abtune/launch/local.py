@@ -2,9 +2,9 @@
 
 Ranks fork from a warm server when the abtune command (or the test session) provides one
 (abtune/launch/warm.py), else start as `python -m abtune.training.worker`; either way the launcher
-sees a process it can poll, signal and wait for. The launcher watches its ranks: if one dies (an error, a NaN loss, a kill), the others are
-stopped at once instead of waiting in a collective until the timeout, and the first recorded
-failure becomes the one-line error.
+sees a process it can poll, signal and wait for. The launcher watches its ranks: if one dies (an
+error, a NaN loss, a kill), the others are stopped at once instead of waiting in a collective until
+the timeout, and the first recorded failure becomes the one-line error.
 """
 
 from __future__ import annotations
