@@ -21,6 +21,7 @@ import yaml
 from abtune.config import RunConfig, load_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.launch.profiles import Layout, LocalProfile, Profile, SlurmProfile, check_fits, load_profile
+from abtune.launch.warm import owned_server
 from abtune.rundir import DEFAULT_RUNS_DIR, default_run_dir, prepare_run_dir
 from abtune.study.cli import register_study_commands
 from abtune.study.storage import resolve_storage_url
@@ -406,7 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        with owned_server():  # ranks this command starts locally fork from one warm server
+            return int(args.func(args))
     except AbtuneError as error:
         for line in str(error).splitlines():
             print(f"abtune: error: {line}", file=sys.stderr)

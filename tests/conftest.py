@@ -48,6 +48,18 @@ def tiny_config(tmp_path: Path) -> Path:
     return write_config(tmp_path / "run.yaml")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _warm_rank_server() -> Iterator[None]:
+    """One warm rank server for the whole session (abtune/launch/warm.py): every run a test starts, in
+    this process or through the `abtune` command, forks its ranks from it instead of importing torch in
+    each. Started by the first run (a session without runs starts none), stopped and waited for at the
+    end. ABTUNE_WARM_START=0 runs the suite cold."""
+    from abtune.launch.warm import owned_server
+
+    with owned_server(wait=True):
+        yield
+
+
 TRACKING_VARIABLES = ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
 
 

@@ -33,7 +33,8 @@ def _children(pid: int) -> list[int]:
 def test_killed_rank_stops_the_others_and_names_the_rank(tmp_path: Path) -> None:
     config = write_config(tmp_path / "long.yaml", train={"steps": 100000})
     command = [*abtune_command(), "train", str(config), "--nproc", "2", "--run-dir", str(tmp_path / "run")]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cold = {**os.environ, "ABTUNE_WARM_START": "0"}  # ranks as the launcher's children; warm: tests/test_warm.py
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cold)
     deadline = time.monotonic() + 120
     while len(ranks := _children(process.pid)) < 2 or not (tmp_path / "run" / "config.yaml").exists():
         assert time.monotonic() < deadline and process.poll() is None

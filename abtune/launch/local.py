@@ -1,8 +1,10 @@
 """Run N ranks as processes on this machine, simulating N / ranks_per_node nodes.
 
-The launcher watches its ranks: if one dies (an error, a NaN loss, a kill), the others are
-stopped at once instead of waiting in a collective until the timeout, and the first recorded
-failure becomes the one-line error.
+Ranks fork from a warm server when the abtune command (or the test session) provides one
+(abtune/launch/warm.py), else start as `python -m abtune.training.worker`; either way the launcher
+sees a process it can poll, signal and wait for. The launcher watches its ranks: if one dies (an
+error, a NaN loss, a kill), the others are stopped at once instead of waiting in a collective until
+the timeout, and the first recorded failure becomes the one-line error.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Protocol
 
 from abtune.errors import ConfigError, TrainingFailed
+from abtune.launch import warm
 from abtune.launch.fabric import NodeNetwork, node_network
 from abtune.launch.profiles import FabricProfile
 from abtune.training.worker import FAILURES_DIR, QUIET_VARIABLE
@@ -23,6 +27,18 @@ from abtune.training.worker import FAILURES_DIR, QUIET_VARIABLE
 POLL_SECONDS = 0.2
 GRACE_SECONDS = 10.0
 SETTLE_SECONDS = 1.0
+
+
+class RankProcess(Protocol):
+    """What the launcher needs of a rank: a subprocess.Popen (cold) or a warm.WarmRank."""
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
 
 
 def free_port() -> int:
@@ -59,11 +75,10 @@ def launch(run_dir: Path, nproc: int, ranks_per_node: int, resume: bool = False,
 
 def _run_ranks(run_dir: Path, nproc: int, ranks_per_node: int, resume: bool, network: NodeNetwork) -> None:
     port = free_port()
-    command = [sys.executable, "-m", "abtune.training.worker", str(run_dir)] + (["--resume"] if resume else [])
+    args = [str(run_dir)] + (["--resume"] if resume else [])
     processes = [
-        subprocess.Popen(network.prefix(rank // ranks_per_node) + command,
-                         env={**rank_environment(rank, nproc, ranks_per_node, port),
-                              **network.environment(rank // ranks_per_node)})
+        start_rank(args, {**rank_environment(rank, nproc, ranks_per_node, port),
+                          **network.environment(rank // ranks_per_node)}, network.prefix(rank // ranks_per_node))
         for rank in range(nproc)
     ]
     try:
@@ -78,7 +93,16 @@ def _run_ranks(run_dir: Path, nproc: int, ranks_per_node: int, resume: bool, net
         raise TrainingFailed(_failure_message(run_dir, codes))
 
 
-def _wait(processes: list[subprocess.Popen[bytes]], network: NodeNetwork) -> int | None:
+def start_rank(args: list[str], env: dict[str, str], prefix: list[str]) -> RankProcess:
+    """Warm when a server is there and takes it; cold otherwise, and always behind a command `prefix`
+    (`ip netns exec NS`: a fork cannot enter the mount namespace that command makes)."""
+    rank = None if prefix else warm.spawn(args, env)
+    if rank is not None:
+        return rank
+    return subprocess.Popen([*prefix, sys.executable, "-m", warm.WORKER_MODULE, *args], env=env)
+
+
+def _wait(processes: list[RankProcess], network: NodeNetwork) -> int | None:
     """Block until all ranks exit (None) or one fails (its rank)."""
     while True:
         codes = [p.poll() for p in processes]
@@ -91,7 +115,7 @@ def _wait(processes: list[subprocess.Popen[bytes]], network: NodeNetwork) -> int
         time.sleep(POLL_SECONDS)
 
 
-def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
+def _stop(processes: list[RankProcess]) -> None:
     for process in processes:
         if process.poll() is None:
             process.terminate()

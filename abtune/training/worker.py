@@ -23,9 +23,7 @@ import traceback
 from pathlib import Path
 from typing import NoReturn
 
-from abtune import strict_device
 from abtune.config import load_run_config
-from abtune.dist import init_distributed, shutdown
 from abtune.errors import AbtuneError
 from abtune.launch.runlock import join_run
 
@@ -55,7 +53,11 @@ def finish_together() -> None:
 
 
 def run_rank(run_dir: Path, resume: bool) -> None:
-    from abtune.training.trainer import Trainer  # torch-heavy; imported once the process is a rank
+    # torch-heavy: imported once the process is a rank, so that launchers importing this module
+    # (for FAILURES_DIR, QUIET_VARIABLE) do not pay for torch
+    from abtune import strict_device
+    from abtune.dist import init_distributed, shutdown
+    from abtune.training.trainer import Trainer
 
     config = load_run_config(run_dir / CONFIG_FILE)
     rank = int(os.environ.get("RANK", "0"))

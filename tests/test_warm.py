@@ -1,0 +1,152 @@
+"""Warm rank start-up (abtune/launch/warm.py): ranks forked from a server that imported torch and
+abtune once behave as ranks started cold, on real gloo runs of 2 ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from abtune.config import load_run_config
+from abtune.errors import TrainingFailed
+from abtune.launch import local, warm
+from abtune.rundir import prepare_run_dir
+from tests.conftest import write_config
+
+NPROC = 2
+session_server = pytest.mark.skipif(not warm.enabled(), reason="the suite runs cold (ABTUNE_WARM_START=0)")
+AB = {"name": "ab", "warmup_frac": 0.25, "ab_frac": 0.25, "rebound_frac": 0.5, "lr_rebound_frac": 0.5,
+      "sigma_cutoff": 0.3}
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], warm.WarmRank]]:
+    """Every rank the launcher got from the warm server (args, rank); a cold rank is not listed."""
+    ranks: list[tuple[list[str], warm.WarmRank]] = []
+    spawn = warm.spawn
+
+    def recording(args: list[str], env: dict[str, str]) -> warm.WarmRank | None:
+        rank = spawn(args, env)
+        if rank is not None:
+            ranks.append((args, rank))
+        return rank
+
+    monkeypatch.setattr(warm, "spawn", recording)
+    return ranks
+
+
+@pytest.fixture
+def own_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A server of this test's own (not the session's), so that what it served is all this test's."""
+    monkeypatch.delenv(warm.SOCKET_VARIABLE, raising=False)
+    monkeypatch.delenv(warm.WARM_VARIABLE, raising=False)
+    monkeypatch.delenv(warm.OWNER_VARIABLE, raising=False)
+    with warm.owned_server(start=True, wait=True) as path:
+        assert path is not None
+        yield path
+    assert not path.parent.exists()
+    assert _processes_naming(str(path)) == []
+
+
+def _processes_naming(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def run(tmp: Path, name: str, **sections: Any) -> Path:
+    run_dir = prepare_run_dir(load_run_config(write_config(tmp / f"{name}.yaml", **sections)), tmp / name, False)
+    local.launch(run_dir, NPROC, NPROC)
+    return run_dir
+
+
+def results(run_dir: Path) -> dict[str, Any]:
+    """summary.json without its clock readings (every value named *seconds*, at any depth)."""
+    return _without_times(json.loads((run_dir / "summary.json").read_text()))
+
+
+def _without_times(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_times(v) for k, v in value.items() if "seconds" not in k}
+    if isinstance(value, list):
+        return [_without_times(v) for v in value]
+    return value
+
+
+def test_warm_ranks_equal_cold_ones_and_carry_nothing_into_the_next_run(
+        tmp_path: Path, own_server: Path, started: list[tuple[list[str], warm.WarmRank]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run B cold; then, in one warm server, run A (another seed and method) and B again: B's summary
+    is B's cold one, value for value. The server ends with its owner (checked by `own_server`)."""
+    b = {"method": AB, "seed": 3}
+    with monkeypatch.context() as cold:
+        cold.setenv(warm.WARM_VARIABLE, "0")
+        cold_b = run(tmp_path, "cold-b", **b)
+    assert started == []
+    run(tmp_path, "warm-a", method={"name": "ddp"}, seed=11, train={"steps": 25})
+    warm_b = run(tmp_path, "warm-b", **b)
+    assert len(started) == 2 * NPROC and len({rank.pid for _, rank in started}) == 2 * NPROC
+    assert all(rank.returncode == 0 for _, rank in started)
+    assert results(warm_b) == results(cold_b)
+    assert results(warm_b)["final"]["val_top1"] > 0
+
+
+@session_server
+def test_a_killed_rank_fails_only_its_run(tmp_path: Path, started: list[tuple[list[str], warm.WarmRank]]) -> None:
+    """Two runs side by side from the session's server; SIGKILL one rank of the long one: that run fails
+    with the cold launcher's message, the other finishes, and the server starts the next run."""
+    outcome: dict[str, BaseException | None] = {}
+
+    def long_run() -> None:
+        try:
+            run(tmp_path, "long", train={"steps": 100000, "log_every": 1})
+        except BaseException as error:  # noqa: B036 - handed to the test's thread
+            outcome["long"] = error
+        else:
+            outcome["long"] = None
+
+    thread = threading.Thread(target=long_run)
+    thread.start()
+    metrics = tmp_path / "long" / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not (metrics.exists() and metrics.read_text()) and time.monotonic() < deadline and thread.is_alive():
+        time.sleep(0.2)
+    victim = next(rank for args, rank in started if args[0] == str(tmp_path / "long") and rank.poll() is None)
+    assert os.getpgid(victim.pid) == os.getpgid(0)  # a Ctrl-C or killpg of the launcher's group reaches it
+    short = run(tmp_path, "short", seed=5)  # side by side with the long one's ranks
+    os.kill(victim.pid, signal.SIGKILL)
+    thread.join(timeout=120)
+    assert isinstance(outcome["long"], TrainingFailed)
+    assert str(outcome["long"]).endswith("was killed by SIGKILL")
+    assert all(rank.poll() is not None for args, rank in started if args[0] == str(tmp_path / "long"))
+    assert results(short)["final"]["val_top1"] > 0
+    after = run(tmp_path, "after", seed=6)
+    assert (after / "summary.json").exists()
+    assert sum(args[0] == str(after) for args, _ in started) == NPROC  # still warm
+
+
+def test_a_python_path_with_another_abtune_starts_cold(tmp_path: Path, own_server: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PYTHONPATH entry holding another `abtune` would make a cold rank import that one: the server
+    refuses, and the launcher starts the rank cold. So do different settings read at import."""
+    other = tmp_path / "other"
+    (other / "abtune").mkdir(parents=True)
+    (other / "abtune" / "__init__.py").write_text("")
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")  # the suite's own folder holds abtune, and comes first
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(other), os.environ.get("PYTHONPATH")]))}
+    assert warm.spawn([str(tmp_path / "never-runs")], env) is None
+    assert warm.spawn([str(tmp_path / "never-runs")], {**os.environ, "LD_PRELOAD": "libnothing.so"}) is None
