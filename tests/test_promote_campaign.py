@@ -49,7 +49,9 @@ def test_promoted_campaign_runs_and_reports_every_run(tmp_path: Path, mlflow_db:
         assert summary["method"] == "ab"
         assert {k: summary["config"][k] for k in CARRIED} == {k: best.params[k] for k in CARRIED}
         assert summary["config"]["optimizer.lr"] == 0.003  # the target's, not the trial's 0.004
-        assert run["promoted_from"] == {"study": "tiny", "trial": 2, "values": [0.90], "mlflow_run_id": BEST_RUN_ID}
+        # not confirmed (`abtune study confirm` was not run): the campaign says so
+        assert run["promoted_from"] == {"study": "tiny", "trial": 2, "values": [0.90], "mlflow_run_id": BEST_RUN_ID,
+                                        "confirmed": None}
         assert summary["schedule"] == run["schedule"]  # the planned steps are the steps that ran
 
     report = run_cli("report", "scaling", str(out), "--tracking-uri", f"sqlite:///{mlflow_db}")

@@ -18,7 +18,7 @@ MAX_AB_INTER_NODE_SHARE = 0.45  # of DDP's training inter-node bytes, with the p
 @pytest.mark.slow
 def test_quickstart_methods_learn_and_ab_saves_inter_node_traffic(tmp_path: Path) -> None:
     results = {}
-    for method in ("ddp", "ab", "ab-nogroups"):
+    for method in ("ddp", "ab"):  # ab-nogroups trains end to end in test_strict_device, pinned in test_ab_paper
         run_dir = tmp_path / method
         output = run_cli("train", str(QUICKSTART), "--nproc", "4", "--ranks-per-node", "2",
                          "--run-dir", str(run_dir), "--set", f"method.name={method}")
