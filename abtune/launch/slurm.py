@@ -33,10 +33,12 @@ from submitit.helpers import Checkpointable, DelayedSubmission, TorchDistributed
 from submitit.slurm.slurm import _make_sbatch_string
 
 from abtune.errors import AbtuneError
+from abtune.launch.base import Layout
 from abtune.launch.outcome import RunOutcome, recorded_failure
-from abtune.launch.profiles import Layout, SlurmProfile
+from abtune.launch.profiles import SlurmProfile
 
 JOBS_DIR = "jobs"
+POLL_SECONDS = 2.0  # every poll of a SLURM job asks sacct
 SRUN_ARGS = ("--kill-on-bad-exit=1",)  # one failed rank ends the job instead of hanging its peers
 
 
