@@ -107,7 +107,7 @@ def _train_in_foreground(run: Run, config_path: Path) -> int:
 
 def _submit(run: Run) -> Job:
     """Submit; a refused submission of a new run leaves nothing behind, so the same --run-dir works again."""
-    from abtune.launch.slurm import SubmissionFailed
+    from abtune.launch.base import SubmissionFailed
 
     try:
         return run.submit()
@@ -249,12 +249,11 @@ def cmd_report_scaling(args: argparse.Namespace) -> int:
 def _discard_unstarted(run_dir: Path) -> None:
     """Nothing ran: remove what prepare_run_dir and submitit made, so the same --run-dir works next time."""
     from abtune.launch.runlock import LOCK_FILE
-    from abtune.launch.slurm import job_folder
     from abtune.training.hooks import HOOKS_FILE
 
     for made in ("config.yaml", HOOKS_FILE, LOCK_FILE):
         (run_dir / made).unlink(missing_ok=True)
-    shutil.rmtree(job_folder(run_dir), ignore_errors=True)
+    shutil.rmtree(run_dir / JOBS_DIR, ignore_errors=True)
     with contextlib.suppress(OSError):
         run_dir.rmdir()  # only if empty: never a folder the user had filled
 

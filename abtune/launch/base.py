@@ -23,10 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
+from abtune.errors import AbtuneError
 from abtune.launch.outcome import RunOutcome
 
 DEFAULT_TIMEOUT_MIN = 24 * 60
 POLL_SECONDS = 0.5
+
+
+class SubmissionFailed(AbtuneError):
+    """The launcher refused the job (sbatch: unknown partition, impossible request; no SLURM here)."""
 
 
 @dataclass(frozen=True)

@@ -81,8 +81,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
+    from abtune.launch.base import SubmissionFailed
     from abtune.launch.launchers import load_launcher
-    from abtune.launch.slurm import SubmissionFailed
     from abtune.study import launch
     from abtune.study.definition import stored_spec, stored_study_dir
     from abtune.study.storage import require_study

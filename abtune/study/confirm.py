@@ -93,7 +93,7 @@ def subject_config(spec: StudySpec, study_name: str, subject: Subject, seed: int
 def run_seeds(spec: StudySpec, study_name: str, study_dir: Path, chosen: list[Subject], seeds: list[int],
               launcher: Launcher, parallel: int) -> None:
     """Every (configuration, seed) run without a summary.json, `parallel` at a time; raises when any failed."""
-    from abtune.study.runner import submit_trial, trial_job_name, trial_layout
+    from abtune.study.trials import submit_trial, trial_job_name, trial_layout
 
     layout = trial_layout(spec, launcher)
     pending = [(s, seed) for s in chosen for seed in seeds if not (seed_dir(s.folder(study_dir), seed) / SUMMARY).exists()]

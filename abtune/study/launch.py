@@ -99,7 +99,7 @@ def work_left(trials: list[Any], budget: int) -> bool:
 
 
 def check_study_fits(spec: Any, launcher: SlurmLauncher, name: str) -> Layout:
-    from abtune.study.runner import trial_layout
+    from abtune.study.trials import trial_layout
 
     layout = trial_layout(spec, launcher)
     check_fits(parse_run_config(spec.base, f"study {name}: base"), layout)
@@ -109,7 +109,7 @@ def check_study_fits(spec: Any, launcher: SlurmLauncher, name: str) -> Layout:
 def dry_run(study_dir: Path, name: str, profile: SlurmProfile, workers: int, layout: Layout) -> str:
     """The worker array's sbatch script and the script of one trial job, as they would be submitted."""
     from abtune.launch.slurm import array_script, sbatch_script
-    from abtune.study.runner import trial_job_name
+    from abtune.study.trials import trial_job_name
 
     folder = study_dir / WORKERS_DIR
     trial_dir = study_dir / "trials" / "N"

@@ -34,8 +34,7 @@ from abtune.launch.outcome import RunOutcome
 from abtune.rundir import prepare_run_dir
 from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import results, stats
-from abtune.training.checkpoint import COMPLETE_MARK
-from abtune.training.hooks import METRICS_FILE, read_metrics
+from abtune.training.hooks import read_metrics
 
 SEED_STRIDE = 1000
 SEEDS_ATTR = "seeds"
@@ -50,18 +49,6 @@ def repeat_seed(base: int, index: int) -> int:
 
 def seed_dir(trial_dir: Path, seed: int) -> Path:
     return trial_dir / f"seed_{seed}"
-
-
-def adopt_checkpoint(source: Path, run_dir: Path) -> int | None:
-    """Copy the newest complete checkpoint (and the metrics so far) of `source` into `run_dir`; its step."""
-    complete = sorted((source / "checkpoints").glob(f"step_*/{COMPLETE_MARK}"),
-                      key=lambda mark: int(mark.parent.name.removeprefix("step_")))
-    if not complete:
-        return None
-    shutil.copytree(complete[-1].parent, run_dir / "checkpoints" / complete[-1].parent.name)
-    if (source / METRICS_FILE).exists():
-        shutil.copy(source / METRICS_FILE, run_dir / METRICS_FILE)
-    return int(complete[-1].parent.name.removeprefix("step_"))
 
 
 # --- the result of a trial ------------------------------------------------------------------------
@@ -210,7 +197,7 @@ class RepeatedJob(Job):
 def start_trial(runner: Any, trial: Any, config: RunConfig, run_id: str | None) -> Run:
     """Prepare `trials/N/` and its seeds, take over what a retried trial finished, start the first seeds:
     the trial's run, whose job is its seeds'."""
-    from abtune.study.runner import trial_hook_specs
+    from abtune.study.trials import trial_hook_specs  # trials -> pruning -> this module
 
     trial_dir = runner.study_dir / "trials" / str(trial.number)
     prepare_run_dir(config, trial_dir, resume=False)
@@ -242,6 +229,8 @@ def start_trial(runner: Any, trial: Any, config: RunConfig, run_id: str | None) 
 
 
 def _take_over(previous_dir: Path, runs: list[SeedRun], trial: Any) -> None:
+    from abtune.study.trials import adopt_checkpoint
+
     reused = []
     for run in runs:
         source = seed_dir(previous_dir, run.seed)
@@ -267,7 +256,7 @@ class _SeedStarter:
     runs: list[SeedRun]
 
     def start(self, seed_run: SeedRun) -> Run:
-        from abtune.study.runner import submit_trial, trial_job_name
+        from abtune.study.trials import submit_trial, trial_job_name
         from abtune.tracking import LaunchInfo
 
         runner, number = self.runner, self.trial.number

@@ -31,29 +31,33 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from abtune.config import RunConfig, apply_overrides, parse_run_config
+from abtune.config import RunConfig, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
-from abtune.launch.base import Job, Launcher, Layout
+from abtune.launch.base import Job, Launcher, SubmissionFailed
 from abtune.launch.launchers import LocalLauncher
 from abtune.launch.outcome import RunOutcome
 from abtune.launch.profiles import LocalProfile, check_fits
-from abtune.launch.slurm import SubmissionFailed
 from abtune.redact import redact
 from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import reattach, repeats, results, retries, stop, workers
-from abtune.study.definition import DDP, REFERENCE, open_search_study, seed_offset, stored_study_dir
+from abtune.study.definition import REFERENCE, open_search_study, seed_offset, stored_study_dir
 from abtune.study.display import RunDisplay
-from abtune.study.pruning import STUDY_STORAGE_VARIABLE, make_hook
-from abtune.study.space import build_distributions, ddp_reference_config
-from abtune.study.spec import StudySpec
+from abtune.study.pruning import STUDY_STORAGE_VARIABLE
+from abtune.study.space import build_distributions
 from abtune.study.storage import absolute_url
+from abtune.study.trials import (
+    adopt_retried_checkpoint,
+    submit_trial,
+    trial_config,
+    trial_hook_specs,
+    trial_job_name,
+    trial_layout,
+)
 from abtune.tracking import LaunchInfo, Tracking
 from abtune.tracking._base import RUN_ID_ATTR
-from abtune.training.hooks import hook_spec
 
 POLL_S = 0.5
 HEARTBEAT_S = 10.0
@@ -80,48 +84,6 @@ class Active:
     @property
     def mlflow_run_id(self) -> str | None:
         return self.trial.user_attrs.get(RUN_ID_ATTR)  # set by Tracking.start_trial_run; survives re-attaching
-
-
-def trial_hook_specs(spec: StudySpec, study_name: str, trial: optuna.Trial) -> list[dict[str, Any]]:
-    """Every hook a trial's rank 0 runs (hooks.yaml). Tracking adds its hook here.
-
-    Single-objective trials report their accuracy at each evaluation; the reference trials report
-    but are never pruned. Options are plain values: the storage URL reaches the hook through
-    ABTUNE_STUDY_STORAGE, never through hooks.yaml.
-    """
-    reference = trial.user_attrs.get(REFERENCE)
-    specs: list[dict[str, Any]] = []
-    if not spec.multi_objective and reference != DDP:
-        prune = spec.pruner.name != "none" and reference is None
-        specs.append(hook_spec(make_hook, study=study_name, trial_id=trial._trial_id, prune=prune))
-    return specs
-
-
-def trial_layout(spec: StudySpec, launcher: Launcher) -> Layout:
-    """Ranks of every trial: the study's `layout` locally, the profile's `nodes x tasks_per_node` on SLURM."""
-    if not launcher.runs_studies:
-        raise ConfigError(f"--launcher {launcher.kind}: studies run on local or slurm profiles "
-                          "(step through one run with `abtune train --launcher debug`)")
-    measures_nodes = "inter_node_bytes" in spec.objectives or spec.constraints.max_inter_node_mb is not None
-    return launcher.trial_layout(spec.layout.nproc, spec.layout.per_node, measures_nodes)
-
-
-def trial_job_name(study: str, number: int | str) -> str:
-    return f"abtune-{study}-{number}"
-
-
-def submit_trial(run: Run, spec: StudySpec, job_name: str, env: dict[str, str] | None = None) -> Job:
-    """The one place a trial's run (or one seed of it) is handed to its launcher."""
-    return run.submit(job_name=job_name, timeout_min=spec.trial_timeout_min, env=env)
-
-
-def suggest(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> Any:
-    if isinstance(distribution, CategoricalDistribution):
-        return trial.suggest_categorical(name, distribution.choices)
-    if isinstance(distribution, IntDistribution):
-        return trial.suggest_int(name, distribution.low, distribution.high, step=distribution.step, log=distribution.log)
-    assert isinstance(distribution, FloatDistribution)
-    return trial.suggest_float(name, distribution.low, distribution.high, step=distribution.step, log=distribution.log)
 
 
 class StudyRunner:
@@ -240,7 +202,7 @@ class StudyRunner:
         self.storage.set_trial_system_attr(trial._trial_id, workers.WORKER_ATTR, self.worker)
         self.storage.set_trial_system_attr(trial._trial_id, workers.HEARTBEAT_ATTR, time.time())
         try:
-            config = self._trial_config(trial)
+            config = trial_config(self.spec, self.study.study_name, self.distributions, trial, self.layout)
             run_id = self.tracking.start_trial_run(
                 config, trial, study_name=self.study.study_name, parent_run_id=self.parent_run,
                 launch_info=LaunchInfo(self.launcher.kind, self.layout.world_size, self.layout.ranks_per_node))
@@ -278,20 +240,9 @@ class StudyRunner:
         self.display.note(f"trial {trial.number} not run: other workers took the last trials of the budget")
         return True
 
-    def _trial_config(self, trial: optuna.Trial) -> RunConfig:
-        if trial.user_attrs.get(REFERENCE) == DDP:
-            raw = ddp_reference_config(self.spec)
-        else:
-            params = {name: suggest(trial, name, dist) for name, dist in self.distributions.items()}
-            raw = apply_overrides(self.spec.base, params)
-        raw["name"] = f"{self.study.study_name}-{trial.number}"
-        config = parse_run_config(raw, f"trial {trial.number}")
-        check_fits(config, self.layout)
-        return config
-
     def _submit(self, trial: optuna.Trial, config: RunConfig, run_id: str | None) -> Run:
         run_dir = self.study_dir / "trials" / str(trial.number)
-        adopted = self._adopt_checkpoint(trial, run_dir)
+        adopted = adopt_retried_checkpoint(self.study_dir, trial, run_dir)
         run = self.prepare_run(config, run_dir, trial_hook_specs(self.spec, self.study.study_name, trial), run_id)
         run.resume = adopted  # a new folder whose training continues from the retried trial's checkpoint
         trial.set_user_attr("run_dir", str(run_dir))
@@ -303,17 +254,6 @@ class StudyRunner:
         run = Run.prepare(config, run_dir, self.launcher, self.layout, hooks=hooks)
         run.track(self.tracking, run_id)
         return run
-
-    def _adopt_checkpoint(self, trial: optuna.Trial, run_dir: Path) -> bool:
-        """A retry continues from the newest complete checkpoint of the trial it replaces, if any."""
-        previous = trial.user_attrs.get("retry_of")
-        if previous is None:
-            return False
-        step = repeats.adopt_checkpoint(self.study_dir / "trials" / str(previous), run_dir)
-        if step is None:
-            return False
-        trial.set_user_attr("resumed_from_step", step)
-        return True
 
     # --- finishing a trial --------------------------------------------------------------------
     def _finish(self, active: Active, outcome: RunOutcome) -> None:
