@@ -28,8 +28,10 @@ def _logged_steps(trial: FrozenTrial) -> list[int]:
 
 
 def _both_mid_training(url: str) -> list[FrozenTrial] | None:
+    """Two running trials whose ranks have trained (a retry's metrics start with its adopted checkpoint's)."""
     trials = [t for t in running(url) if LOCAL_JOB_ATTR in t.user_attrs]
-    return trials if len(trials) == 2 and all(_logged_steps(t) for t in trials) else None
+    trained = [max(_logged_steps(t), default=0) > t.user_attrs.get("resumed_from_step", 0) for t in trials]
+    return trials if len(trials) == 2 and all(trained) else None
 
 
 def test_killed_study_run_reattaches_its_surviving_local_trials(tmp_path: Path) -> None:
@@ -79,7 +81,8 @@ def test_study_stop_local(tmp_path: Path) -> None:
     runner have their jobs cancelled by the stop itself (failed, with --fail); --let-trials-finish lets the
     runner finish its trial and tell it. Nothing is left RUNNING, no trial job process lives on."""
     url = f"sqlite:///{tmp_path}/optuna.db"
-    train = {**TRAIN, "steps": 1500, "eval_every": 500, "log_every": 10, "checkpoint_every": 250}  # ~20 s: stopped mid-trial
+    # ~25 s on 2 idle cores: each phase acts mid-trial, and a retry resumes from its first attempt's checkpoint
+    train = {**TRAIN, "steps": 3000, "eval_every": 1000, "log_every": 10, "checkpoint_every": 250}
     study = write_study(tmp_path / "s.yaml", trials=3, base={**TINY_BASE, "train": train},
                         references={"paper_defaults": False, "ddp": False})
     run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
