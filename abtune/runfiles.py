@@ -101,6 +101,16 @@ class RunSummary:
         return float(self.raw["compression"]["trained_model_ratio"])
 
     @property
+    def trainable_compression(self) -> float:
+        """Dense parameters per trainable parameter of the model being trained (AB trains one factor at a time)."""
+        return float(self.raw["compression"]["trained_model_trainable_ratio"])
+
+    @property
+    def dense_over_final_params(self) -> float:
+        """Dense parameters per parameter of the model as the run ends (AB merges back: 1.00)."""
+        return float(self.raw["compression"]["dense_over_final_params"])
+
+    @property
     def method_ratio(self) -> float:
         """The method's own compression figure (AB's parameters, SBC's and PowerSGD's updates, fp16's 2:1)."""
         return float(self.raw["compression"]["method_ratio"])
@@ -134,6 +144,11 @@ class RunSummary:
     @property
     def reduction_vs_ddp(self) -> float:
         return float(self.raw["traffic"]["reduction_vs_ddp"])
+
+    @property
+    def inter_node_reduction_vs_ddp(self) -> float | None:
+        """None on one node: DDP would send nothing between nodes either."""
+        return self.raw["traffic"].get("inter_node_reduction_vs_ddp")
 
     @property
     def ddp_reference_bytes(self) -> float:

@@ -102,3 +102,12 @@ def test_run_folder_file_names_have_one_home() -> None:
     named = [path for path, text in _sources() if literal.search(text) and path != "runfiles.py"
              and path not in PENDING | {"training/hooks.py"}]
     assert named == []
+
+
+def test_the_run_report_reads_the_typed_summary(ab_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from abtune.training.report import print_summary
+
+    summary = read_summary(ab_run)
+    print_summary(summary, ab_run)
+    shown = capsys.readouterr().out
+    assert f"{summary.final_top1:.4f}" in shown and "schedule (steps)" in shown and SUMMARY_FILE in shown

@@ -33,25 +33,24 @@ def traffic_table(summary: RunSummary) -> Table:
 
 
 def result_table(summary: RunSummary) -> Table:
-    traffic, final, compression = summary.traffic, summary.final, summary.raw["compression"]
     table = Table(title=f"{summary.name}: {summary.method} on {summary.world_size} ranks / {summary.num_nodes} nodes")
     table.add_column("measure")
     table.add_column("value", justify="right")
     ecr = summary.ecr_percent
     rows = [
-        ("final top-1", f"{final['val_top1']:.4f}"),
+        ("final top-1", f"{summary.final_top1:.4f}"),
         ("best top-1", f"{summary.best_top1:.4f}"),
-        ("final val loss", f"{final['val_loss']:.4f}"),
+        ("final val loss", f"{summary.final_loss:.4f}"),
         ("compression (trained model)", f"{summary.compression:.2f}:1"),
-        ("compression (trainable params)", f"{compression['trained_model_trainable_ratio']:.2f}:1"),
+        ("compression (trainable params)", f"{summary.trainable_compression:.2f}:1"),
         ("ECR (equation 4)", "n/a" if ecr is None else f"{ecr:.2f}%"),
-        ("dense : final params", f"{compression['dense_over_final_params']:.2f}:1"),
+        ("dense : final params", f"{summary.dense_over_final_params:.2f}:1"),
         ("training MB / rank", _mb(summary.training_bytes)),
         ("DDP training reference MB / rank", _mb(summary.ddp_reference_bytes)),
         ("reduction vs DDP", f"{summary.reduction_vs_ddp:.2f}:1"),
         ("training inter-node MB / rank", _mb(summary.training_inter_node_bytes)),
         ("DDP training inter-node reference MB / rank", _mb(summary.ddp_reference_inter_node_bytes)),
-        ("inter-node reduction vs DDP", _ratio(traffic.get("inter_node_reduction_vs_ddp"))),
+        ("inter-node reduction vs DDP", _ratio(summary.inter_node_reduction_vs_ddp)),
         ("other phases MB / rank", _mb(summary.non_training_bytes)),
         ("training inter-node GB/s / rank", f"{summary.training_inter_node_gb_per_s:.4f}"),
         ("seconds / step", f"{summary.seconds_per_step:.4f}"),
