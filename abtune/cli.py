@@ -19,10 +19,13 @@ from typing import Any
 import yaml
 
 from abtune.config import RunConfig, load_run_config
-from abtune.errors import AbtuneError, ConfigError
-from abtune.launch.profiles import Layout, LocalProfile, Profile, SlurmProfile, check_fits, load_profile
+from abtune.errors import AbtuneError, ConfigError, TrainingFailed
+from abtune.launch.base import Job, Launcher, Layout
+from abtune.launch.launchers import JOBS_DIR, load_launcher
+from abtune.launch.profiles import check_fits
 from abtune.launch.warm import owned_server
-from abtune.rundir import DEFAULT_RUNS_DIR, default_run_dir, prepare_run_dir
+from abtune.rundir import DEFAULT_RUNS_DIR, default_run_dir
+from abtune.runs import FAILED, KILLED, Run, status_of
 from abtune.study.cli import register_study_commands
 from abtune.study.storage import resolve_storage_url
 from abtune.tracking.uri import add_tracking_arguments
@@ -41,73 +44,85 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
     return result
 
 
-def _layout(profile: Profile, nproc: int | None, ranks_per_node: int | None) -> Layout:
-    """Ranks and nodes: from --nproc/--ranks-per-node locally, from the profile on SLURM, 1 x 1 in debug."""
-    if isinstance(profile, LocalProfile):
-        from abtune.launch.local import check_layout
-
-        nproc = nproc or 1
-        ranks_per_node = ranks_per_node or nproc
-        check_layout(nproc, ranks_per_node)
-        if profile.fabric is not None:
-            from abtune.launch.fabric import check_requirements
-
-            check_requirements()
-        return Layout(nproc // ranks_per_node, ranks_per_node)
-    if nproc is not None or ranks_per_node is not None:
-        where = "set nodes and tasks_per_node in the profile" if profile.kind == "slurm" else "debug runs one rank"
-        raise ConfigError(f"--nproc and --ranks-per-node are for --launcher local; {where}")
-    if isinstance(profile, SlurmProfile):
-        return Layout(profile.nodes, profile.tasks_per_node)
-    return Layout(1, 1)
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     from abtune.tracking import LaunchInfo, open_tracking
 
     config = load_run_config(args.config, _overrides(args.set))
-    profile = load_profile(args.launcher)
-    layout = _layout(profile, args.nproc, args.ranks_per_node)
+    launcher = load_launcher(args.launcher)
+    layout = launcher.layout(args.nproc, args.ranks_per_node)
     check_fits(config, layout)
     if args.dry_run:
-        return _dry_run(config, profile, layout, args.run_dir or default_run_dir(config))
+        print(launcher.describe(args.run_dir or default_run_dir(config), layout, config.name), end="")
+        return 0
+    if args.detach and not launcher.jobs_outlive_driver:
+        raise ConfigError(f"--detach: a {launcher.kind} run ends with this command; --detach is for slurm profiles")
     tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
-    run_dir = prepare_run_dir(config, args.run_dir, args.resume, claim=True)
-    run_id = tracking.start_run(config, experiment=config.name, run_name=run_dir.name,
-                                launch_info=LaunchInfo(profile.kind, layout.world_size, layout.ranks_per_node),
-                                tags={"abtune.run_dir": str(run_dir.resolve()), **_resumed_from(run_dir, args.resume)})
-    _install_tracking_hook(run_dir, tracking.hook_spec(run_id))
-    if isinstance(profile, SlurmProfile) and args.detach:
-        return _train_on_slurm(run_dir, layout, profile, args.resume, detach=True)  # rank 0 of the job logs
-    status, ran = "FAILED", True
-    try:
-        if isinstance(profile, SlurmProfile):
-            code = _train_on_slurm(run_dir, layout, profile, args.resume, detach=False)
-            status = "FINISHED" if code == 0 else "KILLED"
-            return code
-        if isinstance(profile, LocalProfile):
-            _train_locally(run_dir, layout, profile, args.resume)
-        else:
-            _train_in_process(run_dir, layout, profile, args.resume)
-        status = "FINISHED"
-    except KeyboardInterrupt:
-        status = "KILLED"
-        print(f"abtune: interrupted; continue with: abtune train {args.config} --run-dir {run_dir} --resume",
-              file=sys.stderr)
-        return INTERRUPTED_EXIT
-    except ConfigError:
-        ran = False  # a refused submission: nothing ran, nothing to resume or replay
-        raise
-    except AbtuneError as error:
-        raise type(error)(f"{error} (run folder {run_dir}; checkpoints allow --resume)") from None
-    finally:
-        tracking.finish_run(run_id, run_dir if ran else None, status)
-    code = _print_summary(run_dir)
-    if run_id is not None:
+    run = Run.prepare(config, args.run_dir, launcher, layout, resume=args.resume, claim=True)
+    resumed_from = run.previous_tracking_run()
+    run.track(tracking, tracking.start_run(
+        config, experiment=config.name, run_name=run.run_dir.name,
+        launch_info=LaunchInfo(launcher.kind, layout.world_size, layout.ranks_per_node),
+        tags={"abtune.run_dir": str(run.run_dir.resolve()),
+              **({"abtune.resumed_from": resumed_from} if resumed_from else {})}))
+    if args.detach:
+        return _submit_detached(run)  # rank 0 of the job logs into the tracking run
+    code = _train_in_foreground(run, args.config)
+    if code == 0 and run.run_id is not None:
         where = tracking.describe()
         see = f"open {where}" if where.startswith("http") else f"abtune ui --tracking-uri {where}"
-        print(f"MLflow: run {run_id} in experiment {config.name!r} at {where} (see it: {see})")
+        print(f"MLflow: run {run.run_id} in experiment {config.name!r} at {where} (see it: {see})")
     return code
+
+
+def _train_in_foreground(run: Run, config_path: Path) -> int:
+    """Run (locally: the ranks are our children; SLURM: submit and follow), print the summary, and tell
+    tracking how it ended. A SLURM job survives Ctrl-C: only following stops."""
+    status, ran = KILLED, True
+    try:
+        if run.launcher.jobs_outlive_driver:
+            job = _submit(run)
+            print(f"submitted {job.describe()}: {run.layout.nodes} node(s) x {run.layout.ranks_per_node} rank(s), "
+                  f"run folder {run.run_dir}, logs {run.run_dir / JOBS_DIR}", flush=True)
+            result = job.follow(sys.stdout, run.launcher.poll_s)
+        else:
+            result = run.run_here()
+        status = status_of(result)
+    except KeyboardInterrupt:
+        if run.job is not None and run.job.outlives_driver:
+            print(f"abtune: stopped following; {run.job.describe()} keeps running", file=sys.stderr)
+        else:
+            print(f"abtune: interrupted; continue with: abtune train {config_path} --run-dir {run.run_dir} --resume",
+                  file=sys.stderr)
+        return INTERRUPTED_EXIT
+    except ConfigError:
+        status, ran = FAILED, False  # a refused submission: nothing ran, nothing to resume or replay
+        raise
+    finally:
+        run.finish(status, ran=ran)
+    if not result.ok:
+        failure = ConfigError if result.exit_code == ConfigError.exit_code else TrainingFailed
+        raise failure(f"{result.reason or 'the run failed'} (run folder {run.run_dir}; checkpoints allow --resume)")
+    return _print_summary(run.run_dir)
+
+
+def _submit(run: Run) -> Job:
+    """Submit; a refused submission of a new run leaves nothing behind, so the same --run-dir works again."""
+    from abtune.launch.base import SubmissionFailed
+
+    try:
+        return run.submit()
+    except SubmissionFailed as error:
+        if not run.resume:
+            _discard_unstarted(run.run_dir)
+        raise ConfigError(str(error)) from None
+
+
+def _submit_detached(run: Run) -> int:
+    job = _submit(run)
+    print(f"submitted {job.describe()}: {run.layout.nodes} node(s) x {run.layout.ranks_per_node} rank(s), "
+          f"run folder {run.run_dir}, logs {run.run_dir / JOBS_DIR}")
+    print(f"the result appears in {run.run_dir / 'summary.json'}")
+    return 0
 
 
 def _print_summary(run_dir: Path) -> int:
@@ -119,15 +134,12 @@ def _print_summary(run_dir: Path) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from abtune import compare
-    from abtune.launch.local import launch
 
     methods = compare.parse_methods(args.methods)
     shared, per_method = compare.split_overrides(_overrides(args.set), methods)
     base = load_run_config(args.config, shared)
-    profile = load_profile(args.launcher)
-    if not isinstance(profile, LocalProfile):
-        raise ConfigError(f"--launcher {args.launcher}: compare runs on local profiles (local, emulated)")
-    layout = _layout(profile, args.nproc, args.ranks_per_node)
+    launcher = load_launcher(args.launcher)
+    layout = launcher.layout(args.nproc, args.ranks_per_node)
     configs = {m: compare.method_config(base, m, per_method[m]) for m in methods}
     for config in configs.values():
         check_fits(config, layout)
@@ -136,8 +148,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError(f"{out_dir} is not empty; choose another --out")
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        rows = compare.run_methods(configs, out_dir, layout.world_size, layout.ranks_per_node, prepare_run_dir,
-                                   functools.partial(launch, fabric=profile.fabric))
+        rows = compare.run_methods(configs, out_dir, functools.partial(_train_one, launcher=launcher, layout=layout))
     except KeyboardInterrupt:
         print(f"abtune: interrupted; finished runs are in {out_dir}", file=sys.stderr)
         return INTERRUPTED_EXIT
@@ -150,6 +161,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_one(config: RunConfig, run_dir: Path, *, launcher: Launcher, layout: Layout) -> None:
+    """One method of `abtune compare`, untracked, in the foreground; raises when it failed."""
+    from abtune.runs import Run
+
+    result = Run.prepare(config, run_dir, launcher, layout).run_here()
+    if not result.ok:
+        raise TrainingFailed(result.reason or "the run failed")
+
+
 def cmd_promote(args: argparse.Namespace) -> int:
     from abtune.promote import campaign as runner
     from abtune.promote.display import print_campaign
@@ -158,7 +178,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
     from abtune.promote.target import check_data_root, load_target, train_samples
     from abtune.tracking import open_tracking
 
-    profile = runner.check_launcher(args.launcher)
+    launcher = load_launcher(args.launcher)
     nodes = parse_nodes(args.nodes)
     target = load_target(args.to, args.data_root, args.ranks_per_node)
     study = load_study(args.study, resolve_storage_url(args.storage))
@@ -175,12 +195,12 @@ def cmd_promote(args: argparse.Namespace) -> int:
                                       study=args.study)
     print_campaign(campaign, "dry run (nothing written): " if args.dry_run else "")
     if args.dry_run:
-        _print_campaign_scripts(campaign, profile, args.campaign_dir or DEFAULT_RUNS_DIR / "CAMPAIGN")
+        _print_campaign_scripts(campaign, launcher, args.campaign_dir or DEFAULT_RUNS_DIR / "CAMPAIGN")
         return 0
     out = args.campaign_dir or DEFAULT_RUNS_DIR / f"{args.study}-{target.name}-{args.scaling}-{time.strftime('%Y%m%d-%H%M%S')}"
     runner.write_campaign(out, campaign, configs)
     try:
-        outcomes = runner.run_campaign(out, campaign, args.launcher, show_progress=sys.stdout.isatty(),
+        outcomes = runner.run_campaign(out, campaign, launcher, show_progress=sys.stdout.isatty(),
                                        tracking=open_tracking(args.tracking_uri, enabled=not args.no_tracking))
     except KeyboardInterrupt:
         print(f"abtune: interrupted; finished runs are in {out} (abtune report scaling {out})", file=sys.stderr)
@@ -193,16 +213,14 @@ def cmd_promote(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_campaign_scripts(campaign: Any, profile: Profile, campaign_dir: Path) -> None:
-    """On SLURM, the sbatch script of every run, as the campaign would submit it."""
-    if not isinstance(profile, SlurmProfile):
-        return
-    from abtune.launch.slurm import sbatch_script
-
+def _print_campaign_scripts(campaign: Any, launcher: Launcher, campaign_dir: Path) -> None:
+    """The batch script of every run (SLURM), as the campaign would submit it."""
     for run in campaign.runs:
-        sized = profile.model_copy(update={"nodes": run.nodes, "tasks_per_node": run.ranks_per_node})
-        print(f"# --- {run.name}: {run.nodes} node(s) x {run.ranks_per_node} ---")
-        print(sbatch_script(campaign_dir / run.run_dir, Layout(run.nodes, run.ranks_per_node), sized), end="")
+        layout = Layout(run.nodes, run.ranks_per_node)
+        script = launcher.resized(layout).batch_script(campaign_dir / run.run_dir, layout)
+        if script is not None:
+            print(f"# --- {run.name}: {run.nodes} node(s) x {run.ranks_per_node} ---")
+            print(script, end="")
 
 
 def cmd_report_scaling(args: argparse.Namespace) -> int:
@@ -231,90 +249,13 @@ def cmd_report_scaling(args: argparse.Namespace) -> int:
 def _discard_unstarted(run_dir: Path) -> None:
     """Nothing ran: remove what prepare_run_dir and submitit made, so the same --run-dir works next time."""
     from abtune.launch.runlock import LOCK_FILE
-    from abtune.launch.submit import job_folder
     from abtune.training.hooks import HOOKS_FILE
 
     for made in ("config.yaml", HOOKS_FILE, LOCK_FILE):
         (run_dir / made).unlink(missing_ok=True)
-    shutil.rmtree(job_folder(run_dir), ignore_errors=True)
+    shutil.rmtree(run_dir / JOBS_DIR, ignore_errors=True)
     with contextlib.suppress(OSError):
         run_dir.rmdir()  # only if empty: never a folder the user had filled
-
-
-def _dry_run(config: RunConfig, profile: Profile, layout: Layout, run_dir: Path) -> int:
-    """What would start, and nothing else: the sbatch script on SLURM."""
-    if isinstance(profile, SlurmProfile):
-        from abtune.launch.slurm import sbatch_script
-
-        print(sbatch_script(run_dir, layout, profile), end="")
-    else:
-        print(f"{profile.kind}: {layout.world_size} rank(s) of run {config.name} in {run_dir} "
-              f"({layout.nodes} simulated node(s) x {layout.ranks_per_node})")
-    return 0
-
-
-def _train_locally(run_dir: Path, layout: Layout, profile: LocalProfile, resume: bool) -> None:
-    from abtune.launch.local import launch
-
-    launch(run_dir, layout.world_size, layout.ranks_per_node, resume=resume, fabric=profile.fabric)
-
-
-def _train_in_process(run_dir: Path, layout: Layout, profile: Profile, resume: bool) -> None:
-    from abtune.launch.submit import submit_run
-
-    result = submit_run(run_dir, layout, profile, resume=resume).result()
-    if not result.ok:
-        raise AbtuneError(result.reason or "the run failed")
-
-
-def _train_on_slurm(run_dir: Path, layout: Layout, profile: SlurmProfile, resume: bool, detach: bool) -> int:
-    """Submit; unless detached, follow the job to its end and print the summary."""
-    from abtune.launch.follow import follow
-    from abtune.launch.slurm import SubmissionFailed
-    from abtune.launch.submit import job_folder, submit_run
-
-    try:
-        job = submit_run(run_dir, layout, profile, resume=resume)
-    except SubmissionFailed as error:
-        if not resume:
-            _discard_unstarted(run_dir)
-        raise ConfigError(str(error)) from None
-    print(f"submitted SLURM job {job.job_id}: {layout.nodes} node(s) x {layout.ranks_per_node} rank(s), "
-          f"run folder {run_dir}, logs {job_folder(run_dir)}", flush=True)
-    if detach:
-        print(f"follow with: squeue -j {job.job_id}; the result appears in {run_dir / 'summary.json'}")
-        return 0
-    try:
-        result = follow(job, run_dir)
-    except KeyboardInterrupt:
-        print(f"abtune: stopped following; SLURM job {job.job_id} keeps running (scancel {job.job_id} stops it)",
-              file=sys.stderr)
-        return INTERRUPTED_EXIT
-    if not result.ok:
-        raise AbtuneError(result.reason or "the SLURM job failed")
-    return _print_summary(run_dir)
-
-
-def _install_tracking_hook(run_dir: Path, spec: dict[str, Any] | None) -> None:
-    """Put the tracking hook into hooks.yaml next to any others, replacing one from an earlier launch."""
-    from abtune.tracking._base import Tracking
-    from abtune.training.hooks import configured_hook_specs, write_hook_specs
-
-    configured = configured_hook_specs(run_dir)
-    others = [s for s in configured if s["factory"] != Tracking.HOOK_FACTORY]
-    if spec is not None or len(others) != len(configured):
-        write_hook_specs(run_dir, [*others, *([spec] if spec else [])])
-
-
-def _resumed_from(run_dir: Path, resume: bool) -> dict[str, str]:
-    """A resumed run is a new MLflow run pointing at the one it continues (metrics replayed into it)."""
-    from abtune.tracking._base import Tracking
-    from abtune.training.hooks import configured_hook_specs
-
-    if not resume:
-        return {}
-    previous = [s for s in configured_hook_specs(run_dir) if s["factory"] == Tracking.HOOK_FACTORY]
-    return {"abtune.resumed_from": previous[0]["options"]["run_id"]} if previous else {}
 
 
 def cmd_ui(args: argparse.Namespace) -> int:

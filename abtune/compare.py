@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -115,16 +116,17 @@ def _measured_mb(summary: RunSummary) -> float | None:
     return None if measured is None else measured["total"] / MEGA
 
 
-def run_methods(configs: dict[str, RunConfig], out_dir: Path, nproc: int, ranks_per_node: int,
-                prepare_run_dir: Any, launch: Any) -> list[ComparisonRow]:
-    """Train each method in OUT/METHOD; a failed method becomes a row with its error, the others still run."""
+def run_methods(configs: dict[str, RunConfig], out_dir: Path,
+                train: Callable[[RunConfig, Path], None]) -> list[ComparisonRow]:
+    """Train each method in OUT/METHOD (`train` raises when the run failed); a failed method becomes a row
+    with its error, the others still run."""
     summaries: dict[str, tuple[RunSummary, float]] = {}
     errors: dict[str, str] = {}
     for method, config in configs.items():
-        run_dir = prepare_run_dir(config, out_dir / method, False)
+        run_dir = out_dir / method
         started = time.perf_counter()
         try:
-            launch(run_dir, nproc, ranks_per_node)
+            train(config, run_dir)
         except AbtuneError as error:
             errors[method] = str(error)
             continue

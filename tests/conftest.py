@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ import yaml
 
 TINY_VIT = {"arch": "vit", "patch_size": 2, "num_layers": 1, "num_heads": 2, "hidden_dim": 16, "mlp_dim": 32}
 CLI_TIMEOUT_S = 600
+REPO = Path(__file__).resolve().parent.parent
 
 
 def abtune_command() -> list[str]:
@@ -24,13 +25,19 @@ def abtune_command() -> list[str]:
 
 def run_cli(*args: str, cwd: Path | None = None, check: bool = True,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**(os.environ if env is None else env), "COLUMNS": "200"}
+    """`abtune ARGS`; by default with the checkout on PYTHONPATH, so the command can load the hooks that
+    tests define (`tests.test_hooks:stop_at`) as it loads a user's own before the ranks start."""
+    env = {**(with_checkout_on_path(os.environ) if env is None else env), "COLUMNS": "200"}
     result = subprocess.run(
         [*abtune_command(), *args], capture_output=True, text=True, timeout=CLI_TIMEOUT_S, cwd=cwd, env=env
     )
     if check and result.returncode != 0:
         raise AssertionError(f"abtune {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def with_checkout_on_path(env: Mapping[str, str]) -> dict[str, str]:
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))}
 
 
 def write_config(path: Path, **sections: Any) -> Path:

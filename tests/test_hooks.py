@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from abtune.training.hooks import TrainingHook, read_metrics, write_hook_specs
+from abtune.training.hooks import TrainingHook, hook_spec, read_metrics, write_hook_specs
 from tests.conftest import run_cli, write_config
 
 pytestmark = pytest.mark.slow
@@ -34,7 +34,7 @@ def test_a_hook_stops_every_rank_at_the_same_step(tmp_path: Path) -> None:
     config = write_config(tmp_path / "run.yaml", train={"steps": 40, "eval_every": 10, "log_every": 5})
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    write_hook_specs(run_dir, [{"factory": "tests.test_hooks:stop_at", "options": {"step": 20}}])
+    write_hook_specs(run_dir, [hook_spec(stop_at, step=20)])
     run_cli("train", str(config), "--nproc", "2", "--run-dir", str(run_dir))
 
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -12,10 +12,11 @@ import pytest
 import yaml
 
 from abtune.errors import ConfigError
+from abtune.launch.base import Layout
+from abtune.launch.launchers import load_launcher
 from abtune.launch.outcome import recorded_failure
-from abtune.launch.profiles import Layout, SlurmProfile, load_profile, parse_time_limit, profile_names
+from abtune.launch.profiles import SlurmProfile, load_profile, parse_time_limit, profile_names
 from abtune.launch.slurm import sbatch_script
-from abtune.launch.submit import submit_run, wait
 from tests.conftest import run_cli, write_config
 
 SLURM_PROFILE = {"kind": "slurm", "partition": "gpu4", "nodes": 2, "tasks_per_node": 2, "time_limit": "0:30:00"}
@@ -174,8 +175,7 @@ def test_debug_launcher_runs_in_process(tmp_path: Path) -> None:
     run_dir.mkdir()
     config = write_config(run_dir / "config.yaml", train={"steps": 5})
     assert config.exists()
-    job = submit_run(run_dir, Layout(1, 1), load_profile("debug"))
-    outcome = wait(job, run_dir)
+    outcome = load_launcher("debug").submit(run_dir, Layout(1, 1)).wait()
     assert outcome.ok, outcome
     assert json.loads((run_dir / "summary.json").read_text())["steps_done"] == 5
 
@@ -184,7 +184,7 @@ def test_local_submit_reports_the_failure(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     write_config(run_dir / "config.yaml", optimizer={"name": "sgd", "lr": 1e30, "momentum": 0.0})
-    outcome = wait(submit_run(run_dir, Layout(1, 1), load_profile("local")), run_dir, poll_s=0.2)
+    outcome = load_launcher("local").submit(run_dir, Layout(1, 1)).wait(poll_s=0.2)
     assert not outcome.ok and outcome.exit_code == 1
     assert outcome.reason is not None and "the loss became nan" in outcome.reason
     assert recorded_failure(run_dir) == outcome.reason

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from abtune.cli import main
-from abtune.launch.profiles import Layout
-from abtune.launch.submit import RunOutcome
+from abtune.launch.base import Job, Launcher, Layout
+from abtune.launch.outcome import RunOutcome
 from abtune.promote.campaign import read_campaign, run_campaign, run_tags, write_campaign
 from abtune.promote.plan import plan_campaign
 from abtune.promote.select import Promoted, Source
@@ -24,21 +23,35 @@ SAMPLES = 64
 PNG_MAGIC = b"\x89PNG"
 
 
-@dataclass
-class FinishedJob:
-    outcome: RunOutcome
+class FinishedJob(Job):
+    kind = "instant"
 
-    def done(self) -> bool:
-        return True
+    def __init__(self, outcome: RunOutcome, run_dir: Path) -> None:
+        super().__init__("0", run_dir)
+        self.outcome = outcome
 
-    def result(self) -> RunOutcome:
+    def poll(self) -> RunOutcome:
         return self.outcome
 
+    def cancel(self) -> None:
+        pass
 
-def fake_submit(run_dir: Path, layout: Layout, launcher: str) -> FinishedJob:
-    """Finishes every run instantly with made-up traffic; the AB run on 2 nodes fails."""
+
+class InstantLauncher(Launcher):
+    """Finishes every run at once with made-up traffic; the AB run on 2 nodes fails."""
+
+    kind = "local"
+
+    def layout(self, nproc: int | None, ranks_per_node: int | None) -> Layout:
+        return Layout(1, 1)
+
+    def submit(self, run_dir: Path, layout: Layout, **_: object) -> FinishedJob:
+        return FinishedJob(fake_outcome(run_dir, layout), run_dir)
+
+
+def fake_outcome(run_dir: Path, layout: Layout) -> RunOutcome:
     if layout.nodes == 2 and "trial" in run_dir.name:
-        return FinishedJob(RunOutcome(False, "rank 3 was killed by SIGKILL", 1))
+        return RunOutcome(False, "rank 3 was killed by SIGKILL", 1)
     ab = "trial" in run_dir.name
     gbs = 0.0 if layout.nodes == 1 else (1.0 if ab else 2.5) * layout.nodes
     summary = {"best_top1": 0.5 + 0.1 * layout.nodes, "final": {"val_top1": 0.5},
@@ -46,7 +59,7 @@ def fake_submit(run_dir: Path, layout: Layout, launcher: str) -> FinishedJob:
                            "reduction_vs_ddp": 2.0 if ab else 1.0},
                "compression": {"method_ratio": 1.5 if ab else 1.0}}
     (run_dir / "summary.json").write_text(json.dumps(summary))
-    return FinishedJob(RunOutcome(True))
+    return RunOutcome(True)
 
 
 def campaign_dir(tmp_path: Path, strategy: str) -> Path:
@@ -54,7 +67,7 @@ def campaign_dir(tmp_path: Path, strategy: str) -> Path:
     campaign, configs = plan_campaign(target, "target.yaml", PROMOTED, (1, 2, 4), strategy, SAMPLES)  # type: ignore[arg-type]
     out = tmp_path / strategy
     write_campaign(out, campaign, configs)
-    outcomes = run_campaign(out, campaign, "local", show_progress=False, submit_fn=fake_submit)
+    outcomes = run_campaign(out, campaign, InstantLauncher(None), show_progress=False)
     assert [o.ok for o in outcomes.values()] == [True, True, True, False, True, True]  # the others went on
     return out
 

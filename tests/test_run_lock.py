@@ -17,11 +17,11 @@ import pytest
 
 from abtune.errors import ConfigError
 from abtune.launch.runlock import LOCK_FILE, claim_run
-from abtune.training.hooks import read_metrics, write_hook_specs
-from tests.conftest import abtune_command, run_cli, write_config
+from abtune.training.hooks import hook_spec, read_metrics, write_hook_specs
+from tests.conftest import abtune_command, run_cli, with_checkout_on_path, write_config
+from tests.test_tracking_e2e import gate
 
 HOST = socket.gethostname()
-REPO = Path(__file__).resolve().parents[1]
 WAIT_S = 300  # a safety net for a hung run, never a pass/fail criterion
 HOLD = "import sys; from abtune.launch.runlock import join_run; held = join_run(__import__('pathlib').Path(sys.argv[1])); " \
        "print('held', flush=True); sys.stdin.read()"
@@ -66,10 +66,10 @@ def test_resume_is_refused_while_the_old_ranks_run_and_the_first_run_finishes_un
     config = write_config(tmp_path / "run.yaml", train={"steps": 40, "log_every": 5, "eval_every": 20})
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    write_hook_specs(run_dir, [{"factory": "tests.test_tracking_e2e:gate", "options": {"step": 20}}])
+    write_hook_specs(run_dir, [hook_spec(gate, step=20)])
     train = [*abtune_command(), "train", str(config), "--nproc", "2", "--run-dir", str(run_dir), "--no-tracking"]
     # The ranks import the gate hook from this checkout's tests package, from a cwd outside it.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = with_checkout_on_path(os.environ)
     log_path = tmp_path / "first.log"
     with log_path.open("w") as log:
         first = subprocess.Popen(train, cwd=tmp_path, stdout=log, stderr=log, start_new_session=True, env=env)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 
-from abtune.study import workers
+from abtune.launch.pids import process_alive
 from abtune.study.reattach import LOCAL_JOB_ATTR
 from abtune.study.stop import STOPPED
 from abtune.training.hooks import read_metrics
@@ -48,7 +48,7 @@ def test_killed_study_run_reattaches_its_surviving_local_trials(tmp_path: Path) 
     first.wait(timeout=60)
     jobs = {t.number: t.user_attrs[LOCAL_JOB_ATTR] for t in killed}
     assert [t.number for t in running(url)] == sorted(jobs)  # left RUNNING by the dead runner ...
-    assert all(workers.process_alive(job) for job in jobs.values())  # ... and their jobs train on
+    assert all(process_alive(job) for job in jobs.values())  # ... and their jobs train on
     status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert all(f"running: trial {n} in local job {job['pid']} on " in status for n, job in jobs.items()), status
 
@@ -94,7 +94,7 @@ def test_study_stop_local(tmp_path: Path) -> None:
     assert [(t.number, t.state, t.user_attrs.get("fail_reason")) for t in trials[:2]] == \
         [(t.number, TrialState.FAIL, STOPPED) for t in first]
     assert [(t.state, t.user_attrs["retry_of"]) for t in trials[2:]] == [(TrialState.WAITING, t.number) for t in first]
-    assert not any(workers.process_alive(t.user_attrs[LOCAL_JOB_ATTR]) for t in first)
+    assert not any(process_alive(t.user_attrs[LOCAL_JOB_ATTR]) for t in first)
 
     runner = _start(tmp_path, url, "second.log")
     second = wait_for(lambda: _both_mid_training(url), 300, "the two retries training")
@@ -104,7 +104,7 @@ def test_study_stop_local(tmp_path: Path) -> None:
     for trial in second:
         job = trial.user_attrs[LOCAL_JOB_ATTR]
         assert f"trial {trial.number}: local job {job['pid']} cancelled, failed\n" in out, out
-        assert not workers.process_alive(job)
+        assert not process_alive(job)
         assert trials_of(url)[trial.number].user_attrs["fail_reason"] == STOPPED
     assert not running(url) and not [t for t in trials_of(url) if t.state == TrialState.WAITING]
 

@@ -13,7 +13,7 @@ import pytest
 from optuna.trial import FrozenTrial, TrialState
 
 from abtune.study import results
-from abtune.study.definition import DDP
+from abtune.study.definition import DDP, REFERENCE
 from abtune.study.runner import INTERRUPTED
 from tests.conftest import run_cli
 from tests.study_helpers import running, signal_group, start_run, trials_of, wait_for, write_study
@@ -31,16 +31,18 @@ def _evaluations(run_dir: Path) -> dict[int, float]:
 
 
 def test_repeats_give_means_and_a_restart_keeps_finished_seeds(tmp_path: Path, mlflow_db: Path) -> None:
-    """`repeats: 2`, 3 trials (both references and one searched): every trial trains seeds 0 and 1000 one
-    after another (a pruner is set, so the running mean is reported); Ctrl-C after a trial's first seed
-    finished, and the restarted study copies that seed instead of training it again."""
+    """`repeats: 2`, 3 trials (both references and one searched): the searched trial trains seeds 0 and
+    1000 one after another (a pruner is set, so the running mean is reported; the references, never
+    pruned, train theirs side by side); Ctrl-C after its first seed finished, and the restarted study
+    copies that seed instead of training it again."""
     url, tracking = f"sqlite:///{tmp_path}/optuna.db", f"sqlite:///{mlflow_db}"
     study = write_study(tmp_path / "s.yaml", trials=3, repeats=2, pruner={"name": "median"})
     run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
 
     def first_seed_finished() -> FrozenTrial | None:
         for trial in running(url):
-            if trial.user_attrs.get("seeds") and (_seed_dirs(trial)[0] / "summary.json").exists():
+            searched = trial.user_attrs.get(REFERENCE) is None  # its seeds run one after another
+            if searched and trial.user_attrs.get("seeds") and (_seed_dirs(trial)[0] / "summary.json").exists():
                 return trial
         return None
 

@@ -23,7 +23,7 @@ from abtune.config import load_run_config
 from abtune.launch.local import free_port, launch
 from abtune.tracking import LaunchInfo, open_tracking
 from abtune.tracking.servers import Service, start_mlflow_server, stop, wait_ready
-from abtune.training.hooks import TrainingHook, read_metrics, write_hook_specs
+from abtune.training.hooks import TrainingHook, hook_spec, read_metrics, write_hook_specs
 from tests.conftest import abtune_command, run_cli, write_config
 
 pytestmark = pytest.mark.slow
@@ -187,7 +187,7 @@ def test_a_server_outage_mid_run_loses_no_metric(tmp_path: Path, mlflow_db: Path
                                     launch_info=LaunchInfo("local", 2, 1))
         spec = tracking.hook_spec(run_id)
         spec["options"]["flush_seconds"] = 0.2
-        write_hook_specs(run_dir, [spec, {"factory": "tests.test_tracking_e2e:gate", "options": {"step": GATE_STEP}}])
+        write_hook_specs(run_dir, [spec, hook_spec(gate, step=GATE_STEP)])
         stopper = _stop_server_at_the_gate(run_dir, service, run_id)
         launch(run_dir, 2, 1)  # completes although the store vanished at step 20
         stopper.join()

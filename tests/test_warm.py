@@ -150,3 +150,23 @@ def test_a_python_path_with_another_abtune_starts_cold(tmp_path: Path, own_serve
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(other), os.environ.get("PYTHONPATH")]))}
     assert warm.spawn([str(tmp_path / "never-runs")], env) is None
     assert warm.spawn([str(tmp_path / "never-runs")], {**os.environ, "LD_PRELOAD": "libnothing.so"}) is None
+
+
+def test_a_command_in_a_session_of_its_own_owns_a_server(tmp_path: Path, own_server: Path) -> None:
+    """A server refuses ranks of a launcher in another session (their process group cannot join it), so
+    a command started in a new session (`study run` from a terminal) owns a server of its own and its
+    ranks start warm; in the owner's session the outer server is used."""
+    import subprocess
+    import sys
+
+    probe = "from abtune.launch import warm\nwith warm.owned_server() as path:\n    print(path)\n"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path.cwd()), os.environ.get("PYTHONPATH")]))}
+
+    def owned(new_session: bool) -> str:
+        return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True,
+                              start_new_session=new_session, timeout=120).stdout.strip()
+
+    assert owned(new_session=False) == "None"
+    path = owned(new_session=True)
+    assert path != "None" and path != str(own_server)
+    assert not Path(path).parent.exists()  # the command's server ended with it

@@ -1,5 +1,6 @@
 """Launchers: how the ranks of a run start (local processes, in-process debug, SLURM via submitit).
 
-Public entry points: `profiles.load_profile` / `profiles.Layout`, and `submit.submit_run`, `submit.attach`,
-`submit.outcome`, `submit.wait` (every launcher), `slurm.submit_array` (job arrays of study workers).
+The interface is `base.Launcher` and `base.Job`; `launchers.load_launcher(NAME|PATH)` builds one from
+its profile (profiles.py), `launchers.reattach` follows a job another process submitted. Helpers beside
+them: local.py, warm.py, fabric.py, slurm.py (also `submit_array` for study workers), follow.py, runlock.py.
 """

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from abtune.errors import ConfigError
+from abtune.launch.pids import process_alive
 
 if TYPE_CHECKING:
     from abtune.launch.profiles import FabricProfile
@@ -390,18 +391,9 @@ def fabric_namespaces() -> list[str]:
 
 def reap_orphans() -> None:
     """Remove the fabrics of launchers that no longer exist (their watchdog was killed too)."""
-    orphans = [name for name in fabric_namespaces() if not _alive(int(name[len(PREFIX):].split("-")[0]))]
+    orphans = [name for name in fabric_namespaces()
+               if not process_alive({"pid": name[len(PREFIX):].split("-")[0]})]
     remove_namespaces(orphans)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def watch(names: list[str]) -> None:

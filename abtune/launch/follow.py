@@ -9,9 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-import submitit
-
-from abtune.launch.submit import POLL_SECONDS, RunOutcome, outcome
+from abtune.launch.base import Job, RunOutcome
 from abtune.training.hooks import METRICS_FILE
 
 PROGRESS_SECONDS = 30.0
@@ -30,18 +28,17 @@ def latest_record(run_dir: Path) -> dict[str, Any] | None:
     return None
 
 
-def follow(job: submitit.Job[RunOutcome], run_dir: Path, out: TextIO = sys.stdout,
-           poll_s: float = POLL_SECONDS) -> RunOutcome:
+def follow(job: Job, out: TextIO = sys.stdout, poll_s: float = 2.0) -> RunOutcome:
     last_state, last_print = "", 0.0
-    while (result := outcome(job, run_dir)) is None:
+    while (result := job.poll()) is None:
         state = job.state
-        record = latest_record(run_dir)
+        record = latest_record(job.run_dir)
         now = time.monotonic()
         if state == "UNKNOWN":  # not in sacct yet
             pass
         elif state != last_state or (record and now - last_print >= PROGRESS_SECONDS):
             step = f"  step {record['step']} ({record.get('phase', '')})" if record else ""
-            print(f"job {job.job_id}: {state}{step}", file=out, flush=True)
+            print(f"{job.describe()}: {state}{step}", file=out, flush=True)
             last_state, last_print = state, now
         time.sleep(poll_s)
     return result

@@ -1,4 +1,4 @@
-"""Launcher profiles: where the ranks of a run start (`local`, `debug`, `slurm`), one typed YAML file each.
+"""Launcher profiles: the typed YAML file behind each launcher (`local`, `debug`, `slurm`; launchers.py).
 
 `--launcher NAME|PATH`: a path to a YAML file, or a name looked up as `./launchers/NAME.yaml` (a
 project's own profiles) and then among the shipped profiles (the checkout's top-level `launchers/`,
@@ -10,7 +10,6 @@ validated once, when it is loaded (unknown keys, ranges), and again against the 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -18,6 +17,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from abtune.config import RunConfig, StrictModel, describe_validation_error
 from abtune.errors import ConfigError
+from abtune.launch.base import Layout
 from abtune.yamlfile import read_yaml
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -159,18 +159,6 @@ class SlurmProfile(StrictModel):
 
 Profile = LocalProfile | DebugProfile | SlurmProfile
 KINDS: dict[str, type[Profile]] = {"local": LocalProfile, "debug": DebugProfile, "slurm": SlurmProfile}
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How many ranks a run has and how they sit on nodes (real ones on SLURM, simulated locally)."""
-
-    nodes: int
-    ranks_per_node: int
-
-    @property
-    def world_size(self) -> int:
-        return self.nodes * self.ranks_per_node
 
 
 def resolve_profile_path(name_or_path: str) -> Path:

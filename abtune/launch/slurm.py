@@ -32,16 +32,13 @@ from submitit.core.utils import FailedJobError
 from submitit.helpers import Checkpointable, DelayedSubmission, TorchDistributedEnvironment
 from submitit.slurm.slurm import _make_sbatch_string
 
-from abtune.errors import AbtuneError
+from abtune.launch.base import Layout, SubmissionFailed
 from abtune.launch.outcome import RunOutcome, recorded_failure
-from abtune.launch.profiles import Layout, SlurmProfile
+from abtune.launch.profiles import SlurmProfile
 
 JOBS_DIR = "jobs"
+POLL_SECONDS = 2.0  # every poll of a SLURM job asks sacct
 SRUN_ARGS = ("--kill-on-bad-exit=1",)  # one failed rank ends the job instead of hanging its peers
-
-
-class SubmissionFailed(AbtuneError):
-    """sbatch refused the job (unknown partition, impossible request) or there is no SLURM here."""
 
 
 # --- the job body, on every task --------------------------------------------------------------

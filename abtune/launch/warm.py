@@ -15,7 +15,8 @@ and its ranks have all ended: a rank that outlives its launcher (a killed `study
 and its exit status still delivered. The socket lives in a private (0700) temporary folder that the
 server removes when it ends. The server runs in its own process group of the starter's session; each
 rank joins its launcher's process group, so a Ctrl-C or a killpg reaches warm ranks as it reaches cold
-ones (a launcher in another session gets cold ranks). ABTUNE_WARM_START=0 turns all of this off (every rank starts cold).
+ones. A server takes ranks from its own session only: a command in another session than the outer
+owner owns a server of its own. ABTUNE_WARM_START=0 turns all of this off (every rank starts cold).
 
 Protocol (SOCK_SEQPACKET, one JSON message each way): the launcher sends the rank's argv, environment,
 working directory, interpreter and Python path, with its stdin, stdout and stderr as SCM_RIGHTS; the
@@ -86,28 +87,42 @@ def owned_server(start: bool = False, wait: bool = False) -> Iterator[Path | Non
     started on first use (`start`: now) and stopped at the end of the block; yields its socket. Nothing
     (None) when warm start is off or an outer owner (a test session) provides a server already.
     `wait`: at the end, block until the server has ended."""
-    if not enabled() or os.environ.get(SOCKET_VARIABLE):
+    if not enabled() or _outer_server_takes_our_ranks():
         yield None
         return
     folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))
     path = folder / SOCKET_NAME
-    earlier_owner = os.environ.get(OWNER_VARIABLE)
+    outer = {key: os.environ.get(key) for key in (SOCKET_VARIABLE, OWNER_VARIABLE)}
     os.environ.update({SOCKET_VARIABLE: str(path), OWNER_VARIABLE: str(os.getpid())})
     try:
         if start and (conn := _server_connection(path, dict(os.environ))) is not None:
             conn.close()
         yield path
     finally:
-        os.environ.pop(SOCKET_VARIABLE, None)
-        os.environ.pop(OWNER_VARIABLE, None)
-        if earlier_owner is not None:
-            os.environ[OWNER_VARIABLE] = earlier_owner
+        for key, value in outer.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         server = stop_server(path)
         if server is None:
             shutil.rmtree(folder, ignore_errors=True)
         elif wait:
             wait_for_exit(server, STOP_TIMEOUT_S)
             shutil.rmtree(folder, ignore_errors=True)  # gone already, unless the server had to be killed
+
+
+def _outer_server_takes_our_ranks() -> bool:
+    """An outer owner (a test session) provides a server, and it is in our session: a server refuses the
+    ranks of a launcher in another session (a `study run` started as a terminal would, in a session of its
+    own), so such a command owns a server of its own instead of starting every rank cold."""
+    owner = os.environ.get(OWNER_VARIABLE)
+    if not os.environ.get(SOCKET_VARIABLE) or owner is None:
+        return False
+    try:
+        return os.getsid(int(owner)) == os.getsid(0)
+    except (ProcessLookupError, PermissionError, ValueError):
+        return False  # the outer owner has ended: its server stops too
 
 
 def stop_server(path: Path) -> int | None:

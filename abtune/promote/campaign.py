@@ -12,49 +12,22 @@ study trial it was promoted from.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Protocol
 
 import yaml
 
 from abtune.config import RunConfig, load_run_config
 from abtune.errors import ConfigError
-from abtune.launch.profiles import Layout, Profile, SlurmProfile, load_profile
+from abtune.launch.base import Launcher, Layout
+from abtune.launch.outcome import RunOutcome
 from abtune.promote.plan import CAMPAIGN_FILE, Campaign, PlannedRun
+from abtune.rundir import CONFIG_FILE, prepare_run_dir
+from abtune.runs import Run, status_of
 from abtune.tracking import LaunchInfo, Tracking
-from abtune.training.hooks import write_hook_specs
 from abtune.yamlfile import read_yaml
 
 OUTCOME_FILE = "outcome.json"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    ok: bool
-    reason: str | None = None
-    exit_code: int = 0
-
-
-class Job(Protocol):
-    def done(self) -> bool: ...
-
-    def result(self) -> Any: ...
-
-
-def check_launcher(name: str) -> Profile:
-    return load_profile(name)
-
-
-def submit(run_dir: Path, layout: Layout, launcher: str) -> Job:
-    """A prepared run folder becomes a job of the run's own layout; its result is a RunOutcome."""
-    from abtune.launch.submit import submit_run
-
-    profile = load_profile(launcher)
-    if isinstance(profile, SlurmProfile):
-        profile = profile.model_copy(update={"nodes": layout.nodes, "tasks_per_node": layout.ranks_per_node})
-    return submit_run(run_dir, layout, profile)
 
 
 def run_tags(run: PlannedRun) -> dict[str, str]:
@@ -69,14 +42,13 @@ def run_tags(run: PlannedRun) -> dict[str, str]:
 
 
 def write_campaign(campaign_dir: Path, campaign: Campaign, configs: dict[str, RunConfig]) -> None:
+    """campaign.yaml and every run's folder with its config.yaml, before the first run starts."""
     if campaign_dir.exists() and any(campaign_dir.iterdir()):
         raise ConfigError(f"{campaign_dir} is not empty; choose another --campaign-dir")
     campaign_dir.mkdir(parents=True, exist_ok=True)
     (campaign_dir / CAMPAIGN_FILE).write_text(yaml.safe_dump(campaign.model_dump(mode="json"), sort_keys=False))
     for run in campaign.runs:
-        run_dir = campaign_dir / run.run_dir
-        run_dir.mkdir(parents=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(configs[run.name].model_dump(mode="json"), sort_keys=False))
+        prepare_run_dir(configs[run.name], campaign_dir / run.run_dir, resume=False)
 
 
 def read_campaign(campaign_dir: Path) -> Campaign:
@@ -86,44 +58,37 @@ def read_campaign(campaign_dir: Path) -> Campaign:
     return Campaign.model_validate(read_yaml(path))
 
 
-Submit = Callable[[Path, Layout, str], Job]
-
-
-def run_campaign(campaign_dir: Path, campaign: Campaign, launcher: str, show_progress: bool = True,
-                 submit_fn: Submit = submit, tracking: Tracking | None = None) -> dict[str, Outcome]:
-    """Run every run in order; each outcome is also stored in its folder. A failed run does not stop the others."""
+def run_campaign(campaign_dir: Path, campaign: Campaign, launcher: Launcher, show_progress: bool = True,
+                 tracking: Tracking | None = None) -> dict[str, RunOutcome]:
+    """Run every run in order, each on `launcher` sized to the run's layout; each outcome is also stored
+    in its folder. A failed run does not stop the others."""
     from rich.progress import Progress
 
     tracking = tracking or Tracking()
-    experiment = f"scaling-{campaign.target}"
-    launcher_kind = load_profile(launcher).kind
-    outcomes: dict[str, Outcome] = {}
+    outcomes: dict[str, RunOutcome] = {}
     with Progress(disable=not show_progress) as progress:
         task = progress.add_task("campaign", total=len(campaign.runs))
-        for run in campaign.runs:
-            progress.update(task, description=f"{run.name} ({run.world_size} ranks)")
-            run_dir = campaign_dir / run.run_dir
-            run_id = tracking.start_run(
-                load_run_config(run_dir / "config.yaml"), experiment=experiment, run_name=run.name,
-                launch_info=LaunchInfo(launcher_kind, run.world_size, run.ranks_per_node),
-                tags={**run_tags(run), "abtune.campaign": str(campaign_dir.resolve())})
-            if (spec := tracking.hook_spec(run_id)) is not None:
-                write_hook_specs(run_dir, [spec])
-            outcomes[run.name] = run_one(run_dir, Layout(run.nodes, run.ranks_per_node), launcher, submit_fn)
-            tracking.finish_run(run_id, run_dir, "FINISHED" if outcomes[run.name].ok else "FAILED")
+        for planned in campaign.runs:
+            progress.update(task, description=f"{planned.name} ({planned.world_size} ranks)")
+            layout = Layout(planned.nodes, planned.ranks_per_node)
+            run = Run(campaign_dir / planned.run_dir, launcher.resized(layout), layout, hooks=[])
+            run.track(tracking, tracking.start_run(
+                load_run_config(run.run_dir / CONFIG_FILE), experiment=f"scaling-{campaign.target}",
+                run_name=planned.name, launch_info=LaunchInfo(launcher.kind, planned.world_size, planned.ranks_per_node),
+                tags={**run_tags(planned), "abtune.campaign": str(campaign_dir.resolve())}))
+            outcomes[planned.name] = run_one(run)
             progress.advance(task)
     return outcomes
 
 
-def run_one(run_dir: Path, layout: Layout, launcher: str, submit_fn: Submit = submit) -> Outcome:
-    from abtune.launch.submit import wait
-
-    result = wait(submit_fn(run_dir, layout, launcher), run_dir)  # type: ignore[arg-type]
-    outcome = Outcome(result.ok, result.reason, result.exit_code)
-    (run_dir / OUTCOME_FILE).write_text(json.dumps(asdict(outcome)))
+def run_one(run: Run) -> RunOutcome:
+    run.submit()
+    outcome = run.wait()
+    (run.run_dir / OUTCOME_FILE).write_text(json.dumps(asdict(outcome)))
+    run.finish(status_of(outcome))
     return outcome
 
 
-def read_outcome(run_dir: Path) -> Outcome | None:
+def read_outcome(run_dir: Path) -> RunOutcome | None:
     path = run_dir / OUTCOME_FILE
-    return Outcome(**json.loads(path.read_text())) if path.is_file() else None
+    return RunOutcome(**json.loads(path.read_text())) if path.is_file() else None

@@ -48,12 +48,12 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from abtune.launch.profiles import load_profile
+    from abtune.launch.launchers import load_launcher
     from abtune.study.report import print_best
     from abtune.study.runner import StudyRunner
     from abtune.study.storage import require_study
 
-    profile = load_profile(args.launcher)
+    launcher = load_launcher(args.launcher)
     storage, url = _storage(args)
     require_study(storage, args.name, url)
     if args.parallel < 1 or (args.trials is not None and args.trials < 1):
@@ -62,7 +62,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
     again = f"abtune study run {args.name}" + ("" if args.launcher == "local" else f" --launcher {args.launcher}")
-    runner = StudyRunner(storage, args.name, url, args.parallel, args.trials, profile, tracking=tracking)
+    runner = StudyRunner(storage, args.name, url, args.parallel, args.trials, launcher, tracking=tracking)
     try:
         finished = runner.run()
     except KeyboardInterrupt:  # a second Ctrl-C while stopping
@@ -70,7 +70,7 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"next `{again}`", file=sys.stderr)
         return INTERRUPTED_EXIT
     if runner.left_running:
-        print(f"abtune: stopped following; SLURM job(s) {', '.join(runner.left_running)} keep running and their "
+        print(f"abtune: stopped following; {launcher.kind} job(s) {', '.join(runner.left_running)} keep running and their "
               f"trials stay RUNNING. Re-attach with: {again}", file=sys.stderr)
         return INTERRUPTED_EXIT
     if not finished:
@@ -81,19 +81,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from abtune.launch.profiles import load_profile
-    from abtune.launch.slurm import SubmissionFailed
+    from abtune.launch.base import SubmissionFailed
+    from abtune.launch.launchers import load_launcher
     from abtune.study import launch
     from abtune.study.definition import stored_spec, stored_study_dir
     from abtune.study.storage import require_study
 
-    profile = launch.require_slurm(load_profile(args.launcher), args.name)
+    launcher = launch.require_slurm(load_launcher(args.launcher), args.name)
+    profile = launcher.profile
     if args.workers < 1 or (args.trials is not None and args.trials < 1):
         raise ConfigError("--workers and --trials must be at least 1")
     storage, url = _storage(args)
     study_id = require_study(storage, args.name, url)
     spec, study_dir = stored_spec(storage, study_id), stored_study_dir(storage, study_id)
-    layout = launch.check_study_fits(spec, profile, args.name)
+    layout = launch.check_study_fits(spec, launcher, args.name)
     from abtune.study.capacity import check_workers_leave_room
 
     check_workers_leave_room(profile, launch.worker_profile(profile), layout, min(args.workers, profile.array_parallelism))
@@ -176,19 +177,19 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
-    from abtune.launch.profiles import load_profile
+    from abtune.launch.launchers import load_launcher
     from abtune.study.confirm import confirm
     from abtune.study.storage import require_study
     from abtune.tracking import open_tracking
 
     if args.top < 1 or args.seeds < 2 or args.parallel < 1:
         raise ConfigError("--top and --parallel must be at least 1, --seeds at least 2 (a spread needs two values)")
-    profile = load_profile(args.launcher)
+    launcher = load_launcher(args.launcher)
     storage, url = _storage(args)
     require_study(storage, args.name, url)
     tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
     try:
-        table, _ = confirm(storage, args.name, args.top, args.seeds, args.rule, profile, args.parallel, tracking)
+        table, _ = confirm(storage, args.name, args.top, args.seeds, args.rule, launcher, args.parallel, tracking)
     except KeyboardInterrupt:
         print(f"abtune: interrupted; finished seeds are kept. Continue with: abtune study confirm {args.name} "
               f"--top {args.top} --seeds {args.seeds}", file=sys.stderr)

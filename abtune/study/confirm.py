@@ -30,10 +30,10 @@ from optuna.trial import FrozenTrial
 
 from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
-from abtune.launch.profiles import Profile
+from abtune.launch.base import Launcher
 from abtune.promote.select import Rule, chosen_trials
-from abtune.rundir import prepare_run_dir
 from abtune.runfiles import read_summary, summary_path
+from abtune.runs import Run
 from abtune.study import results, stats
 from abtune.study.attrs import CONFIRMATION_ATTR, REFERENCE_ATTR
 from abtune.study.definition import DDP, PAPER_DEFAULTS, stored_spec, stored_study_dir
@@ -93,12 +93,11 @@ def subject_config(spec: StudySpec, study_name: str, subject: Subject, seed: int
 
 # --- running ----------------------------------------------------------------------------------------
 def run_seeds(spec: StudySpec, study_name: str, study_dir: Path, chosen: list[Subject], seeds: list[int],
-              profile: Profile, parallel: int) -> None:
+              launcher: Launcher, parallel: int) -> None:
     """Every (configuration, seed) run without a summary.json, `parallel` at a time; raises when any failed."""
-    from abtune.launch.submit import outcome
-    from abtune.study.runner import submit_trial, trial_job_name, trial_layout
+    from abtune.study.trials import submit_trial, trial_job_name, trial_layout
 
-    layout = trial_layout(spec, profile)
+    layout = trial_layout(spec, launcher)
     pending = [(s, seed) for s in chosen for seed in seeds if not summary_path(seed_dir(s.folder(study_dir), seed)).exists()]
     done = len(chosen) * len(seeds) - len(pending)
     print(f"confirming {len(chosen)} configuration(s) x {len(seeds)} seed(s): {len(pending)} run(s) to train"
@@ -111,13 +110,12 @@ def run_seeds(spec: StudySpec, study_name: str, study_dir: Path, chosen: list[Su
                 subject, seed = pending.pop(0)
                 run_dir = seed_dir(subject.folder(study_dir), seed)
                 shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted earlier attempt starts over
-                prepare_run_dir(subject_config(spec, study_name, subject, seed), run_dir, resume=False)
-                job = submit_trial(run_dir, spec, False, profile, layout,
-                                   trial_job_name(study_name, f"confirm-{subject.trial.number}-seed{seed}"))
+                run = Run.prepare(subject_config(spec, study_name, subject, seed), run_dir, launcher, layout, hooks=[])
+                job = submit_trial(run, spec, trial_job_name(study_name, f"confirm-{subject.trial.number}-seed{seed}"))
                 active.append((subject, seed, run_dir, job))
             for entry in list(active):
                 subject, seed, run_dir, job = entry
-                ended = outcome(job, run_dir)
+                ended = job.poll()
                 if ended is None:
                     continue
                 active.remove(entry)
@@ -165,7 +163,7 @@ def record(subject: Subject, values: dict[str, list[float]], references: dict[st
             "values": [metrics[m]["mean"] for m in spec.objectives], "test": stats.TEST_NAME}
 
 
-def confirm(storage: Any, name: str, top: int, seeds_count: int, rule: Rule, profile: Profile, parallel: int,
+def confirm(storage: Any, name: str, top: int, seeds_count: int, rule: Rule, launcher: Launcher, parallel: int,
             tracking: Tracking) -> tuple[str, list[dict[str, Any]]]:
     """Run the confirmation, store it in the study and in MLflow; returns the table (markdown) and records."""
     study_id = storage.get_study_id_from_name(name)
@@ -173,7 +171,7 @@ def confirm(storage: Any, name: str, top: int, seeds_count: int, rule: Rule, pro
     study = optuna.load_study(study_name=name, storage=storage)
     chosen = subjects(study, top, rule)
     seeds = confirmation_seeds(spec, seeds_count)
-    run_seeds(spec, name, study_dir, chosen, seeds, profile, parallel)
+    run_seeds(spec, name, study_dir, chosen, seeds, launcher, parallel)
     metrics = confirmation_metrics(spec)
     values = {s.trial.number: seed_values(s.folder(study_dir), seeds, metrics) for s in chosen}
     references = {role: values[s.trial.number] for s in chosen for role in s.roles if role in LABELS}

@@ -26,7 +26,9 @@ from submitit.helpers import Checkpointable
 
 from abtune.config import parse_run_config
 from abtune.errors import ConfigError
-from abtune.launch.profiles import Layout, Profile, SlurmProfile, check_fits
+from abtune.launch.base import Launcher, Layout
+from abtune.launch.launchers import SlurmLauncher, exported
+from abtune.launch.profiles import SlurmProfile, check_fits
 from abtune.study.pruning import STUDY_STORAGE_VARIABLE
 
 WORKER_LAYOUT = Layout(1, 1)
@@ -47,11 +49,12 @@ def worker_profile(profile: SlurmProfile) -> SlurmProfile:
                                       "sbatch": sbatch, "max_requeues": WORKER_REQUEUES, **own})
 
 
-def require_slurm(profile: Profile, name: str) -> SlurmProfile:
-    if not isinstance(profile, SlurmProfile):
-        raise ConfigError(f"--launcher {profile.kind}: `study launch` submits SLURM jobs; use a slurm profile, "
+def require_slurm(launcher: Launcher, name: str) -> SlurmLauncher:
+    """Worker arrays are SLURM's: the one launcher whose jobs outlive the process that submits them."""
+    if not isinstance(launcher, SlurmLauncher):
+        raise ConfigError(f"--launcher {launcher.kind}: `study launch` submits SLURM jobs; use a slurm profile, "
                           f"or run the study here with `abtune study run {name}`")
-    return profile
+    return launcher
 
 
 def job_name(study: str) -> str:
@@ -78,7 +81,8 @@ class StudyWorker(Checkpointable):
         storage = open_storage(url)
         from abtune.tracking import open_tracking
 
-        runner = StudyRunner(storage, self.study, url, 1, self.max_trials, SlurmProfile.model_validate(self.profile),
+        runner = StudyRunner(storage, self.study, url, 1, self.max_trials,
+                             SlurmLauncher(SlurmProfile.model_validate(self.profile)),
                              tracking=open_tracking(None, enabled=self.tracking))
         runner.run()
         trials = runner.all_trials()
@@ -94,10 +98,10 @@ def work_left(trials: list[Any], budget: int) -> bool:
             or results.budget_used(trials) < budget)
 
 
-def check_study_fits(spec: Any, profile: SlurmProfile, name: str) -> Layout:
-    from abtune.study.runner import trial_layout
+def check_study_fits(spec: Any, launcher: SlurmLauncher, name: str) -> Layout:
+    from abtune.study.trials import trial_layout
 
-    layout = trial_layout(spec, profile)
+    layout = trial_layout(spec, launcher)
     check_fits(parse_run_config(spec.base, f"study {name}: base"), layout)
     return layout
 
@@ -105,7 +109,7 @@ def check_study_fits(spec: Any, profile: SlurmProfile, name: str) -> Layout:
 def dry_run(study_dir: Path, name: str, profile: SlurmProfile, workers: int, layout: Layout) -> str:
     """The worker array's sbatch script and the script of one trial job, as they would be submitted."""
     from abtune.launch.slurm import array_script, sbatch_script
-    from abtune.study.runner import trial_job_name
+    from abtune.study.trials import trial_job_name
 
     folder = study_dir / WORKERS_DIR
     trial_dir = study_dir / "trials" / "N"
@@ -121,8 +125,8 @@ def launch(study_dir: Path, name: str, url: str, profile: SlurmProfile, workers:
     from abtune.launch.slurm import submit_array
     from abtune.study.storage import absolute_url
 
-    os.environ[STUDY_STORAGE_VARIABLE] = absolute_url(url)  # sbatch copies the environment into the jobs
     body = StudyWorker(name, profile.model_dump(mode="json"), max_trials, tracking)
-    jobs = submit_array(study_dir / WORKERS_DIR, WORKER_LAYOUT, worker_profile(profile), [body] * workers,
-                        job_name(name))
+    with exported({STUDY_STORAGE_VARIABLE: absolute_url(url)}):  # sbatch copies the environment into the jobs
+        jobs = submit_array(study_dir / WORKERS_DIR, WORKER_LAYOUT, worker_profile(profile), [body] * workers,
+                            job_name(name))
     return [job.job_id for job in jobs]

@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from abtune.config import RunConfig
+from abtune.launch.base import Job
 from abtune.launch.outcome import RunOutcome
 from abtune.rundir import prepare_run_dir
+from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import results, stats
-from abtune.training.checkpoint import COMPLETE_MARK
-from abtune.training.hooks import METRICS_FILE, read_metrics, write_hook_specs
+from abtune.training.hooks import read_metrics
 
 SEED_STRIDE = 1000
 SEEDS_ATTR = "seeds"
@@ -48,18 +49,6 @@ def repeat_seed(base: int, index: int) -> int:
 
 def seed_dir(trial_dir: Path, seed: int) -> Path:
     return trial_dir / f"seed_{seed}"
-
-
-def adopt_checkpoint(source: Path, run_dir: Path) -> int | None:
-    """Copy the newest complete checkpoint (and the metrics so far) of `source` into `run_dir`; its step."""
-    complete = sorted((source / "checkpoints").glob(f"step_*/{COMPLETE_MARK}"),
-                      key=lambda mark: int(mark.parent.name.removeprefix("step_")))
-    if not complete:
-        return None
-    shutil.copytree(complete[-1].parent, run_dir / "checkpoints" / complete[-1].parent.name)
-    if (source / METRICS_FILE).exists():
-        shutil.copy(source / METRICS_FILE, run_dir / METRICS_FILE)
-    return int(complete[-1].parent.name.removeprefix("step_"))
 
 
 # --- the result of a trial ------------------------------------------------------------------------
@@ -126,9 +115,12 @@ class SeedRun:
     run_dir: Path
     resume: bool = False
     finished: bool = False  # summary.json is there (run here, or taken over from the trial it retries)
-    job: Any = None
+    run: Run | None = None  # once started
     outcome: RunOutcome | None = None
-    mlflow_run_id: str | None = None
+
+    @property
+    def job(self) -> Job | None:
+        return None if self.run is None else self.run.job
 
     @property
     def running(self) -> bool:
@@ -140,37 +132,40 @@ class SeedRun:
         return self.finished and bool(json.loads(summary.read_text()).get("stopped_early"))
 
 
-class RepeatedJob:
-    """The seeds of one trial, seen by the runner as one job: `done()` polls the seed jobs and starts the
-    next ones (at most `concurrent` at a time); `result()` says how they ended."""
+class RepeatedJob(Job):
+    """The seeds of one trial, seen by the runner as one job: `poll()` polls the seed jobs and starts the
+    next ones (at most `concurrent` at a time), and says how they ended once all have."""
 
-    def __init__(self, runs: list[SeedRun], concurrent: int, start: Callable[[SeedRun], Any],
+    kind = "repeats"  # not recorded in the trial: a runner that dies leaves its seeds to a retry
+
+    def __init__(self, trial_dir: Path, runs: list[SeedRun], concurrent: int, start: Callable[[SeedRun], Run],
                  end: Callable[[SeedRun, bool], None], complete: Callable[[], None]) -> None:
+        super().__init__(trial_dir.name, trial_dir)
         self.runs, self.concurrent = runs, concurrent
         self._start, self._end, self._complete = start, end, complete
         self.cancelled = False
         self._completed = False
 
-    def done(self) -> bool:
-        from abtune.launch.submit import outcome
-
+    def poll(self) -> RunOutcome | None:
         for run in [r for r in self.runs if r.running]:
-            ended = outcome(run.job, run.run_dir)
+            assert run.job is not None
+            ended = run.job.poll()
             if ended is not None:
                 self._ended(run, ended)
         waiting = [r for r in self.runs if r.job is None and r.outcome is None and not r.finished]
         while not self._stopped() and waiting and sum(r.running for r in self.runs) < self.concurrent:
             run = waiting.pop(0)
             try:
-                run.job = self._start(run)
+                run.run = self._start(run)
             except Exception as error:  # noqa: BLE001 - a refused submission fails this trial only
                 self._ended(run, RunOutcome(False, f"seed {run.seed} not started: {error}", 1))
         if any(r.running for r in self.runs):
-            return False
-        if not self._completed and self.result().ok:
+            return None
+        result = self._result()
+        if not self._completed and result.ok:
             self._completed = True
             self._complete()
-        return True
+        return result
 
     def _ended(self, run: SeedRun, ended: RunOutcome) -> None:
         run.outcome = ended
@@ -181,7 +176,7 @@ class RepeatedJob:
         return self.cancelled or any(r.outcome is not None and not r.outcome.ok for r in self.runs) \
             or any(r.pruned for r in self.runs)
 
-    def result(self) -> RunOutcome:
+    def _result(self) -> RunOutcome:
         failed = [r for r in self.runs if r.outcome is not None and not r.outcome.ok]
         if failed:
             first = failed[0].outcome
@@ -195,12 +190,14 @@ class RepeatedJob:
         self.cancelled = True
         for run in self.runs:
             if run.running:
+                assert run.job is not None
                 run.job.cancel()
 
 
-def start_trial(runner: Any, trial: Any, config: RunConfig, run_id: str | None) -> tuple[Path, RepeatedJob]:
-    """Prepare `trials/N/` and its seeds, take over what a retried trial finished, start the first seeds."""
-    from abtune.study.runner import trial_hook_specs
+def start_trial(runner: Any, trial: Any, config: RunConfig, run_id: str | None) -> Run:
+    """Prepare `trials/N/` and its seeds, take over what a retried trial finished, start the first seeds:
+    the trial's run, whose job is its seeds'."""
+    from abtune.study.trials import trial_hook_specs  # trials -> pruning -> this module
 
     trial_dir = runner.study_dir / "trials" / str(trial.number)
     prepare_run_dir(config, trial_dir, resume=False)
@@ -223,12 +220,17 @@ def start_trial(runner: Any, trial: Any, config: RunConfig, run_id: str | None) 
         if isinstance(attrs, dict):
             runner.tracking.log_metrics(run_id, spread_metrics(attrs))
 
-    job = RepeatedJob(runs, 1 if sequential else len(runs), seeds_of.start, seeds_of.end, complete)
-    job.done()
-    return trial_dir, job
+    trial_run = Run(trial_dir, runner.launcher, runner.layout)
+    trial_run.track(runner.tracking, run_id)
+    trial_run.job = RepeatedJob(trial_dir, runs, 1 if sequential else len(runs), seeds_of.start, seeds_of.end,
+                                complete)
+    trial_run.job.poll()
+    return trial_run
 
 
 def _take_over(previous_dir: Path, runs: list[SeedRun], trial: Any) -> None:
+    from abtune.study.trials import adopt_checkpoint
+
     reused = []
     for run in runs:
         source = seed_dir(previous_dir, run.seed)
@@ -253,27 +255,27 @@ class _SeedStarter:
     hooks: list[dict[str, Any]]
     runs: list[SeedRun]
 
-    def start(self, run: SeedRun) -> Any:
-        from abtune.study.runner import submit_trial, trial_job_name
+    def start(self, seed_run: SeedRun) -> Run:
+        from abtune.study.trials import submit_trial, trial_job_name
         from abtune.tracking import LaunchInfo
 
         runner, number = self.runner, self.trial.number
-        config = self.config.model_copy(update={"seed": run.seed})
-        prepare_run_dir(config, run.run_dir, resume=False)
-        earlier = [str(r.run_dir) for r in self.runs[:self.runs.index(run)]]
+        config = self.config.model_copy(update={"seed": seed_run.seed})
+        earlier = [str(r.run_dir) for r in self.runs[:self.runs.index(seed_run)]]
         hooks = [{**h, "options": {**h["options"], "earlier": earlier}} for h in self.hooks]
+        child_run_id = None
         if self.run_id is not None:
-            run.mlflow_run_id = runner.tracking.start_run(
-                config, experiment=runner.study.study_name, run_name=f"trial-{number}-seed-{run.seed}",
+            child_run_id = runner.tracking.start_run(
+                config, experiment=runner.study.study_name, run_name=f"trial-{number}-seed-{seed_run.seed}",
                 parent_run_id=self.run_id, tags={"optuna.study": runner.study.study_name,
-                                                 "optuna.trial_number": number, "abtune.seed": run.seed},
-                launch_info=LaunchInfo(runner.profile.kind, runner.layout.world_size, runner.layout.ranks_per_node))
-        tracking_hook = runner.tracking.hook_spec(run.mlflow_run_id)
-        write_hook_specs(run.run_dir, hooks + ([tracking_hook] if tracking_hook else []))
-        return submit_trial(run.run_dir, runner.spec, run.resume, runner.profile, runner.layout,
-                            trial_job_name(runner.study.study_name, f"{number}-seed{run.seed}"))
+                                                 "optuna.trial_number": number, "abtune.seed": seed_run.seed},
+                launch_info=LaunchInfo(runner.launcher.kind, runner.layout.world_size, runner.layout.ranks_per_node))
+        run = runner.prepare_run(config, seed_run.run_dir, hooks, child_run_id)
+        run.resume = seed_run.resume  # a new folder continuing from the retried trial's checkpoint
+        submit_trial(run, runner.spec, trial_job_name(runner.study.study_name, f"{number}-seed{seed_run.seed}"),
+                     runner.trial_env)
+        return run
 
-    def end(self, run: SeedRun, cancelled: bool) -> None:
-        assert run.outcome is not None
-        status = "FINISHED" if run.outcome.ok else ("KILLED" if cancelled else "FAILED")
-        self.runner.tracking.finish_run(run.mlflow_run_id, run.run_dir, status)
+    def end(self, seed_run: SeedRun, cancelled: bool) -> None:
+        assert seed_run.outcome is not None and seed_run.run is not None
+        seed_run.run.finish(FINISHED if seed_run.outcome.ok else (KILLED if cancelled else FAILED))

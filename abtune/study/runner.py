@@ -12,18 +12,18 @@ run the same study; the budget counts every trial in the storage. A worker:
    FAIL with `fail_reason` when it failed (the study goes on);
 4. on Ctrl-C cancels its jobs and re-enqueues their trials: none is left RUNNING.
 
-Launchers: locally (the default) a trial is `layout.nproc` processes as the study file says. With
-a SLURM profile a trial is one SLURM job of `nodes x tasks_per_node` ranks (the profile wins; the
-study's `layout` is for local runs). Its job id is stored in the trial (`slurm_job_id`), and
-Ctrl-C only stops following: the jobs keep running, their trials stay RUNNING, and the next
-worker re-attaches them (`attach`) instead of failing them as stale. A cancelled or failed job
-makes its trial FAIL with the SLURM state as the reason (`SLURM job 812 CANCELLED`).
+Launchers (abtune/launch/base.py): locally (the default) a trial is `layout.nproc` processes as the
+study file says; with a SLURM profile, one SLURM job of `nodes x tasks_per_node` ranks (the profile
+wins; the study's `layout` is for local runs). Every trial's job is recorded in the trial (reattach.py).
+On Ctrl-C a launcher whose jobs outlive this process (SLURM) is only stopped following: the jobs keep
+running, their trials stay RUNNING, and the next worker re-attaches them instead of failing them as
+stale. A cancelled or failed job makes its trial FAIL with the launcher's reason (`SLURM job 812
+CANCELLED`). Each trial's run goes through the one run lifecycle (abtune/runs.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -31,123 +31,73 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-import submitit
-from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from abtune.config import RunConfig, apply_overrides, parse_run_config
+from abtune.config import RunConfig, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
-from abtune.launch.profiles import Layout, LocalProfile, Profile, SlurmProfile, check_fits
-from abtune.launch.slurm import SubmissionFailed, nested_submission
-from abtune.launch.slurm import outcome as slurm_outcome
-from abtune.launch.submit import RunOutcome, submit_local, submit_run
+from abtune.launch.base import Job, Launcher, SubmissionFailed
+from abtune.launch.launchers import LocalLauncher
+from abtune.launch.outcome import RunOutcome
+from abtune.launch.profiles import LocalProfile, check_fits
 from abtune.redact import redact
-from abtune.rundir import prepare_run_dir
+from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import reattach, repeats, results, retries, stop, workers
-from abtune.study.definition import DDP, REFERENCE, open_search_study, seed_offset, stored_study_dir
+from abtune.study.definition import REFERENCE, open_search_study, seed_offset, stored_study_dir
 from abtune.study.display import RunDisplay
 from abtune.study.pruning import STUDY_STORAGE_VARIABLE
-from abtune.study.reattach import SLURM_JOB_ATTR
-from abtune.study.space import build_distributions, ddp_reference_config
-from abtune.study.spec import StudySpec
+from abtune.study.space import build_distributions
 from abtune.study.storage import absolute_url
+from abtune.study.trials import (
+    adopt_retried_checkpoint,
+    submit_trial,
+    trial_config,
+    trial_hook_specs,
+    trial_job_name,
+    trial_layout,
+)
 from abtune.tracking import LaunchInfo, Tracking
 from abtune.tracking._base import RUN_ID_ATTR
-from abtune.training.hooks import write_hook_specs
 
 POLL_S = 0.5
-SLURM_POLL_S = 2.0  # every poll of a SLURM job asks sacct
 HEARTBEAT_S = 10.0
 CANCEL_GRACE_S = 30.0
 INTERRUPTED = "interrupted by the user (Ctrl-C)"
-LOCAL = LocalProfile()
 
 
 @dataclass
 class Active:
+    """A trial this runner follows: its run (for repeats, the trial folder whose job is its seeds')."""
+
     trial: optuna.Trial
-    run_dir: Path | None = None
-    job: Any = None  # submitit.Job[RunOutcome]
+    run: Run | None = None
     started: float = field(default_factory=time.time)
+
+    @property
+    def job(self) -> Job | None:
+        return None if self.run is None else self.run.job
+
+    @property
+    def run_dir(self) -> Path | None:
+        return None if self.run is None else self.run.run_dir
 
     @property
     def mlflow_run_id(self) -> str | None:
         return self.trial.user_attrs.get(RUN_ID_ATTR)  # set by Tracking.start_trial_run; survives re-attaching
 
 
-def trial_hook_specs(spec: StudySpec, study_name: str, trial: optuna.Trial) -> list[dict[str, Any]]:
-    """Every hook a trial's rank 0 runs (hooks.yaml). Tracking adds its hook here.
-
-    Single-objective trials report their accuracy at each evaluation; the reference trials report
-    but are never pruned. Options are plain values: the storage URL reaches the hook through
-    ABTUNE_STUDY_STORAGE, never through hooks.yaml.
-    """
-    reference = trial.user_attrs.get(REFERENCE)
-    specs: list[dict[str, Any]] = []
-    if not spec.multi_objective and reference != DDP:
-        prune = spec.pruner.name != "none" and reference is None
-        specs.append({"factory": "abtune.study.pruning:make_hook",
-                      "options": {"study": study_name, "trial_id": trial._trial_id, "prune": prune}})
-    return specs
-
-
-def trial_layout(spec: StudySpec, profile: Profile) -> Layout:
-    """Ranks of every trial: the study's `layout` locally, the profile's `nodes x tasks_per_node` on SLURM."""
-    if isinstance(profile, SlurmProfile):
-        needs_nodes = "inter_node_bytes" in spec.objectives or spec.constraints.max_inter_node_mb is not None
-        if needs_nodes and profile.nodes < 2:
-            raise ConfigError("launcher profile: nodes is 1, but this study measures inter-node traffic; "
-                              "use a profile with nodes >= 2")
-        return Layout(profile.nodes, profile.tasks_per_node)
-    if not isinstance(profile, LocalProfile):
-        raise ConfigError(f"--launcher {profile.kind}: studies run on local or slurm profiles "
-                          "(step through one run with `abtune train --launcher debug`)")
-    if profile.fabric is not None:
-        from abtune.launch.fabric import check_requirements
-
-        check_requirements()
-    return Layout(spec.layout.nproc // spec.layout.per_node, spec.layout.per_node)
-
-
-def trial_job_name(study: str, number: int | str) -> str:
-    return f"abtune-{study}-{number}"
-
-
-def submit_trial(run_dir: Path, spec: StudySpec, resume: bool, profile: Profile = LOCAL,
-                 layout: Layout | None = None, job_name: str | None = None) -> Any:
-    """The one place a trial is handed to a launcher: local processes, or one SLURM job."""
-    if isinstance(profile, SlurmProfile):
-        with nested_submission():
-            return submit_run(run_dir, layout or trial_layout(spec, profile), profile, resume=resume,
-                              job_name=job_name)
-    fabric = profile.fabric if isinstance(profile, LocalProfile) else None  # one fabric per trial
-    return submit_local(run_dir, spec.layout.nproc, spec.layout.per_node, resume=resume,
-                        timeout_min=spec.trial_timeout_min, fabric=fabric)
-
-
-def suggest(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> Any:
-    if isinstance(distribution, CategoricalDistribution):
-        return trial.suggest_categorical(name, distribution.choices)
-    if isinstance(distribution, IntDistribution):
-        return trial.suggest_int(name, distribution.low, distribution.high, step=distribution.step, log=distribution.log)
-    assert isinstance(distribution, FloatDistribution)
-    return trial.suggest_float(name, distribution.low, distribution.high, step=distribution.step, log=distribution.log)
-
-
 class StudyRunner:
     def __init__(self, storage: BaseStorage, name: str, url: str, parallel: int, max_trials: int | None,
-                 profile: Profile = LOCAL, tracking: Tracking | None = None) -> None:
+                 launcher: Launcher | None = None, tracking: Tracking | None = None) -> None:
         self.storage = storage
         self.study_id = storage.get_study_id_from_name(name)
         offset = seed_offset(storage.get_all_trials(self.study_id, deepcopy=False))
         self.study, self.spec = open_search_study(storage, name, offset)
         self.study_dir = stored_study_dir(storage, self.study_id)
         self.distributions = build_distributions(self.spec, f"study {name}")
-        self.profile = profile
-        self.layout = trial_layout(self.spec, profile)
+        self.launcher = launcher or LocalLauncher(LocalProfile())
+        self.layout = trial_layout(self.spec, self.launcher)
         check_fits(parse_run_config(self.spec.base, f"study {name}: base"), self.layout)
-        self.poll_s = SLURM_POLL_S if isinstance(profile, SlurmProfile) else POLL_S
         self.error: AbtuneError | None = None
         self.left_running: list[str] = []  # SLURM job ids still running when this runner stopped
         self.parallel = parallel
@@ -159,7 +109,7 @@ class StudyRunner:
         self.stopping = False
         self._last_beat = self._last_scan = 0.0
         self.display = RunDisplay(name, self.spec)
-        os.environ[STUDY_STORAGE_VARIABLE] = absolute_url(url)  # inherited by the trial processes
+        self.trial_env = {STUDY_STORAGE_VARIABLE: absolute_url(url)}  # the pruning hook's storage; never in a file
         self.tracking = tracking or Tracking()
         self.parent_run = self.tracking.study_parent_run(name, redact(absolute_url(url)))
 
@@ -172,9 +122,9 @@ class StudyRunner:
                 self.recover_stale()
                 self.display.refresh(self.all_trials())
                 while self._step():
-                    time.sleep(self.poll_s)
+                    time.sleep(self.launcher.poll_s)
                 if self.stopping:
-                    self._detach_slurm_jobs()
+                    self._detach_surviving_jobs()
                     self._cancel_all()
         finally:
             signal.signal(signal.SIGINT, previous)
@@ -186,7 +136,7 @@ class StudyRunner:
 
     def _step(self) -> bool:
         for active in list(self.active):
-            result = _poll(active)
+            result = active.job.poll() if active.job is not None else None
             if result is not None:
                 self.active.remove(active)
                 try:
@@ -204,8 +154,9 @@ class StudyRunner:
         if self.stopping:
             raise KeyboardInterrupt
         self.stopping = True
-        if isinstance(self.profile, SlurmProfile):
-            self.display.note("stopping: the trials' SLURM jobs keep running; `abtune study run` re-attaches them")
+        if self.launcher.jobs_outlive_driver:
+            self.display.note(f"stopping: the trials' {self.launcher.kind} jobs keep running; "
+                              "`abtune study run` re-attaches them")
         else:
             self.display.note("stopping: cancelling running trials (they are re-enqueued; Ctrl-C again to abort)")
 
@@ -251,16 +202,14 @@ class StudyRunner:
         self.storage.set_trial_system_attr(trial._trial_id, workers.WORKER_ATTR, self.worker)
         self.storage.set_trial_system_attr(trial._trial_id, workers.HEARTBEAT_ATTR, time.time())
         try:
-            config = self._trial_config(trial)
+            config = trial_config(self.spec, self.study.study_name, self.distributions, trial, self.layout)
             run_id = self.tracking.start_trial_run(
                 config, trial, study_name=self.study.study_name, parent_run_id=self.parent_run,
-                launch_info=LaunchInfo(self.profile.kind, self.layout.world_size, self.layout.ranks_per_node))
+                launch_info=LaunchInfo(self.launcher.kind, self.layout.world_size, self.layout.ranks_per_node))
             if self.spec.repeats > 1:  # K seeds as one job (see repeats.py)
-                active.run_dir, active.job = repeats.start_trial(self, trial, config, run_id)
+                active.run = repeats.start_trial(self, trial, config, run_id)
             else:
-                active.run_dir, resume = self._prepare(trial, config, self.tracking.hook_spec(run_id))
-                active.job = submit_trial(active.run_dir, self.spec, resume, self.profile, self.layout,
-                                          trial_job_name(self.study.study_name, trial.number))
+                active.run = self._submit(trial, config, run_id)
         except ConfigError as error:
             self.active.remove(active)
             self._fail(active, str(error), kind=None)
@@ -270,10 +219,8 @@ class StudyRunner:
             self._fail(active, str(error), kind=retries.INTERRUPTED)
             self.error, self.stopping = ConfigError(str(error)), True
             return
-        if _is_slurm(active.job):
-            trial.set_user_attr(SLURM_JOB_ATTR, active.job.job_id)
-        elif isinstance(active.job, submitit.LocalJob):  # followed by the next runner if this one dies
-            trial.set_user_attr(reattach.LOCAL_JOB_ATTR, reattach.local_job_record(active.job))
+        assert active.job is not None
+        reattach.record_job(trial, active.job)  # followed by the next runner if this one dies
         trial.set_user_attr("prepare_seconds", time.time() - active.started)  # ask -> submitted
         self.display.started(trial.number, trial.user_attrs.get(REFERENCE))
 
@@ -293,41 +240,24 @@ class StudyRunner:
         self.display.note(f"trial {trial.number} not run: other workers took the last trials of the budget")
         return True
 
-    def _trial_config(self, trial: optuna.Trial) -> RunConfig:
-        if trial.user_attrs.get(REFERENCE) == DDP:
-            raw = ddp_reference_config(self.spec)
-        else:
-            params = {name: suggest(trial, name, dist) for name, dist in self.distributions.items()}
-            raw = apply_overrides(self.spec.base, params)
-        raw["name"] = f"{self.study.study_name}-{trial.number}"
-        config = parse_run_config(raw, f"trial {trial.number}")
-        check_fits(config, self.layout)
-        return config
-
-    def _prepare(self, trial: optuna.Trial, config: RunConfig,
-                 tracking_hook: dict[str, Any] | None) -> tuple[Path, bool]:
+    def _submit(self, trial: optuna.Trial, config: RunConfig, run_id: str | None) -> Run:
         run_dir = self.study_dir / "trials" / str(trial.number)
-        resume = self._adopt_checkpoint(trial, run_dir)
-        prepare_run_dir(config, run_dir, resume=False)
-        hooks = trial_hook_specs(self.spec, self.study.study_name, trial)
-        write_hook_specs(run_dir, hooks + ([tracking_hook] if tracking_hook else []))
+        adopted = adopt_retried_checkpoint(self.study_dir, trial, run_dir)
+        run = self.prepare_run(config, run_dir, trial_hook_specs(self.spec, self.study.study_name, trial), run_id)
+        run.resume = adopted  # a new folder whose training continues from the retried trial's checkpoint
         trial.set_user_attr("run_dir", str(run_dir))
-        return run_dir, resume
+        submit_trial(run, self.spec, trial_job_name(self.study.study_name, trial.number), self.trial_env)
+        return run
 
-    def _adopt_checkpoint(self, trial: optuna.Trial, run_dir: Path) -> bool:
-        """A retry continues from the newest complete checkpoint of the trial it replaces, if any."""
-        previous = trial.user_attrs.get("retry_of")
-        if previous is None:
-            return False
-        step = repeats.adopt_checkpoint(self.study_dir / "trials" / str(previous), run_dir)
-        if step is None:
-            return False
-        trial.set_user_attr("resumed_from_step", step)
-        return True
+    def prepare_run(self, config: RunConfig, run_dir: Path, hooks: list[dict[str, Any]], run_id: str | None) -> Run:
+        """A trial's run (or a seed's) on this runner's launcher, recorded in tracking run `run_id`."""
+        run = Run.prepare(config, run_dir, self.launcher, self.layout, hooks=hooks)
+        run.track(self.tracking, run_id)
+        return run
 
     # --- finishing a trial --------------------------------------------------------------------
     def _finish(self, active: Active, outcome: RunOutcome) -> None:
-        if self.stopping and not outcome.ok and not _is_slurm(active.job):  # our Ctrl-C stopped it
+        if self.stopping and not outcome.ok and not _outlives(active):  # our Ctrl-C stopped it
             self._fail(active, INTERRUPTED, kind=retries.INTERRUPTED)
             return
         if not outcome.ok:
@@ -346,7 +276,7 @@ class StudyRunner:
             active.trial.set_user_attr(key, value)
         if budget is not None:  # feasible when <= 0; constrained samplers read it from the trial
             active.trial.set_constraint("traffic_excess_mb", attrs["traffic_excess_mb"])
-        self.tracking.finish_run(active.mlflow_run_id, active.run_dir, "FINISHED")
+        self._end_tracking(active, FINISHED)
         if attrs["stopped_early"]:
             frozen = self.study.tell(active.trial, state=TrialState.PRUNED)
         else:
@@ -357,8 +287,7 @@ class StudyRunner:
         trial = active.trial
         reason, kind = self.stop_watch.interrupted_as(reason, kind)
         trial.set_user_attr("fail_reason", reason)
-        self.tracking.finish_run(active.mlflow_run_id, active.run_dir,
-                                 "KILLED" if kind == retries.INTERRUPTED else "FAILED")
+        self._end_tracking(active, KILLED if kind == retries.INTERRUPTED else FAILED)
         frozen = self.storage.get_trial(trial._trial_id)
         retry = retries.allowed(self.spec, frozen, kind)
         if retry:
@@ -380,27 +309,30 @@ class StudyRunner:
             if workers.same_slurm_job(trial, self.worker) or workers.is_stale(trial, self.spec.retries.stale_after_s):
                 job = reattach.job_to_follow(trial)
                 if job is not None:
-                    self._reattach(trial, *job)
+                    self._reattach(trial, job)
                     continue
                 note = retries.fail_stale(self.study, self.spec, trial)
                 if note:
                     self.display.note(note)
 
-    def _reattach(self, frozen: FrozenTrial, job: Any, what: str) -> None:
+    def _reattach(self, frozen: FrozenTrial, job: Job) -> None:
         """Follow a trial's job from here on: its worker (an earlier run, a requeued worker) is gone."""
-        run_dir = Path(frozen.user_attrs["run_dir"])
         self.storage.set_trial_system_attr(frozen._trial_id, workers.WORKER_ATTR, self.worker)
         self.storage.set_trial_system_attr(frozen._trial_id, workers.HEARTBEAT_ATTR, time.time())
         started = frozen.datetime_start.timestamp() if frozen.datetime_start else time.time()
-        trial = optuna.Trial(self.study, frozen._trial_id)
-        self.active.append(Active(trial, run_dir, job, started))
-        self.display.note(f"trial {frozen.number}: re-attached to {what}")
+        run = Run(job.run_dir, self.launcher, self.layout, job=job)
+        run.track(self.tracking, frozen.user_attrs.get(RUN_ID_ATTR))
+        self.active.append(Active(optuna.Trial(self.study, frozen._trial_id), run, started))
+        ended = " (ended; its result is told)" if job.poll() is not None else ""
+        self.display.note(f"trial {frozen.number}: re-attached to {job.describe()}{ended}")
         self.display.started(frozen.number, frozen.user_attrs.get(REFERENCE))
 
-    def _detach_slurm_jobs(self) -> None:
-        """Stop following SLURM jobs: their trials stay RUNNING with their job ids, for the next runner."""
-        for active in [a for a in self.active if _is_slurm(a.job)]:
-            self.display.note(f"trial {active.trial.number}: SLURM job {active.job.job_id} keeps running")
+    def _detach_surviving_jobs(self) -> None:
+        """Stop following jobs that outlive this runner (SLURM): their trials stay RUNNING with their job
+        ids, for the next runner."""
+        for active in [a for a in self.active if _outlives(a)]:
+            assert active.job is not None
+            self.display.note(f"trial {active.trial.number}: {active.job.describe()} keeps running")
             self.left_running.append(active.job.job_id)
             self.active.remove(active)
 
@@ -410,32 +342,21 @@ class StudyRunner:
                 active.job.cancel()
         deadline = time.time() + CANCEL_GRACE_S
         for active in list(self.active):
-            while active.job is not None and not active.job.done() and time.time() < deadline:
+            outcome = None
+            while active.job is not None and (outcome := active.job.poll()) is None and time.time() < deadline:
                 time.sleep(POLL_S)
             self.active.remove(active)
-            if active.job is not None and active.job.done():
-                self._finish(active, _outcome(active.job))
+            if outcome is not None:
+                self._finish(active, outcome)
             else:
                 self._fail(active, INTERRUPTED, kind=retries.INTERRUPTED)
 
-
-def _is_slurm(job: Any) -> bool:
-    return isinstance(job, submitit.SlurmJob)
-
-
-def _poll(active: Active) -> RunOutcome | None:
-    """How the trial's job ended, None while it runs (SLURM: pending, running or requeued)."""
-    if active.job is None:
-        return None
-    if _is_slurm(active.job):
-        assert active.run_dir is not None
-        return slurm_outcome(active.job, active.run_dir)
-    return _outcome(active.job) if active.job.done() else None
+    def _end_tracking(self, active: Active, status: str) -> None:
+        if active.run is not None:
+            active.run.finish(status)
+        else:  # it failed before its run folder was prepared
+            self.tracking.finish_run(active.mlflow_run_id, None, status)
 
 
-def _outcome(job: Any) -> RunOutcome:
-    try:
-        return job.result()
-    except Exception as error:  # submitit raises when the job process itself died (killed, timeout)
-        lines = str(error).strip().splitlines()
-        return RunOutcome(False, f"the trial's job ended abnormally: {lines[-1] if lines else type(error).__name__}", 1)
+def _outlives(active: Active) -> bool:
+    return active.job is not None and active.job.outlives_driver

@@ -26,6 +26,7 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.launch.base import Job
 from abtune.study import reattach, retries, workers
 from abtune.study.capacity import slurm_output
 from abtune.study.spec import StudySpec
@@ -134,32 +135,26 @@ def _stop_trial(study: optuna.Study, trial: FrozenTrial, spec: StudySpec, mode: 
     if mode == LET_FINISH:
         if job is None:
             return f"trial {trial.number}: no job left; the next `abtune study run` fails it as stale"
-        return f"trial {trial.number}: {job[1]} keeps running; the next `abtune study run` re-attaches it"
+        return f"trial {trial.number}: {job.describe()} keeps running; the next `abtune study run` re-attaches it"
     if job is not None:
-        _cancel(job[0])
+        _cancel(job)
     retry = None if mode == FAIL else retries.INTERRUPTED
     if not retries.fail_unfollowed(study, trial, STOPPED, retry):
         return f"trial {trial.number}: finished meanwhile"
-    what = f"{job[1]} cancelled, " if job else ""
+    what = f"{job.describe()} cancelled, " if job else ""
     return f"trial {trial.number}: {what}" + ("failed" if retry is None else "failed and re-enqueued")
 
 
-def _job_of(trial: FrozenTrial) -> tuple[Any, str] | None:
-    job_id = trial.user_attrs.get(reattach.SLURM_JOB_ATTR)
-    if job_id:
-        return (job_id, f"SLURM job {job_id}") if queued([job_id]) else None
-    local = reattach.local_job_here(trial)
-    return (local, f"local job {local.job_id}") if local is not None and not local.done() else None
+def _job_of(trial: FrozenTrial) -> Job | None:
+    """The trial's job while it still runs (SLURM: any host; local: this host)."""
+    job = reattach.job_to_follow(trial)
+    return job if job is not None and job.poll() is None else None
 
 
-def _cancel(job: Any) -> None:
-    """Cancel a trial's job (a SLURM job id or a local job) and wait until it is gone: its ranks write nothing more."""
-    if isinstance(job, str):
-        scancel([job])
-        _wait_until(lambda: not queued([job]), WAIT_S)
-    else:
-        job.cancel()
-        _wait_until(job.done, WAIT_S)
+def _cancel(job: Job) -> None:
+    """Cancel a trial's job and wait until it has ended: its ranks write nothing more."""
+    job.cancel()
+    _wait_until(lambda: job.poll() is not None, WAIT_S)
 
 
 def _wait_until(condition: Callable[[], bool], timeout_s: float) -> None:

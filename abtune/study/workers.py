@@ -12,22 +12,14 @@ from __future__ import annotations
 import os
 import socket
 import time
-from pathlib import Path
 from typing import Any
 
 from optuna.trial import FrozenTrial
 
+from abtune.launch.pids import process_alive, process_start
+
 WORKER_ATTR = "abtune:worker"
 HEARTBEAT_ATTR = "abtune:heartbeat"
-
-
-def process_start(pid: int) -> str | None:
-    """The kernel's start time of a process (Linux), which tells a reused pid from the original."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rpartition(")")[2].split()[19]
 
 
 def slurm_job_id() -> str | None:
@@ -49,25 +41,6 @@ def same_slurm_job(trial: FrozenTrial, worker: dict[str, Any]) -> bool:
     owner = trial.system_attrs.get(WORKER_ATTR) or {}
     return bool(worker.get("slurm_job")) and owner.get("slurm_job") == worker["slurm_job"] \
         and owner.get("pid") != worker["pid"]
-
-
-def process_alive(record: dict[str, Any]) -> bool:
-    """The process named by `pid` (and `start`, when known) runs on this host. A zombie has ended: an
-    orphan whose new parent does not reap it would otherwise look alive for ever."""
-    pid = int(record["pid"])
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return True  # no /proc: the signal said it exists
-    if stat[0] == "Z":
-        return False
-    return record.get("start") is None or stat[19] == record["start"]
 
 
 def is_stale(trial: FrozenTrial, stale_after_s: float, now: float | None = None) -> bool:

@@ -1,7 +1,9 @@
 """Rank 0's window into a run while it trains.
 
 Every run writes `metrics.jsonl` (one JSON object per line: `kind` is `log`, `evaluation` or
-`summary`). Other parts of abtune watch a run through hooks named in `RUN_DIR/hooks.yaml`::
+`summary`). Other parts of abtune watch a run through hooks named in `RUN_DIR/hooks.yaml`, written by
+the process that starts the run from the factory itself (`hook_spec(make_hook, study=...)`), so the
+layer that owns a hook is the one that names it; rank 0 only loads what the file names::
 
     - factory: abtune.study.pruning:make_hook     # module:callable returning a TrainingHook
       options: {study: quickstart, trial: 3}      # keyword arguments; never secrets
@@ -18,6 +20,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,13 +105,18 @@ def configured_hook_specs(run_dir: Path) -> list[dict[str, Any]]:
     return specs
 
 
+def hook_spec(factory: Callable[..., TrainingHook], **options: Any) -> dict[str, Any]:
+    """The hooks.yaml entry of a module-level factory with its keyword options (plain values, never secrets)."""
+    return {"factory": f"{factory.__module__}:{factory.__qualname__}", "options": options}
+
+
+def load_factory(spec: dict[str, Any], run_dir: Path) -> Callable[..., TrainingHook]:
+    module_name, _, attribute = str(spec["factory"]).partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)  # type: ignore[no-any-return]
+    except (ImportError, AttributeError, ValueError) as error:
+        raise ConfigError(f"{run_dir / HOOKS_FILE}: cannot load hook {spec['factory']!r}: {error}") from None
+
+
 def build_hooks(run_dir: Path, specs: list[dict[str, Any]]) -> list[TrainingHook]:
-    hooks = []
-    for spec in specs:
-        module_name, _, attribute = str(spec["factory"]).partition(":")
-        try:
-            factory = getattr(importlib.import_module(module_name), attribute)
-        except (ImportError, AttributeError) as error:
-            raise ConfigError(f"{run_dir / HOOKS_FILE}: cannot load hook {spec['factory']!r}: {error}") from None
-        hooks.append(factory(run_dir=run_dir, **(spec.get("options") or {})))
-    return hooks
+    return [load_factory(spec, run_dir)(run_dir=run_dir, **(spec.get("options") or {})) for spec in specs]

@@ -18,9 +18,10 @@ import yaml
 from submitit.slurm.slurm import SlurmJobEnvironment
 
 from abtune.config import load_run_config
-from abtune.launch.profiles import Layout, load_profile
-from abtune.launch.slurm import submit_array
-from abtune.launch.submit import attach, job_folder, outcome, submit_run, wait
+from abtune.launch.base import Layout
+from abtune.launch.launchers import SlurmJob, load_launcher, reattach
+from abtune.launch.profiles import load_profile
+from abtune.launch.slurm import job_folder, submit_array
 from abtune.rundir import prepare_run_dir
 from abtune.training.hooks import read_metrics
 from tests.conftest import abtune_command, run_cli, write_config
@@ -127,8 +128,8 @@ def test_cancelled_job_fails_with_the_slurm_state(tmp_path: Path, profile: Path)
         f"abtune: error: SLURM job {job_id} CANCELLED (run folder {run_dir}; checkpoints allow --resume)"
     ]
     # what a study runner sees when it re-attaches to the trial's job later
-    job = attach(job_id, job_folder(run_dir))
-    result = outcome(job, run_dir)
+    job = reattach("slurm", job_id, run_dir)
+    result = job.poll() if job is not None else None
     assert result is not None and (result.ok, result.reason) == (False, f"SLURM job {job_id} CANCELLED")
 
 
@@ -157,16 +158,17 @@ def test_interrupted_job_resumes_from_its_checkpoint(tmp_path: Path, profile: Pa
     config = write_config(tmp_path / "ddp.yaml", train={"steps": steps, "eval_every": steps, "log_every": 10,
                                                         "checkpoint_every": 20})
     run_dir = prepared_run(config, tmp_path / "run")
-    job = submit_run(run_dir, Layout(2, 1), load_profile(str(profile)))  # 2 ranks: half the start-up cost of 4
+    job = load_launcher(str(profile)).submit(run_dir, Layout(2, 1))  # 2 ranks: half the start-up cost of 4
+    assert isinstance(job, SlurmJob)
     log = job_folder(run_dir) / f"{job.job_id}_0_log.out"
 
     wait_until(lambda: any((run_dir / "checkpoints").glob("step_*/COMPLETE")), JOB_TIMEOUT_S, "a first checkpoint")
-    preempt(job)
+    preempt(job.submitit_job)
     wait_until(lambda: len(resumed_at(log, run_dir)) == 1, JOB_TIMEOUT_S, "the first resume")
     first = resumed_at(log, run_dir)[0]
     wait_until(lambda: _latest_checkpoint(run_dir) > first, JOB_TIMEOUT_S, "a checkpoint after the first resume")
     subprocess.run(["scontrol", "requeue", job.job_id], check=True, timeout=30)
-    result = wait(job, run_dir, poll_s=0.5)
+    result = job.wait(poll_s=0.5)
 
     assert result.ok, result
     assert json.loads((run_dir / "summary.json").read_text())["steps_done"] == steps

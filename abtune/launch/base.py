@@ -1,0 +1,135 @@
+"""The launcher interface: where the ranks of a run start, and the job that follows them.
+
+Like Optuna's samplers, launchers are small swappable pieces behind one interface; everything above
+`abtune/launch/` (the command line, studies, promotion) talks to them only through it:
+
+    launcher = load_launcher("slurm")                       # launchers.py: a profile file -> a Launcher
+    layout = launcher.layout(nproc, ranks_per_node)          # ranks and nodes of one run
+    job = launcher.submit(run_dir, layout, resume=False)     # returns at once (debug: runs on poll)
+    result = job.poll()                                      # None while queued or running
+    kind, record = job.kind, job.record()                    # stored by a study trial, and later
+    job = reattach(kind, record, run_dir)                    # followed from another process
+
+A run folder's config.yaml is written before `submit` (abtune/rundir.py); a job's body never raises
+for a failed run: its outcome is a RunOutcome with the one-line cause.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, TextIO
+
+from abtune.errors import AbtuneError
+from abtune.launch.outcome import RunOutcome
+
+DEFAULT_TIMEOUT_MIN = 24 * 60
+POLL_SECONDS = 0.5
+
+
+class SubmissionFailed(AbtuneError):
+    """The launcher refused the job (sbatch: unknown partition, impossible request; no SLURM here)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How many ranks a run has and how they sit on nodes (real ones on SLURM, simulated locally)."""
+
+    nodes: int
+    ranks_per_node: int
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+
+class Job(ABC):
+    """One submitted run. `kind` and `record()` let another process follow it later (`reattach`)."""
+
+    kind: ClassVar[str]
+    outlives_driver: ClassVar[bool] = False  # keeps running when the process that submitted it stops
+
+    def __init__(self, job_id: str, run_dir: Path) -> None:
+        self.job_id = job_id
+        self.run_dir = run_dir
+
+    @abstractmethod
+    def poll(self) -> RunOutcome | None:
+        """How the run ended, or None while it is queued or running."""
+
+    @abstractmethod
+    def cancel(self) -> None:
+        """Ask the job to stop; `poll` says when it has."""
+
+    def record(self) -> Any:
+        """A JSON value naming this job for `reattach` from another process (default: its id)."""
+        return self.job_id
+
+    @property
+    def state(self) -> str:
+        return "RUNNING" if self.poll() is None else "DONE"
+
+    def describe(self) -> str:
+        return f"{self.kind} job {self.job_id}"
+
+    def wait(self, poll_s: float = POLL_SECONDS) -> RunOutcome:
+        while (result := self.poll()) is None:
+            time.sleep(poll_s)
+        return result
+
+    def follow(self, out: TextIO = sys.stdout, poll_s: float = POLL_SECONDS) -> RunOutcome:
+        """Wait, telling `out` what a person at the terminal should know meanwhile (default: nothing)."""
+        return self.wait(poll_s)
+
+
+class Launcher(ABC):
+    """Starts the ranks of prepared run folders. Built from a typed profile (profiles.py)."""
+
+    kind: ClassVar[str]
+    poll_s: ClassVar[float] = POLL_SECONDS  # how often a driver polls this launcher's jobs
+    runs_studies: ClassVar[bool] = True
+    jobs_outlive_driver: ClassVar[bool] = False  # its jobs run on when abtune stops following them (SLURM)
+
+    def __init__(self, profile: Any) -> None:
+        self.profile = profile
+
+    # --- where the ranks go -------------------------------------------------------------------
+    @abstractmethod
+    def layout(self, nproc: int | None, ranks_per_node: int | None) -> Layout:
+        """The layout of one run: the command line's --nproc/--ranks-per-node, or the profile's."""
+
+    def trial_layout(self, nproc: int, ranks_per_node: int, measures_inter_node: bool) -> Layout:
+        """The layout of every trial of a study whose `layout:` says nproc x ranks_per_node."""
+        return self.layout(nproc, ranks_per_node)
+
+    def check_ready(self) -> None:
+        """Refuse in one line, before anything starts, what this machine cannot launch."""
+
+    def resized(self, layout: Layout) -> Launcher:
+        """This launcher for runs of `layout` (SLURM: a job of that many nodes and tasks)."""
+        return self
+
+    def batch_script(self, run_dir: Path, layout: Layout, job_name: str | None = None) -> str | None:
+        """The script a batch system would run for this run; None when there is none."""
+        return None
+
+    def describe(self, run_dir: Path, layout: Layout, run_name: str) -> str:
+        """What `--dry-run` prints: the batch script, or one line."""
+        script = self.batch_script(run_dir, layout)
+        if script is not None:
+            return script
+        return (f"{self.kind}: {layout.world_size} rank(s) of run {run_name} in {run_dir} "
+                f"({layout.nodes} simulated node(s) x {layout.ranks_per_node})\n")
+
+    # --- jobs ---------------------------------------------------------------------------------
+    @abstractmethod
+    def submit(self, run_dir: Path, layout: Layout, *, resume: bool = False, job_name: str | None = None,
+               timeout_min: int = DEFAULT_TIMEOUT_MIN, env: dict[str, str] | None = None) -> Job:
+        """Start the run prepared in `run_dir`; returns at once. `env`: variables its processes get."""
+
+    def run(self, run_dir: Path, layout: Layout, *, resume: bool = False, out: TextIO = sys.stdout) -> RunOutcome:
+        """Run in the foreground: submit and follow to the end (Ctrl-C: KeyboardInterrupt)."""
+        return self.submit(run_dir, layout, resume=resume).follow(out, self.poll_s)

@@ -1,0 +1,303 @@
+"""The launchers abtune ships: local processes (optionally on an emulated fabric), one in-process
+debug rank, and SLURM jobs through submitit. `load_launcher(NAME|PATH)` builds one from its profile.
+
+The helpers they stand on sit beside this module: local.py starts ranks as processes, warm.py forks
+them from a warm server, fabric.py emulates an interconnect, slurm.py writes and follows SLURM jobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import submitit
+
+from abtune.errors import AbtuneError, ConfigError
+from abtune.launch import local, slurm
+from abtune.launch.base import DEFAULT_TIMEOUT_MIN, Job, Launcher, Layout
+from abtune.launch.outcome import RunOutcome
+from abtune.launch.pids import process_alive, process_start
+from abtune.launch.profiles import (
+    FabricProfile,
+    LocalProfile,
+    Profile,
+    SlurmProfile,
+    load_profile,
+)
+
+JOBS_DIR = slurm.JOBS_DIR
+
+
+def load_launcher(name_or_path: str) -> Launcher:
+    """The launcher of a profile: `--launcher NAME|PATH` (see profiles.resolve_profile_path)."""
+    return launcher_for(load_profile(name_or_path))
+
+
+def launcher_for(profile: Profile) -> Launcher:
+    return _LAUNCHERS[profile.kind](profile)
+
+
+@contextlib.contextmanager
+def exported(env: dict[str, str] | None) -> Iterator[None]:
+    """Variables the job's processes inherit (a local job's controller, sbatch's copy of the environment),
+    set only while it is submitted: never written to a file."""
+    before = {key: os.environ.get(key) for key in env or {}}
+    os.environ.update(env or {})
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+# --- local processes -------------------------------------------------------------------------------
+def run_local_ranks(run_dir: str, nproc: int, ranks_per_node: int, resume: bool,
+                    fabric: FabricProfile | None = None) -> RunOutcome:
+    """The body of a local job: start the ranks as processes on this machine and wait for them."""
+    try:
+        local.launch(Path(run_dir), nproc, ranks_per_node, resume=resume, fabric=fabric)
+    except AbtuneError as error:
+        return RunOutcome(False, str(error), error.exit_code)
+    return RunOutcome(True)
+
+
+class LocalJob(Job):
+    """A submitit local job: a controller process on this host that starts and waits for the ranks."""
+
+    kind = "local"
+
+    def __init__(self, job: submitit.Job[RunOutcome], run_dir: Path) -> None:
+        super().__init__(str(job.job_id), run_dir)
+        self._job = job
+
+    def poll(self) -> RunOutcome | None:
+        if not self._job.done():
+            return None
+        return _result(self._job)
+
+    def cancel(self) -> None:
+        self._job.cancel()
+
+    def record(self) -> dict[str, Any]:
+        """The controller's pid (submitit's job id) with its start time (a reused pid is not the job),
+        its host, and its folder (the result file)."""
+        pid = int(self.job_id)
+        return {"host": socket.gethostname(), "pid": pid, "start": process_start(pid),
+                "folder": str(self._job.paths.folder)}
+
+
+class LocalJobHere(Job):
+    """A local job started by another (dead) process on this host. Its controller is not our child, so
+    its end is seen by the process disappearing, and its result read from its result file."""
+
+    kind = "local"
+
+    def __init__(self, record: dict[str, Any], run_dir: Path) -> None:
+        super().__init__(str(record["pid"]), run_dir)
+        self._record = record
+        self._job: submitit.LocalJob[Any] = submitit.LocalJob(folder=Path(record["folder"]), job_id=self.job_id)
+
+    def ended(self) -> bool:
+        return not process_alive(self._record)
+
+    def has_result(self) -> bool:
+        return self._job.paths.result_pickle.exists()
+
+    def poll(self) -> RunOutcome | None:
+        return _result(self._job) if self.ended() else None
+
+    def cancel(self) -> None:
+        """As submitit cancels its own local jobs: SIGINT to the controller, which stops its task and ranks."""
+        if not self.ended():
+            os.kill(int(self._record["pid"]), signal.SIGINT)
+
+    def record(self) -> dict[str, Any]:
+        return self._record
+
+
+class LocalLauncher(Launcher):
+    """Ranks as processes on this machine; `--nproc`/`--ranks-per-node` simulate nodes. With a `fabric:`
+    section the simulated nodes talk over an emulated, shaped network (one per run)."""
+
+    kind = "local"
+    profile: LocalProfile
+
+    def layout(self, nproc: int | None, ranks_per_node: int | None) -> Layout:
+        nproc = nproc or 1
+        ranks_per_node = ranks_per_node or nproc
+        local.check_layout(nproc, ranks_per_node)
+        self.check_ready()
+        return Layout(nproc // ranks_per_node, ranks_per_node)
+
+    def check_ready(self) -> None:
+        if self.profile.fabric is not None:
+            from abtune.launch.fabric import check_requirements
+
+            check_requirements()
+
+    def submit(self, run_dir: Path, layout: Layout, *, resume: bool = False, job_name: str | None = None,
+               timeout_min: int = DEFAULT_TIMEOUT_MIN, env: dict[str, str] | None = None) -> Job:
+        """A child process that starts the ranks; its logs go to RUN_DIR/jobs/."""
+        executor = submitit.LocalExecutor(folder=run_dir / JOBS_DIR)
+        executor.update_parameters(timeout_min=timeout_min, tasks_per_node=1, nodes=1)
+        with exported(env):
+            job = executor.submit(run_local_ranks, str(run_dir), layout.world_size, layout.ranks_per_node, resume,
+                                  self.profile.fabric)
+        return LocalJob(job, run_dir)
+
+    def run(self, run_dir: Path, layout: Layout, *, resume: bool = False, out: TextIO = sys.stdout) -> RunOutcome:
+        """The ranks are this process's children: Ctrl-C reaches them, and no controller sits between."""
+        return run_local_ranks(str(run_dir), layout.world_size, layout.ranks_per_node, resume, self.profile.fabric)
+
+
+# --- one rank in this process ----------------------------------------------------------------------
+def run_in_process(run_dir: str, resume: bool) -> RunOutcome:
+    """The body of a debug job: rank 0 of 1 in this very process (breakpoints work; crashes open pdb)."""
+    from abtune.training.worker import run_rank
+
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", ABTUNE_NODE_RANK="0",
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(local.free_port()))
+    try:
+        run_rank(Path(run_dir), resume)
+    except AbtuneError as error:
+        return RunOutcome(False, str(error), error.exit_code)
+    return RunOutcome(True)
+
+
+class DebugJob(Job):
+    """Runs when first polled, in this process (submitit's DebugExecutor)."""
+
+    kind = "debug"
+
+    def __init__(self, job: submitit.Job[RunOutcome], run_dir: Path, env: dict[str, str] | None) -> None:
+        super().__init__(str(job.job_id), run_dir)
+        self._job, self._env = job, env
+
+    def poll(self) -> RunOutcome | None:
+        with exported(self._env):
+            return _result(self._job)
+
+    def cancel(self) -> None:
+        self._job.cancel()
+
+
+class DebugLauncher(Launcher):
+    """One rank inside the `abtune` process itself, so breakpoints and debuggers work."""
+
+    kind = "debug"
+    runs_studies = False
+
+    def layout(self, nproc: int | None, ranks_per_node: int | None) -> Layout:
+        if nproc is not None or ranks_per_node is not None:
+            raise ConfigError("--nproc and --ranks-per-node are for --launcher local; debug runs one rank")
+        return Layout(1, 1)
+
+    def submit(self, run_dir: Path, layout: Layout, *, resume: bool = False, job_name: str | None = None,
+               timeout_min: int = DEFAULT_TIMEOUT_MIN, env: dict[str, str] | None = None) -> Job:
+        executor = submitit.DebugExecutor(folder=run_dir / JOBS_DIR)
+        return DebugJob(executor.submit(run_in_process, str(run_dir), resume), run_dir, env)
+
+
+# --- SLURM -----------------------------------------------------------------------------------------
+class SlurmJob(Job):
+    """A SLURM job of the run's ranks; it keeps running when abtune stops following it."""
+
+    kind = "slurm"
+    outlives_driver = True
+
+    def __init__(self, job: submitit.Job[RunOutcome], run_dir: Path) -> None:
+        super().__init__(str(job.job_id), run_dir)
+        self.submitit_job = job
+
+    @classmethod
+    def attach(cls, job_id: str, run_dir: Path) -> SlurmJob:
+        return cls(slurm.attach(job_id, slurm.job_folder(run_dir)), run_dir)
+
+    def poll(self) -> RunOutcome | None:
+        return slurm.outcome(self.submitit_job, self.run_dir)
+
+    def cancel(self) -> None:
+        self.submitit_job.cancel(check=False)
+
+    @property
+    def state(self) -> str:
+        return slurm.state(self.submitit_job)
+
+    def describe(self) -> str:
+        return f"SLURM job {self.job_id}"
+
+    def follow(self, out: TextIO = sys.stdout, poll_s: float = slurm.POLL_SECONDS) -> RunOutcome:
+        from abtune.launch.follow import follow
+
+        return follow(self, out, poll_s)
+
+
+class SlurmLauncher(Launcher):
+    """One SLURM job of `nodes x tasks_per_node` tasks per run (the profile's layout); every task is one rank."""
+
+    kind = "slurm"
+    poll_s = slurm.POLL_SECONDS  # every poll of a SLURM job asks sacct
+    jobs_outlive_driver = True
+    profile: SlurmProfile
+
+    def layout(self, nproc: int | None, ranks_per_node: int | None) -> Layout:
+        if nproc is not None or ranks_per_node is not None:
+            raise ConfigError("--nproc and --ranks-per-node are for --launcher local; "
+                              "set nodes and tasks_per_node in the profile")
+        return Layout(self.profile.nodes, self.profile.tasks_per_node)
+
+    def trial_layout(self, nproc: int, ranks_per_node: int, measures_inter_node: bool) -> Layout:
+        """The profile wins over the study's `layout` (which is for local runs)."""
+        if measures_inter_node and self.profile.nodes < 2:
+            raise ConfigError("launcher profile: nodes is 1, but this study measures inter-node traffic; "
+                              "use a profile with nodes >= 2")
+        return self.layout(None, None)
+
+    def resized(self, layout: Layout) -> SlurmLauncher:
+        return SlurmLauncher(self.profile.model_copy(update={"nodes": layout.nodes,
+                                                             "tasks_per_node": layout.ranks_per_node}))
+
+    def batch_script(self, run_dir: Path, layout: Layout, job_name: str | None = None) -> str:
+        return slurm.sbatch_script(run_dir, layout, self.profile, job_name)
+
+    def submit(self, run_dir: Path, layout: Layout, *, resume: bool = False, job_name: str | None = None,
+               timeout_min: int = DEFAULT_TIMEOUT_MIN, env: dict[str, str] | None = None) -> Job:
+        """sbatch (the profile's time limit, not `timeout_min`); from inside a job as from a login node."""
+        with slurm.nested_submission(), exported(env):
+            return SlurmJob(slurm.submit(run_dir, layout, self.profile, resume, job_name), run_dir)
+
+
+_LAUNCHERS: dict[str, type[Launcher]] = {"local": LocalLauncher, "debug": DebugLauncher, "slurm": SlurmLauncher}
+
+
+def reattach(kind: str, record: Any, run_dir: Path) -> Job | None:
+    """The job another process submitted, to follow from here; None when it cannot be (a local job on
+    another host, or one that is gone without a result)."""
+    if kind == SlurmJob.kind:
+        return SlurmJob.attach(str(record), run_dir)
+    if kind == LocalJob.kind and record.get("host") == socket.gethostname():
+        job = LocalJobHere(record, run_dir)
+        return job if not job.ended() or job.has_result() else None
+    return None
+
+
+def _result(job: submitit.Job[RunOutcome]) -> RunOutcome:
+    try:
+        return job.result()
+    except (submitit.core.utils.FailedJobError, submitit.core.utils.UncompletedJobError) as error:
+        # the job's own process died (killed, timeout): its body could not report
+        return RunOutcome(False, f"job {job.job_id} ended abnormally: {_last_line(str(error))}", 1)
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not set(line.strip()) <= {"-"}]
+    return lines[-1] if lines else "no message"

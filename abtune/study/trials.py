@@ -1,0 +1,106 @@
+"""One trial's run: its layout, its configuration (suggested or a reference), its hooks, its job.
+
+The study runner (runner.py), seed repeats (repeats.py) and `study confirm` (confirm.py) all start
+their runs with these, through the run lifecycle (abtune/runs.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+
+from abtune.config import RunConfig, apply_overrides, parse_run_config
+from abtune.errors import ConfigError
+from abtune.launch.base import Job, Launcher, Layout
+from abtune.launch.profiles import check_fits
+from abtune.runs import Run
+from abtune.study.definition import DDP, REFERENCE
+from abtune.study.pruning import make_hook
+from abtune.study.space import ddp_reference_config
+from abtune.study.spec import StudySpec
+from abtune.training.checkpoint import COMPLETE_MARK
+from abtune.training.hooks import METRICS_FILE, hook_spec
+
+
+def trial_hook_specs(spec: StudySpec, study_name: str, trial: optuna.Trial) -> list[dict[str, Any]]:
+    """Every hook a trial's rank 0 runs (hooks.yaml). Tracking adds its hook here.
+
+    Single-objective trials report their accuracy at each evaluation; the reference trials report
+    but are never pruned. Options are plain values: the storage URL reaches the hook through
+    ABTUNE_STUDY_STORAGE, never through hooks.yaml.
+    """
+    reference = trial.user_attrs.get(REFERENCE)
+    specs: list[dict[str, Any]] = []
+    if not spec.multi_objective and reference != DDP:
+        prune = spec.pruner.name != "none" and reference is None
+        specs.append(hook_spec(make_hook, study=study_name, trial_id=trial._trial_id, prune=prune))
+    return specs
+
+
+def trial_layout(spec: StudySpec, launcher: Launcher) -> Layout:
+    """Ranks of every trial: the study's `layout` locally, the profile's `nodes x tasks_per_node` on SLURM."""
+    if not launcher.runs_studies:
+        raise ConfigError(f"--launcher {launcher.kind}: studies run on local or slurm profiles "
+                          "(step through one run with `abtune train --launcher debug`)")
+    measures_nodes = "inter_node_bytes" in spec.objectives or spec.constraints.max_inter_node_mb is not None
+    return launcher.trial_layout(spec.layout.nproc, spec.layout.per_node, measures_nodes)
+
+
+def trial_job_name(study: str, number: int | str) -> str:
+    return f"abtune-{study}-{number}"
+
+
+def submit_trial(run: Run, spec: StudySpec, job_name: str, env: dict[str, str] | None = None) -> Job:
+    """The one place a trial's run (or one seed of it) is handed to its launcher."""
+    return run.submit(job_name=job_name, timeout_min=spec.trial_timeout_min, env=env)
+
+
+def suggest(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> Any:
+    if isinstance(distribution, CategoricalDistribution):
+        return trial.suggest_categorical(name, distribution.choices)
+    if isinstance(distribution, IntDistribution):
+        return trial.suggest_int(name, distribution.low, distribution.high, step=distribution.step, log=distribution.log)
+    assert isinstance(distribution, FloatDistribution)
+    return trial.suggest_float(name, distribution.low, distribution.high, step=distribution.step, log=distribution.log)
+
+
+def trial_config(spec: StudySpec, study_name: str, distributions: dict[str, BaseDistribution],
+                 trial: optuna.Trial, layout: Layout) -> RunConfig:
+    """The run config of a trial: DDP's for the DDP reference, else the base with the suggested values."""
+    if trial.user_attrs.get(REFERENCE) == DDP:
+        raw = ddp_reference_config(spec)
+    else:
+        params = {name: suggest(trial, name, dist) for name, dist in distributions.items()}
+        raw = apply_overrides(spec.base, params)
+    raw["name"] = f"{study_name}-{trial.number}"
+    config = parse_run_config(raw, f"trial {trial.number}")
+    check_fits(config, layout)
+    return config
+
+
+def adopt_retried_checkpoint(study_dir: Path, trial: optuna.Trial, run_dir: Path) -> bool:
+    """A retry continues from the newest complete checkpoint of the trial it replaces, if any."""
+    previous = trial.user_attrs.get("retry_of")
+    if previous is None:
+        return False
+    step = adopt_checkpoint(study_dir / "trials" / str(previous), run_dir)
+    if step is None:
+        return False
+    trial.set_user_attr("resumed_from_step", step)
+    return True
+
+
+def adopt_checkpoint(source: Path, run_dir: Path) -> int | None:
+    """Copy the newest complete checkpoint (and the metrics so far) of `source` into `run_dir`; its step."""
+    complete = sorted((source / "checkpoints").glob(f"step_*/{COMPLETE_MARK}"),
+                      key=lambda mark: int(mark.parent.name.removeprefix("step_")))
+    if not complete:
+        return None
+    shutil.copytree(complete[-1].parent, run_dir / "checkpoints" / complete[-1].parent.name)
+    if (source / METRICS_FILE).exists():
+        shutil.copy(source / METRICS_FILE, run_dir / METRICS_FILE)
+    return int(complete[-1].parent.name.removeprefix("step_"))
