@@ -24,6 +24,7 @@ from typing import Any
 from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.methods import METHOD_NAMES
+from abtune.runfiles import RunSummary, read_summary
 
 MEGA = 1e6
 CSV_FILE, JSON_FILE, PLOT_FILE = "compare.csv", "compare.json", "compare.png"
@@ -90,30 +91,28 @@ def _ratio(reference: float, value: float) -> float | None:
     return reference / value if value else float("inf")
 
 
-def row_from_summary(method: str, summary: dict[str, Any], wall_seconds: float,
-                     ddp_traffic: dict[str, Any] | None) -> ComparisonRow:
+def row_from_summary(method: str, summary: RunSummary, wall_seconds: float,
+                     ddp: RunSummary | None) -> ComparisonRow:
     """Reductions against the measured ddp run when there is one, else against DDP's formula."""
-    traffic = summary["traffic"]
-    training, inter = traffic["training_bytes"], traffic["training_inter_node_bytes"]
-    if ddp_traffic is not None:
-        reference, inter_reference = ddp_traffic["training_bytes"], ddp_traffic["training_inter_node_bytes"]
+    training, inter = summary.training_bytes, summary.training_inter_node_bytes
+    if ddp is not None:
+        reference, inter_reference = ddp.training_bytes, ddp.training_inter_node_bytes
     else:
-        reference, inter_reference = traffic["ddp_reference_bytes"], traffic["ddp_reference_inter_node_bytes"]
-    compression = summary["compression"]
+        reference, inter_reference = summary.ddp_reference_bytes, summary.ddp_reference_inter_node_bytes
     return ComparisonRow(
-        method=method, final_top1=summary["final"]["val_top1"], best_top1=summary["best_top1"],
-        val_loss=summary["final"]["val_loss"], training_mb=training / MEGA, training_inter_node_mb=inter / MEGA,
+        method=method, final_top1=summary.final_top1, best_top1=summary.best_top1,
+        val_loss=summary.final_loss, training_mb=training / MEGA, training_inter_node_mb=inter / MEGA,
         ddp_training_inter_node_mb=inter_reference / MEGA, reduction_vs_ddp=_ratio(reference, training),
         inter_node_reduction_vs_ddp=_ratio(inter_reference, inter),
-        other_mb=sum(traffic["non_training_bytes"].values()) / MEGA,
-        compression=compression["trained_model_ratio"], ecr_percent=compression["ecr_percent"],
-        method_ratio=compression["method_ratio"], wall_seconds=wall_seconds,
-        train_seconds=summary["timing"]["train_seconds"], measured_inter_node_mb=_measured_mb(traffic),
+        other_mb=summary.non_training_bytes / MEGA,
+        compression=summary.compression, ecr_percent=summary.ecr_percent,
+        method_ratio=summary.method_ratio, wall_seconds=wall_seconds,
+        train_seconds=summary.train_seconds, measured_inter_node_mb=_measured_mb(summary),
     )
 
 
-def _measured_mb(traffic: dict[str, Any]) -> float | None:
-    measured = traffic.get("measured_inter_node_bytes")
+def _measured_mb(summary: RunSummary) -> float | None:
+    measured = summary.measured_inter_node_bytes
     return None if measured is None else measured["total"] / MEGA
 
 
@@ -121,7 +120,7 @@ def run_methods(configs: dict[str, RunConfig], out_dir: Path,
                 train: Callable[[RunConfig, Path], None]) -> list[ComparisonRow]:
     """Train each method in OUT/METHOD (`train` raises when the run failed); a failed method becomes a row
     with its error, the others still run."""
-    summaries: dict[str, tuple[dict[str, Any], float]] = {}
+    summaries: dict[str, tuple[RunSummary, float]] = {}
     errors: dict[str, str] = {}
     for method, config in configs.items():
         run_dir = out_dir / method
@@ -131,15 +130,15 @@ def run_methods(configs: dict[str, RunConfig], out_dir: Path,
         except AbtuneError as error:
             errors[method] = str(error)
             continue
-        summaries[method] = json.loads((run_dir / "summary.json").read_text()), time.perf_counter() - started
-    ddp_traffic = summaries["ddp"][0]["traffic"] if "ddp" in summaries else None
+        summaries[method] = read_summary(run_dir), time.perf_counter() - started
+    ddp = summaries["ddp"][0] if "ddp" in summaries else None
     rows = []
     for method in configs:
         if method in errors:
             rows.append(ComparisonRow(method=method, error=errors[method]))
         else:
             summary, wall = summaries[method]
-            rows.append(row_from_summary(method, summary, wall, ddp_traffic))
+            rows.append(row_from_summary(method, summary, wall, ddp))
     return rows
 
 

@@ -15,9 +15,9 @@ import yaml
 from abtune.config import RunConfig, flatten, load_run_config
 from abtune.errors import ConfigError
 from abtune.launch.runlock import claim_run
+from abtune.runfiles import CONFIG_FILE, FAILURES_DIR
 
 DEFAULT_RUNS_DIR = Path("runs")
-CONFIG_FILE = "config.yaml"
 
 
 def default_run_dir(config: RunConfig) -> Path:
@@ -39,13 +39,13 @@ def prepare_run_dir(config: RunConfig, run_dir: Path | None, resume: bool, claim
     if claim:
         claim_run(run_dir)  # refuses while an earlier launch of this run still trains
     stored.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-    shutil.rmtree(run_dir / "failures", ignore_errors=True)
+    shutil.rmtree(run_dir / FAILURES_DIR, ignore_errors=True)
     return run_dir
 
 
 def check_same_config(stored: Path, config: RunConfig) -> None:
     if not stored.exists():
-        raise ConfigError(f"{stored.parent} holds no run to resume (no config.yaml)")
+        raise ConfigError(f"{stored.parent} holds no run to resume (no {CONFIG_FILE})")
     before = flatten(load_run_config(stored))
     after = flatten(config)
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))

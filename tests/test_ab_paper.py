@@ -29,7 +29,6 @@ from abtune.errors import ConfigError
 from abtune.launch.local import free_port
 from abtune.methods import MethodContext
 from abtune.methods.ab import ABTraining, lowrank
-from abtune.methods.ab.groups import resolve_group_size
 from abtune.study.results import result_attrs
 from abtune.study.space import build_distributions
 from abtune.study.spec import load_study_spec
@@ -92,10 +91,10 @@ def test_rank_cap_factors_only_weights_whose_factors_are_smaller(
 
 
 def test_groups_split_the_ranks_in_halves() -> None:
-    assert resolve_group_size(None, 8, 2, 4) == 2  # 4 nodes: 2 A groups, 2 B groups
-    assert resolve_group_size(1, 6, 6, 1) == 1  # 6 groups of one rank: 3 A, 3 B
+    assert AbConfig().resolved_group_size(8, 2, 4) == 2  # 4 nodes: 2 A groups, 2 B groups
+    assert AbConfig(group_size=1).resolved_group_size(6, 6, 1) == 1  # 6 groups of one rank: 3 A, 3 B
     with pytest.raises(ConfigError, match="makes 3 groups of the 6 ranks .* choose one of 1, 3"):
-        resolve_group_size(None, 6, 2, 3)  # one group per node on 3 nodes: 1 A group, 2 B groups
+        AbConfig().resolved_group_size(6, 2, 3)  # one group per node on 3 nodes: 1 A group, 2 B groups
 
 
 def test_an_odd_number_of_groups_is_refused_in_one_line(tmp_path: Path) -> None:

@@ -2,8 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from abtune.config import AbConfig
-from abtune.methods.ab.schedule import ABSchedule, Phase
+from abtune.config import AbConfig, ABSchedule, Phase
 
 
 def schedule(total: int, **fractions: float) -> ABSchedule:

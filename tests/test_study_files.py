@@ -11,7 +11,8 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 
 from abtune.cli import main
 from abtune.errors import ConfigError
-from abtune.study.definition import DDP, PAPER_DEFAULTS, SPEC_ATTR
+from abtune.study.attrs import SPEC_ATTR
+from abtune.study.definition import DDP, PAPER_DEFAULTS
 from abtune.study.space import build_distributions
 from abtune.study.spec import GUIDELINE, load_study_spec
 from abtune.study.storage import open_storage
@@ -327,3 +328,20 @@ def test_a_field_of_another_method_names_the_base_method(tmp_path: Path) -> None
                                        space={"method.sigma_cutoff": {"low": 0.1, "high": 0.2}}))
     with pytest.raises(ConfigError, match="'sigma_cutoff' is not a field of method 'sbc'; valid: binarize, delay, name"):
         build_distributions(spec, "s.yaml")
+
+
+def test_a_study_of_sbc_searching_its_delay_is_created(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path}/o.db"
+    sbc = {**TINY_BASE, "method": {"name": "sbc"}}
+    space = {"method.delay": {"low": 2, "high": 20}}
+    refused = write_study(tmp_path / "r.yaml", base=sbc, space=space)
+    code, _, err = _abtune(capsys, "study", "create", str(refused), "--storage", url)
+    assert code == 2 and err.count("\n") == 1
+    assert "references.paper_defaults needs an AB method in the base config (method.name: ab), got sbc" in err
+
+    study = write_study(tmp_path / "s.yaml", base=sbc, space=space, references={"paper_defaults": False, "ddp": True})
+    code, out, err = _abtune(capsys, "study", "create", str(study), "--storage", url)
+    assert code == 0 and "created study tiny" in out, err
+    assert [t.user_attrs["reference"] for t in trials_of(url)] == [DDP]
+    stored = study_attrs(url)[SPEC_ATTR]
+    assert (stored["base"]["method"]["name"], list(stored["space"])) == ("sbc", ["method.delay"])

@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
 from abtune.study import results
+from abtune.study.attrs import OVER_BUDGET_ATTR
 from tests.study_helpers import start_run, trials_of, write_study
 
 if (Path(__file__).parent / "postgres" / "fixture.py").exists():
@@ -54,7 +55,7 @@ def test_four_workers_on_postgresql_lose_no_trial(tmp_path: Path, postgres_study
     # A worker that asked as others took the last of the budget steps back: that trial is FAIL, never
     # run, and not counted (runner._over_budget). Every other trial ran to its summary; workers that
     # ask at the same instant may each overshoot by one.
-    skipped = [t for t in trials if t.user_attrs.get(results.OVER_BUDGET)]
+    skipped = [t for t in trials if t.user_attrs.get(OVER_BUDGET_ATTR)]
     ran = [t for t in trials if t not in skipped]
     assert all(t.state == TrialState.FAIL and "run_dir" not in t.user_attrs for t in skipped)
     assert all((Path(t.user_attrs["run_dir"]) / "summary.json").exists() for t in ran)

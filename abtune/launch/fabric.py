@@ -29,7 +29,6 @@ link of `bandwidth` each way and a one-way latency of `latency_ms` to every othe
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import shutil
@@ -333,13 +332,14 @@ class EmulatedNetwork(NodeNetwork):
 
     def record(self, run_dir: Path) -> None:
         """Add what each node's link carried during this launch to RUN_DIR/summary.json (a finished run's)."""
+        from abtune.runfiles import find_summary, write_summary
         from abtune.training.summary import add_measured_traffic
 
-        path = run_dir / "summary.json"
-        if not path.exists():
+        found = find_summary(run_dir)
+        if found is None:
             return
         end = self.fabric.counters()
-        summary = json.loads(path.read_text())
+        summary = found.raw
         add_measured_traffic(summary, [e.tx_bytes - s.tx_bytes for s, e in zip(self.start, end, strict=True)],
                              [e.rx_bytes - s.rx_bytes for s, e in zip(self.start, end, strict=True)],
                              [e.tx_packets - s.tx_packets for s, e in zip(self.start, end, strict=True)], HEADER_BYTES)
@@ -348,7 +348,7 @@ class EmulatedNetwork(NodeNetwork):
             "loss_pct": self.fabric.spec.loss_pct, "namespaces": self.fabric.namespaces,
             "peak_bits_per_s": self.peak_bits_per_s,
             "peak_note": "the fastest a node's link sent over one launcher poll (headers included)"}
-        path.write_text(json.dumps(summary, indent=2))
+        write_summary(run_dir, summary)
 
 
 @contextlib.contextmanager

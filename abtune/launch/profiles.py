@@ -195,13 +195,4 @@ def load_profile(name_or_path: str) -> Profile:
 
 def check_fits(config: RunConfig, layout: Layout) -> None:
     """Problems of this run on this layout, found before anything is submitted."""
-    if config.method.name != "ab":
-        return
-    from abtune.methods.ab.groups import resolve_group_size
-
-    size = resolve_group_size(config.method.group_size, layout.world_size, layout.ranks_per_node, layout.nodes)
-    if layout.nodes > 1 and size % layout.ranks_per_node and layout.ranks_per_node % size:
-        raise ConfigError(
-            f"method.group_size {size} and tasks_per_node {layout.ranks_per_node}: AB's groups would straddle "
-            f"nodes; choose ranks per node dividing {size} (or a group size dividing {layout.ranks_per_node})"
-        )
+    config.method.check_layout(layout.world_size, layout.ranks_per_node, layout.nodes)

@@ -118,6 +118,11 @@ class Method(ABC):
         reported separately (`traffic.reduction_vs_ddp`)."""
         return 1.0
 
+    def compressed_model(self) -> bool:
+        """Whether the model being trained was compressed (AB after its first decomposition): the AB
+        paper's estimated communication reduction (equation 4) applies only then."""
+        return False
+
     def summary(self) -> dict[str, Any]:
         """Method-specific entries for summary.json."""
         return {}

@@ -4,7 +4,7 @@ Strategies (the paper's sections 4.4 and 4.5):
 * `local`: constant local batch. The global batch grows with the ranks, so steps per epoch shrink.
 * `global`: constant global batch. The local batch shrinks with the ranks and must divide evenly.
 Steps = epochs x (training samples // global batch), the count the data loader yields (it drops
-partial batches); AB's warmup/AB/rebound steps follow from the carried fractions via ABSchedule.
+partial batches); AB's warmup/AB/rebound steps follow from the carried fractions (the method config's phase schedule).
 """
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from abtune.config import AbConfig, RunConfig, StrictModel, apply_overrides, parse_run_config
+from abtune.config import RunConfig, StrictModel, apply_overrides, parse_run_config
 from abtune.errors import ConfigError
-from abtune.methods.ab.groups import resolve_group_size
-from abtune.methods.ab.schedule import ABSchedule
 from abtune.promote.select import Promoted
 from abtune.promote.target import ScalingTarget, with_root
 
@@ -133,12 +131,10 @@ def _run_config(target: ScalingTarget, item: Promoted | None, name: str, steps: 
 
 
 def _schedule(config: RunConfig, steps: int, world: int, rpn: int, nodes: int) -> dict[str, int] | None:
-    method = config.method
-    if not isinstance(method, AbConfig):
-        return None
-    if method.name == "ab":  # AB needs two groups: fail before anything is submitted
-        try:
-            resolve_group_size(method.group_size, world, rpn, nodes)
-        except ConfigError as error:
-            raise ConfigError(f"{nodes} node(s) x {rpn} ranks: {error}") from None
-    return ABSchedule.from_config(method, steps).describe()
+    """The method's phases in steps; a layout the method cannot run on fails before anything is submitted."""
+    try:
+        config.method.check_layout(world, rpn, nodes)
+    except ConfigError as error:
+        raise ConfigError(f"{nodes} node(s) x {rpn} ranks: {error}") from None
+    schedule = config.method.phase_schedule(steps)
+    return None if schedule is None else schedule.describe()

@@ -8,13 +8,13 @@ mean over ranks of the inter-node bytes a rank sent, divided by the training sec
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from abtune.promote.campaign import read_campaign, read_outcome
 from abtune.promote.plan import BASELINE, Campaign, PlannedRun
+from abtune.runfiles import find_summary
 
 MEGA = 1e6
 MARKDOWN_FILE, CSV_FILE, PLOT_FILE = "scaling.md", "scaling.csv", "scaling.png"
@@ -56,18 +56,15 @@ def row_for(campaign: Campaign, run: PlannedRun, run_dir: Path) -> ScalingRow:
                                 configuration=run.configuration, method=run.method, world_size=run.world_size,
                                 local_batch_size=run.local_batch_size, global_batch_size=run.global_batch_size,
                                 steps=run.steps, promoted_from=source)
-    summary_path = run_dir / "summary.json"
-    if not summary_path.is_file():
+    summary = find_summary(run_dir)
+    if summary is None:
         outcome = read_outcome(run_dir)
         status = "not run" if outcome is None else "failed"
         return ScalingRow(status=status, reason="" if outcome is None else outcome.reason or "", **base)
-    summary = json.loads(summary_path.read_text())
-    traffic = summary["traffic"]
-    return ScalingRow(status="ok", best_top1=summary["best_top1"], final_top1=summary["final"]["val_top1"],
-                      inter_node_gb_per_s=traffic["training_inter_node_gb_per_s"],
-                      inter_node_mb=traffic["training_inter_node_bytes"] / MEGA,
-                      compression=summary["compression"]["method_ratio"],
-                      reduction_vs_ddp=traffic["reduction_vs_ddp"], **base)
+    return ScalingRow(status="ok", best_top1=summary.best_top1, final_top1=summary.final_top1,
+                      inter_node_gb_per_s=summary.training_inter_node_gb_per_s,
+                      inter_node_mb=summary.training_inter_node_bytes / MEGA,
+                      compression=summary.method_ratio, reduction_vs_ddp=summary.reduction_vs_ddp, **base)
 
 
 def table1_markdown(rows: list[ScalingRow]) -> str:

@@ -21,16 +21,15 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.config import METHOD_CONFIGS
 from abtune.errors import ConfigError
+from abtune.study.attrs import CONFIRMATION_ATTR, REFERENCE_ATTR, RUN_ID_ATTR, SEEDS_ATTR
+from abtune.study.definition import DDP
 
 Rule = Literal["best-accuracy", "least-traffic", "knee"]
 RULES: tuple[Rule, ...] = ("best-accuracy", "least-traffic", "knee")
 PROMOTED_KEYS = ("method.name", "method.warmup_frac", "method.ab_frac", "method.rebound_frac",
                  "method.lr_rebound_frac", "method.sigma_cutoff", "method.sync_mode")
-REFERENCE_ATTR = "reference"
-MLFLOW_RUN_ATTR = "mlflow_run_id"
-AB_METHODS = ("ab", "ab-nogroups")
-CONFIRMATION_ATTR = "abtune.confirmation"  # study user attrs written by `abtune study confirm`
 
 
 @dataclass(frozen=True)
@@ -107,7 +106,7 @@ def selection_basis(study: optuna.Study) -> str | None:
     """None when the study is confirmed, else one line on what the selection rests on and how to confirm it."""
     if CONFIRMATION_ATTR in study.user_attrs:
         return None
-    seeds = max((len(t.user_attrs.get("seeds", [])) for t in study.get_trials(deepcopy=False)), default=0)
+    seeds = max((len(t.user_attrs.get(SEEDS_ATTR, [])) for t in study.get_trials(deepcopy=False)), default=0)
     basis = f"{seeds} seeds" if seeds > 1 else "a single run"
     return (f"the selection from study {study.study_name} rests on {basis} per configuration, not on a "
             f"confirmation; run `abtune study confirm {study.study_name} --top K --seeds 5` first")
@@ -127,13 +126,14 @@ def _beats(a: FrozenTrial, b: FrozenTrial, directions: list[StudyDirection]) -> 
 
 def _promotable(trial: FrozenTrial) -> bool:
     """Not the ddp reference, and an AB configuration (a study may also try other methods)."""
-    return trial.user_attrs.get(REFERENCE_ATTR) != "ddp" and trial.params.get("method.name", "ab") in AB_METHODS
+    searched = trial.params.get("method.name")  # unsearched: the study's base method, promotable or refused later
+    return trial.user_attrs.get(REFERENCE_ATTR) != DDP and (searched is None or METHOD_CONFIGS[searched].promotable)
 
 
 def promote_trial(study_name: str, trial: FrozenTrial, confirmed: str | None = None) -> Promoted:
     carried = {k: v for k, v in trial.params.items() if k in PROMOTED_KEYS}
     dropped = tuple(sorted(k for k in trial.params if k not in PROMOTED_KEYS))
-    source = Source(study_name, trial.number, tuple(trial.values or ()), trial.user_attrs.get(MLFLOW_RUN_ATTR),
+    source = Source(study_name, trial.number, tuple(trial.values or ()), trial.user_attrs.get(RUN_ID_ATTR),
                     confirmed)
     return Promoted(f"trial-{trial.number}", carried, source, dropped)
 

@@ -12,12 +12,17 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from abtune.config import StrictModel, apply_overrides, describe_validation_error, parse_run_config
+from abtune.config import (
+    METHOD_CONFIGS,
+    StrictModel,
+    apply_overrides,
+    describe_validation_error,
+    parse_run_config,
+)
 from abtune.errors import ConfigError
 from abtune.yamlfile import read_yaml
 
 PLANNED_KEYS = ("steps", "local_batch_size")  # train.* fields the planner sets per run
-PROMOTABLE_METHODS = ("ab", "ab-nogroups")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")  # torchvision's
 UNSET_ROOT = Path("DATA_ROOT_NOT_SET")  # stands in for a missing data.root under --dry-run only
 
@@ -61,9 +66,10 @@ def _check_run_section(target: ScalingTarget, source: str) -> None:
         raise ConfigError(f"{source}: run.{planned[0]} is computed per node count; remove it "
                           "(set scaling.epochs and the batch sizes instead)")
     config = parse_run_config(with_root(target.run), source=f"{source}: run")
-    if config.method.name not in PROMOTABLE_METHODS:
+    if not config.method.promotable:
+        promotable = [name for name, cls in METHOD_CONFIGS.items() if cls.promotable]
         raise ConfigError(f"{source}: run.method.name: promoted configurations are AB runs; "
-                          f"choose one of {', '.join(PROMOTABLE_METHODS)} (got {config.method.name!r})")
+                          f"choose one of {', '.join(promotable)} (got {config.method.name!r})")
 
 
 def with_root(run: dict[str, Any]) -> dict[str, Any]:

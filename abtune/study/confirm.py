@@ -31,11 +31,13 @@ from optuna.trial import FrozenTrial
 from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.launch.base import Launcher
-from abtune.promote.select import CONFIRMATION_ATTR, Rule, chosen_trials
+from abtune.promote.select import Rule, chosen_trials
+from abtune.runfiles import read_summary, summary_path
 from abtune.runs import Run
 from abtune.study import results, stats
-from abtune.study.definition import DDP, PAPER_DEFAULTS, REFERENCE, stored_spec, stored_study_dir
-from abtune.study.repeats import SUMMARY, repeat_seed, seed_dir
+from abtune.study.attrs import CONFIRMATION_ATTR, REFERENCE_ATTR
+from abtune.study.definition import DDP, PAPER_DEFAULTS, stored_spec, stored_study_dir
+from abtune.study.repeats import repeat_seed, seed_dir
 from abtune.study.space import ddp_reference_config
 from abtune.study.spec import DIRECTIONS, StudySpec
 from abtune.tracking import Tracking
@@ -84,7 +86,7 @@ def confirmation_seeds(spec: StudySpec, count: int) -> list[int]:
 
 def subject_config(spec: StudySpec, study_name: str, subject: Subject, seed: int) -> RunConfig:
     trial = subject.trial
-    raw = ddp_reference_config(spec) if trial.user_attrs.get(REFERENCE) == DDP else apply_overrides(spec.base, trial.params)
+    raw = ddp_reference_config(spec) if trial.user_attrs.get(REFERENCE_ATTR) == DDP else apply_overrides(spec.base, trial.params)
     raw = {**raw, "name": f"{study_name}-confirm-{trial.number}", "seed": seed}
     return parse_run_config(raw, f"confirmation of trial {trial.number}")
 
@@ -96,7 +98,7 @@ def run_seeds(spec: StudySpec, study_name: str, study_dir: Path, chosen: list[Su
     from abtune.study.trials import submit_trial, trial_job_name, trial_layout
 
     layout = trial_layout(spec, launcher)
-    pending = [(s, seed) for s in chosen for seed in seeds if not (seed_dir(s.folder(study_dir), seed) / SUMMARY).exists()]
+    pending = [(s, seed) for s in chosen for seed in seeds if not summary_path(seed_dir(s.folder(study_dir), seed)).exists()]
     done = len(chosen) * len(seeds) - len(pending)
     print(f"confirming {len(chosen)} configuration(s) x {len(seeds)} seed(s): {len(pending)} run(s) to train"
           + (f", {done} already done" if done else ""), flush=True)
@@ -136,7 +138,7 @@ def confirmation_metrics(spec: StudySpec) -> list[str]:
 
 
 def seed_values(folder: Path, seeds: list[int], metrics: list[str]) -> dict[str, list[float]]:
-    attrs = [results.result_attrs(json.loads((seed_dir(folder, s) / SUMMARY).read_text()), 0.0) for s in seeds]
+    attrs = [results.result_attrs(read_summary(seed_dir(folder, s)), 0.0) for s in seeds]
     return {m: [float(a[m]) for a in attrs] for m in metrics}
 
 

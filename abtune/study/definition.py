@@ -15,12 +15,11 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from abtune.errors import ConfigError
+from abtune.study.attrs import REFERENCE_ATTR, SPEC_ATTR, STUDY_DIR_ATTR
 from abtune.study.options import check_options
 from abtune.study.spec import StudySpec, parse_study_spec
 
-SPEC_ATTR = "abtune.spec"
-STUDY_DIR_ATTR = "abtune.study_dir"
-REFERENCE = "reference"
+REFERENCE = REFERENCE_ATTR  # TODO(issue 16): runner.py still imports this name; then drop it
 PAPER_DEFAULTS = "paper-defaults"
 DDP = "ddp"
 
@@ -71,7 +70,7 @@ class SearchStudy(optuna.Study):
 
     def _get_trials(self, deepcopy: bool = True, states: Any = None, use_cache: bool = False) -> list[FrozenTrial]:
         trials = super()._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
-        return [t for t in trials if not (t.state.is_finished() and t.user_attrs.get(REFERENCE) == DDP)]
+        return [t for t in trials if not (t.state.is_finished() and t.user_attrs.get(REFERENCE_ATTR) == DDP)]
 
 
 def stored_spec(storage: BaseStorage, study_id: int) -> StudySpec:

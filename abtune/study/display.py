@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from abtune.study import results
+from abtune.study.attrs import FAIL_REASON_ATTR
 from abtune.study.spec import StudySpec
 
 MEGA = 1e6
@@ -37,7 +38,7 @@ def trial_row(trial: FrozenTrial) -> list[str]:
     inter = with_spread(f"{attrs['inter_node_bytes'] / MEGA:.2f}", attrs, "inter_node_bytes", MEGA) \
         if "inter_node_bytes" in attrs else "-"
     seconds = f"{attrs['wall_seconds']:.0f}" if "wall_seconds" in attrs else "-"
-    note = attrs.get("fail_reason", "") if trial.state == TrialState.FAIL else results.label(trial)
+    note = attrs.get(FAIL_REASON_ATTR, "") if trial.state == TrialState.FAIL else results.label(trial)
     return [str(trial.number), trial.state.name, top1, inter, seconds, note]
 
 

@@ -12,14 +12,13 @@ from typing import Any
 import optuna
 from optuna.storages import BaseStorage
 
+from abtune.config import METHOD_CONFIGS
 from abtune.errors import ConfigError
 from abtune.redact import redact
+from abtune.study.attrs import ATTEMPT_ATTR, REFERENCE_ATTR, SPEC_ATTR, STUDY_DIR_ATTR
 from abtune.study.definition import (
     DDP,
     PAPER_DEFAULTS,
-    REFERENCE,
-    SPEC_ATTR,
-    STUDY_DIR_ATTR,
     build_pruner,
     build_sampler,
     stored_study_dir,
@@ -54,9 +53,11 @@ def validate(spec: StudySpec, source: str) -> dict[str, Any] | None:
                           f"train.eval_every below train.steps ({spec.base['train']['steps']}), got {eval_every}")
     if not spec.references.paper_defaults:
         return None
-    if spec.base["method"]["name"] not in ("ab", "ab-nogroups"):
+    base_method = spec.base["method"]["name"]
+    if not METHOD_CONFIGS[base_method].has_paper_defaults:
+        known = [name for name, cls in METHOD_CONFIGS.items() if cls.has_paper_defaults]
         raise ConfigError(f"{source}: references.paper_defaults needs an AB method in the base config "
-                          f"(method.name: ab), got {spec.base['method']['name']}; or set it to false")
+                          f"(method.name: {known[0]}), got {base_method}; or set it to false")
     return paper_default_params(spec, distributions, source)
 
 
@@ -81,9 +82,9 @@ def create(path: Path, name: str | None, url: str, force: bool) -> tuple[str, bo
     study.set_user_attr(SPEC_ATTR, stored)
     study.set_user_attr(STUDY_DIR_ATTR, str(study_dir))
     if paper_params is not None:
-        study.enqueue_trial(paper_params, user_attrs={REFERENCE: PAPER_DEFAULTS, "attempt": 0})
+        study.enqueue_trial(paper_params, user_attrs={REFERENCE_ATTR: PAPER_DEFAULTS, ATTEMPT_ATTR: 0})
     if spec.references.ddp:
-        study.enqueue_trial({}, user_attrs={REFERENCE: DDP, "attempt": 0})
+        study.enqueue_trial({}, user_attrs={REFERENCE_ATTR: DDP, ATTEMPT_ATTR: 0})
     return name, True
 
 

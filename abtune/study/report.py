@@ -16,14 +16,26 @@ from rich.table import Table
 
 from abtune.errors import ConfigError
 from abtune.study import capacity, repeats, results, workers
+from abtune.study.attrs import (
+    ATTEMPT_ATTR,
+    FAIL_REASON_ATTR,
+    LOCAL_JOB_ATTR,
+    OVER_BUDGET_ATTR,
+    REFERENCE_ATTR,
+    RETRY_OF_ATTR,
+    REUSED_SEEDS_ATTR,
+    RUN_DIR_ATTR,
+    SEEDS_ATTR,
+    SLURM_JOB_ATTR,
+)
 from abtune.study.definition import DDP, PAPER_DEFAULTS, stored_spec, stored_study_dir
 from abtune.study.display import with_spread
 from abtune.study.spec import StudySpec
 from abtune.study.stop import WORKER_JOBS_ATTR
 
 MEGA = 1e6
-EXPORTED_ATTRS = ("reference", "retry_of", "attempt", *results.RESULT_KEYS, "traffic_excess_mb", "fail_reason", "run_dir",
-                  "slurm_job_id")
+EXPORTED_ATTRS = (REFERENCE_ATTR, RETRY_OF_ATTR, ATTEMPT_ATTR, *results.RESULT_KEYS, "traffic_excess_mb",
+                  FAIL_REASON_ATTR, RUN_DIR_ATTR, SLURM_JOB_ATTR)
 
 
 def _console() -> Console:
@@ -39,20 +51,20 @@ def print_status(storage: BaseStorage, name: str, url: str) -> None:
     console.print(f"storage {url}; trial folders {stored_study_dir(storage, study_id)}")
     console.print(f"budget {results.finished_count(trials)}/{spec.trials} finished; "
                   + ", ".join(f"{s.lower()} {n}" for s, n in sorted(states.items())))
-    over = sum(1 for t in trials if results.replaced(t) and t.user_attrs.get(results.OVER_BUDGET))
+    over = sum(1 for t in trials if results.replaced(t) and t.user_attrs.get(OVER_BUDGET_ATTR))
     replaced = sum(1 for t in trials if results.replaced(t)) - over
     if replaced:
         console.print(f"{replaced} failed trial(s) were re-enqueued and do not count against the budget")
     if over:
         console.print(f"{over} trial(s) asked for as others took the last of the budget were not run and do not count")
-    jobs = {t.number: t.user_attrs["slurm_job_id"] for t in trials
-            if t.state == TrialState.RUNNING and t.user_attrs.get("slurm_job_id")}
+    jobs = {t.number: t.user_attrs[SLURM_JOB_ATTR] for t in trials
+            if t.state == TrialState.RUNNING and t.user_attrs.get(SLURM_JOB_ATTR)}
     notes = capacity.trial_job_notes(jobs, storage.get_study_system_attrs(study_id).get(WORKER_JOBS_ATTR, []))
     for trial in trials:
         if trial.state == TrialState.RUNNING:
             owner = workers.describe(trial.system_attrs.get(workers.WORKER_ATTR))
-            job = trial.user_attrs.get("slurm_job_id")
-            local = trial.user_attrs.get("local_job")
+            job = trial.user_attrs.get(SLURM_JOB_ATTR)
+            local = trial.user_attrs.get(LOCAL_JOB_ATTR)
             where = f" in SLURM job {job}" if job else f" in local job {local['pid']}" if local else ""
             note = f": {notes[trial.number]}" if trial.number in notes else ""
             console.print(f"running: trial {trial.number}{where} on {owner} since {trial.datetime_start:%H:%M:%S}{note}")
@@ -129,7 +141,7 @@ def export_rows(storage: BaseStorage, name: str) -> list[dict[str, Any]]:
 
 def repeat_columns() -> list[str]:
     """Export columns of a study with repeats: the seeds, and each result's spread and per-seed values."""
-    return [repeats.SEEDS_ATTR, repeats.REUSED_ATTR,
+    return [SEEDS_ATTR, REUSED_SEEDS_ATTR,
             *(f"{key}_{part}" for key in repeats.SPREAD_KEYS for part in ("std", "seeds"))]
 
 

@@ -14,7 +14,9 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from abtune.study.definition import DDP, PAPER_DEFAULTS, REFERENCE
+from abtune.runfiles import RunSummary
+from abtune.study.attrs import OVER_BUDGET_ATTR, REFERENCE_ATTR, RETRIED_ATTR, RETRY_OF_ATTR
+from abtune.study.definition import DDP, PAPER_DEFAULTS
 from abtune.study.spec import DIRECTIONS
 
 RESULT_KEYS = ("top1", "best_top1", "inter_node_bytes", "compression", "ecr", "steps_done", "stopped_early",
@@ -22,35 +24,36 @@ RESULT_KEYS = ("top1", "best_top1", "inter_node_bytes", "compression", "ecr", "s
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
-def result_attrs(summary: dict[str, Any], wall_seconds: float) -> dict[str, Any]:
-    compression = summary["compression"]
+def result_attrs(summary: RunSummary | dict[str, Any], wall_seconds: float) -> dict[str, Any]:
+    if not isinstance(summary, RunSummary):  # the raw document, as study/repeats.py still reads it
+        summary = RunSummary(summary)
     return {
-        "top1": float(summary["final"]["val_top1"]),
-        "best_top1": summary["best_top1"],
-        "inter_node_bytes": float(summary["traffic"]["training_inter_node_bytes"]),
-        "compression": float(compression["trained_model_ratio"]),
-        "ecr": compression["ecr_percent"],
-        "steps_done": summary["steps_done"],
-        "stopped_early": summary["stopped_early"],
-        "train_seconds": summary["timing"]["train_seconds"],
-        "time_to_target": _time_to_target(summary["timing"]),
+        "top1": float(summary.final_top1),  # type: ignore[arg-type]  # a finished run evaluated at its end
+        "best_top1": summary.best_top1,
+        "inter_node_bytes": summary.training_inter_node_bytes,
+        "compression": summary.compression,
+        "ecr": summary.ecr_percent,
+        "steps_done": summary.steps_done,
+        "stopped_early": summary.stopped_early,
+        "train_seconds": summary.train_seconds,
+        "time_to_target": _time_to_target(summary),
         "wall_seconds": wall_seconds,
     }
 
 
-def _time_to_target(timing: dict[str, Any]) -> float:
+def _time_to_target(summary: RunSummary) -> float:
     """A trial that never reached train.target_top1 took forever, as an objective to minimize."""
-    seconds = timing.get("time_to_target_seconds")
+    seconds = summary.time_to_target_seconds
     return float("inf") if seconds is None else float(seconds)
 
 
-OVER_BUDGET = "over_budget"
+OVER_BUDGET = OVER_BUDGET_ATTR  # TODO(issue 16): runner.py still imports this name; then drop it
 
 
 def replaced(trial: FrozenTrial) -> bool:
     """A failed trial that does not count against the budget: it was re-enqueued (its retry takes its
     place), or a worker asked for it while another took the last trial of the budget (never run)."""
-    return trial.state == TrialState.FAIL and bool(trial.user_attrs.get("retried") or trial.user_attrs.get(OVER_BUDGET))
+    return trial.state == TrialState.FAIL and bool(trial.user_attrs.get(RETRIED_ATTR) or trial.user_attrs.get(OVER_BUDGET_ATTR))
 
 
 def budget_used(trials: Sequence[FrozenTrial]) -> int:
@@ -63,13 +66,13 @@ def finished_count(trials: Sequence[FrozenTrial]) -> int:
 
 
 def reference(trials: Sequence[FrozenTrial], kind: str) -> FrozenTrial | None:
-    done = [t for t in trials if t.user_attrs.get(REFERENCE) == kind and t.state == TrialState.COMPLETE]
+    done = [t for t in trials if t.user_attrs.get(REFERENCE_ATTR) == kind and t.state == TrialState.COMPLETE]
     return done[-1] if done else None
 
 
 def search_trials(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
     """Completed trials inside the search space (the paper-defaults trial is one; DDP is not)."""
-    return [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get(REFERENCE) != DDP
+    return [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get(REFERENCE_ATTR) != DDP
             and "top1" in t.user_attrs]
 
 
@@ -100,8 +103,8 @@ def best_trial(trials: Sequence[FrozenTrial]) -> FrozenTrial | None:
 
 
 def label(trial: FrozenTrial) -> str:
-    ref = trial.user_attrs.get(REFERENCE)
-    retry = trial.user_attrs.get("retry_of")
+    ref = trial.user_attrs.get(REFERENCE_ATTR)
+    retry = trial.user_attrs.get(RETRY_OF_ATTR)
     text = {PAPER_DEFAULTS: "paper defaults", DDP: "DDP reference"}.get(ref, "")
     if retry is not None:
         text = f"{text} retry of {retry}".strip()

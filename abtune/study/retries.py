@@ -14,7 +14,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from abtune.study import workers
-from abtune.study.definition import REFERENCE
+from abtune.study.attrs import ATTEMPT_ATTR, FAIL_REASON_ATTR, REFERENCE_ATTR, RETRIED_ATTR, RETRY_OF_ATTR
 from abtune.study.spec import StudySpec
 
 STALE, FAILED, INTERRUPTED = "stale", "failed", "interrupted"
@@ -25,14 +25,14 @@ def allowed(spec: StudySpec, trial: FrozenTrial, kind: str | None) -> bool:
     if kind not in limits:
         return False
     limit = limits[kind]
-    return limit is None or int(trial.user_attrs.get("attempt", 0)) < limit
+    return limit is None or int(trial.user_attrs.get(ATTEMPT_ATTR, 0)) < limit
 
 
 def enqueue(study: optuna.Study, trial: FrozenTrial, kind: str | None) -> None:
-    attempt = int(trial.user_attrs.get("attempt", 0)) + (0 if kind == INTERRUPTED else 1)
-    user_attrs: dict[str, Any] = {"retry_of": trial.number, "attempt": attempt}
-    if trial.user_attrs.get(REFERENCE):
-        user_attrs[REFERENCE] = trial.user_attrs[REFERENCE]
+    attempt = int(trial.user_attrs.get(ATTEMPT_ATTR, 0)) + (0 if kind == INTERRUPTED else 1)
+    user_attrs: dict[str, Any] = {RETRY_OF_ATTR: trial.number, ATTEMPT_ATTR: attempt}
+    if trial.user_attrs.get(REFERENCE_ATTR):
+        user_attrs[REFERENCE_ATTR] = trial.user_attrs[REFERENCE_ATTR]
     study.enqueue_trial(params=dict(trial.params), user_attrs=user_attrs)
 
 
@@ -51,9 +51,9 @@ def fail_unfollowed(study: optuna.Study, trial: FrozenTrial, reason: str, retry_
     process move RUNNING to FAIL."""
     storage = study._storage
     try:
-        storage.set_trial_user_attr(trial._trial_id, "fail_reason", reason)
+        storage.set_trial_user_attr(trial._trial_id, FAIL_REASON_ATTR, reason)
         if retry_kind is not None:
-            storage.set_trial_user_attr(trial._trial_id, "retried", True)
+            storage.set_trial_user_attr(trial._trial_id, RETRIED_ATTR, True)
         claimed = storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
     except optuna.exceptions.UpdateFinishedTrialError:
         claimed = False

@@ -8,7 +8,6 @@ parent run and one child run per trial (`mlflow.parentRunId`, tags `optuna.study
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import abtune
 from abtune.config import RunConfig, flatten, load_run_config
 from abtune.errors import AbtuneError
 from abtune.redact import redact
+from abtune.runfiles import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, RunSummary, find_summary
 from abtune.tracking._base import LaunchInfo, Tracking
 from abtune.tracking.records import Point, final_points, records_points
 from abtune.tracking.uri import export_tracking_uri, local_artifact_root, quiet_secrets_in_mlflow_logs
@@ -114,7 +114,7 @@ class MlflowTracking(Tracking):
             self.client.set_terminated(run_id, status)
             return state
         except Exception as error:
-            kept = f"; every metric is kept in {run_dir}/metrics.jsonl and summary.json" if run_dir else ""
+            kept = f"; every metric is kept in {run_dir}/{METRICS_FILE} and {SUMMARY_FILE}" if run_dir else ""
             _warn(f"MLflow run {run_id} at {self.describe()} is incompletely logged ({_first_line(error)}){kept}")
             _try(lambda: self.client.set_tag(run_id, "abtune.logging", "incomplete"))
             _try(lambda: self.client.set_terminated(run_id, status))
@@ -161,8 +161,8 @@ class MlflowTracking(Tracking):
         """Log every point of metrics.jsonl and summary.json that the store does not hold yet;
         return how many of the step points (the hook's share) were missing."""
         missing = self._missing(run_id, records_points(read_metrics(run_dir)))
-        summary = _read_summary(run_dir)
-        final = self._missing(run_id, final_points(summary, self._wall_seconds(run_id))) if summary else []
+        summary = find_summary(run_dir)
+        final = self._missing(run_id, final_points(summary.raw, self._wall_seconds(run_id))) if summary else []
         self._log_points(run_id, missing + final)
         return len(missing)
 
@@ -184,7 +184,7 @@ class MlflowTracking(Tracking):
     def _log_artifacts(self, run_id: str, run_dir: Path) -> None:
         with tempfile.TemporaryDirectory(prefix="abtune-artifacts-") as folder:
             staging = Path(folder)
-            for name in ("config.yaml", "summary.json", "metrics.jsonl"):
+            for name in (CONFIG_FILE, SUMMARY_FILE, METRICS_FILE):
                 if (run_dir / name).exists():
                     (staging / name).write_text(redact((run_dir / name).read_text()))
             (staging / "plots").mkdir()
@@ -230,20 +230,15 @@ class MlflowTracking(Tracking):
 
 
 def run_params(config: RunConfig, launch: LaunchInfo) -> dict[str, Any]:
-    """The fully resolved config (flattened), the absolute AB schedule and where the run ran."""
+    """The fully resolved config (flattened), what the method derives from it (AB: its schedule in steps)
+    and where the run ran."""
     params: dict[str, Any] = flatten(config)
     params.update(method=config.method.name, world_size=launch.world_size, nodes=launch.nodes,
                   ranks_per_node=launch.ranks_per_node, launcher=launch.launcher, git_commit=git_commit(),
                   abtune_version=abtune.__version__)
     if launch.slurm_job_id:
         params["slurm_job_id"] = launch.slurm_job_id
-    if config.method.name in ("ab", "ab-nogroups"):
-        from abtune.methods.ab.schedule import ABSchedule
-
-        schedule = ABSchedule.from_config(config.method, config.train.steps).describe()
-        params.update({f"method.{k}": v for k, v in schedule.items() if k != "total_steps"})
-        if config.method.name == "ab":
-            params["group_size"] = config.method.group_size or launch.ranks_per_node
+    params.update(config.method.derived_params(config.train.steps, launch.ranks_per_node))
     return params
 
 
@@ -263,23 +258,21 @@ def git_commit() -> str:
 def _write_run_plots(run_dir: Path, folder: Path) -> None:
     from abtune.tracking import plots
 
-    summary = _read_summary(run_dir)
-    config = load_run_config(run_dir / "config.yaml")
+    summary = find_summary(run_dir)
+    config = load_run_config(run_dir / CONFIG_FILE)
     records = read_metrics(run_dir)
     if records:
         plots.accuracy_and_loss(records, phase_segments(config, summary), folder / "accuracy_loss.png")
     if summary is not None:
-        plots.traffic_per_phase(summary, folder / "traffic_per_phase.png")
-        plots.spectra(summary, getattr(config.method, "sigma_cutoff", None), folder / "spectra.png")
+        plots.traffic_per_phase(summary.raw, folder / "traffic_per_phase.png")
+        plots.spectra(summary.raw, getattr(config.method, "sigma_cutoff", None), folder / "spectra.png")
 
 
-def phase_segments(config: RunConfig, summary: dict[str, Any] | None) -> list[tuple[str, int, int]]:
-    done = summary["steps_done"] if summary else config.train.steps
-    if config.method.name not in ("ab", "ab-nogroups"):
+def phase_segments(config: RunConfig, summary: RunSummary | None) -> list[tuple[str, int, int]]:
+    done = summary.steps_done if summary else config.train.steps
+    schedule = config.method.phase_schedule(config.train.steps)
+    if schedule is None:
         return [("train", 0, done)]
-    from abtune.methods.ab.schedule import ABSchedule
-
-    schedule = ABSchedule.from_config(config.method, config.train.steps)
     return [(s.phase.value, s.start, min(s.end, done)) for s in schedule.segments if s.start < done]
 
 
@@ -287,11 +280,6 @@ def _study_tags(written: dict[str, str]) -> list[Any]:
     from mlflow.entities import RunTag
 
     return [RunTag(f"abtune.plot.{name}", state) for name, state in written.items()]
-
-
-def _read_summary(run_dir: Path) -> dict[str, Any] | None:
-    path = run_dir / "summary.json"
-    return json.loads(path.read_text()) if path.exists() else None
 
 
 def _try(call: Any) -> None:

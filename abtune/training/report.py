@@ -8,6 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from abtune.runfiles import RunSummary, summary_path
+
 MEGA = 1e6
 
 
@@ -19,8 +21,8 @@ def _ratio(value: float | None) -> str:
     return "n/a (one node)" if value is None else f"{value:.2f}:1"
 
 
-def traffic_table(summary: dict[str, Any]) -> Table:
-    traffic = summary["traffic"]
+def traffic_table(summary: RunSummary) -> Table:
+    traffic = summary.traffic
     table = Table(title="traffic per rank (MB on the wire, mean over ranks)")
     for column in ("phase", "inter-node", "total"):
         table.add_column(column, justify="right" if column != "phase" else "left")
@@ -30,34 +32,34 @@ def traffic_table(summary: dict[str, Any]) -> Table:
     return table
 
 
-def result_table(summary: dict[str, Any]) -> Table:
-    traffic = summary["traffic"]
-    final, compression = summary["final"], summary["compression"]
-    table = Table(title=f"{summary['name']}: {summary['method']} on {summary['world_size']} ranks / {summary['num_nodes']} nodes")
+def result_table(summary: RunSummary) -> Table:
+    table = Table(title=f"{summary.name}: {summary.method} on {summary.world_size} ranks / {summary.num_nodes} nodes")
     table.add_column("measure")
     table.add_column("value", justify="right")
+    ecr = summary.ecr_percent
     rows = [
-        ("final top-1", f"{final['val_top1']:.4f}"),
-        ("best top-1", f"{summary['best_top1']:.4f}"),
-        ("final val loss", f"{final['val_loss']:.4f}"),
-        ("compression (trained model)", f"{compression['trained_model_ratio']:.2f}:1"),
-        ("compression (trainable params)", f"{compression['trained_model_trainable_ratio']:.2f}:1"),
-        ("ECR (equation 4)", "n/a" if compression["ecr_percent"] is None else f"{compression['ecr_percent']:.2f}%"),
-        ("dense : final params", f"{compression['dense_over_final_params']:.2f}:1"),
-        ("training MB / rank", _mb(traffic["training_bytes"])),
-        ("DDP training reference MB / rank", _mb(traffic["ddp_reference_bytes"])),
-        ("reduction vs DDP", f"{traffic['reduction_vs_ddp']:.2f}:1"),
-        ("training inter-node MB / rank", _mb(traffic["training_inter_node_bytes"])),
-        ("DDP training inter-node reference MB / rank", _mb(traffic["ddp_reference_inter_node_bytes"])),
-        ("inter-node reduction vs DDP", _ratio(traffic.get("inter_node_reduction_vs_ddp"))),
-        ("other phases MB / rank", _mb(sum(traffic["non_training_bytes"].values()))),
-        ("training inter-node GB/s / rank", f"{traffic['training_inter_node_gb_per_s']:.4f}"),
-        ("seconds / step", f"{summary['timing']['seconds_per_step']:.4f}"),
+        ("final top-1", f"{summary.final_top1:.4f}"),
+        ("best top-1", f"{summary.best_top1:.4f}"),
+        ("final val loss", f"{summary.final_loss:.4f}"),
+        ("compression (trained model)", f"{summary.compression:.2f}:1"),
+        ("compression (trainable params)", f"{summary.trainable_compression:.2f}:1"),
+        ("ECR (equation 4)", "n/a" if ecr is None else f"{ecr:.2f}%"),
+        ("dense : final params", f"{summary.dense_over_final_params:.2f}:1"),
+        ("training MB / rank", _mb(summary.training_bytes)),
+        ("DDP training reference MB / rank", _mb(summary.ddp_reference_bytes)),
+        ("reduction vs DDP", f"{summary.reduction_vs_ddp:.2f}:1"),
+        ("training inter-node MB / rank", _mb(summary.training_inter_node_bytes)),
+        ("DDP training inter-node reference MB / rank", _mb(summary.ddp_reference_inter_node_bytes)),
+        ("inter-node reduction vs DDP", _ratio(summary.inter_node_reduction_vs_ddp)),
+        ("other phases MB / rank", _mb(summary.non_training_bytes)),
+        ("training inter-node GB/s / rank", f"{summary.training_inter_node_gb_per_s:.4f}"),
+        ("seconds / step", f"{summary.seconds_per_step:.4f}"),
     ]
-    if "compression_during_ab" in summary and summary["compression_during_ab"]:
-        rows.insert(4, ("compression (each AB phase)", ", ".join(f"{c:.2f}" for c in summary["compression_during_ab"][:6])))
-    if "schedule" in summary:
-        s = summary["schedule"]
+    raw = summary.raw
+    if raw.get("compression_during_ab"):
+        rows.insert(4, ("compression (each AB phase)", ", ".join(f"{c:.2f}" for c in raw["compression_during_ab"][:6])))
+    if "schedule" in raw:
+        s = raw["schedule"]
         rows.insert(0, ("schedule (steps)", f"warmup {s['warmup_steps']}, AB {s['ab_steps']} x{s['ab_cycles']}, "
                                             f"rebound {s['rebound_steps']}, LR rebound {s['lr_rebound_steps']}"))
     rows += _time_and_link_rows(summary)
@@ -66,14 +68,14 @@ def result_table(summary: dict[str, Any]) -> Table:
     return table
 
 
-def _time_and_link_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+def _time_and_link_rows(summary: RunSummary) -> list[tuple[str, str]]:
     """Time to target when one was set; on the emulated interconnect, what the links carried."""
-    rows = [("train seconds", f"{summary['timing']['train_seconds']:.1f}")]
-    target = summary["timing"].get("target_top1")
+    rows = [("train seconds", f"{summary.train_seconds:.1f}")]
+    target = summary.target_top1
     if target is not None:
-        seconds = summary["timing"]["time_to_target_seconds"]
+        seconds = summary.time_to_target_seconds
         rows.append((f"seconds to top-1 >= {target}", "not reached" if seconds is None else f"{seconds:.1f}"))
-    measured = summary["traffic"].get("measured_inter_node_bytes")
+    measured = summary.measured_inter_node_bytes
     if measured is not None:
         rows += [("link MB, measured (all nodes)", _mb(measured["total"])),
                  ("inter-node MB, model (all ranks)", _mb(measured["modelled"]))]
@@ -82,8 +84,10 @@ def _time_and_link_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
+def print_summary(summary: RunSummary | dict[str, Any], run_dir: Path) -> None:
+    if not isinstance(summary, RunSummary):  # the raw document, as `abtune train` reads it today
+        summary = RunSummary(summary)
     console = Console(highlight=False)
     console.print(result_table(summary))
     console.print(traffic_table(summary))
-    console.print(f"summary: {run_dir / 'summary.json'}")
+    console.print(f"summary: {summary_path(run_dir)}")

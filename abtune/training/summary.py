@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from abtune import strict_device
 from abtune.comm import TRAINING_PHASES, CommMeter, Op, all_gather_bytes, sum_rows, wire_factor
 from abtune.config import flatten
-from abtune.methods.base import ParameterCounts
+from abtune.methods.base import Method, ParameterCounts
 
 if TYPE_CHECKING:
     from abtune.training.trainer import Trainer
@@ -122,11 +122,10 @@ def add_measured_traffic(summary: dict[str, Any], tx_bytes: list[int], rx_bytes:
     }
 
 
-def compression_summary(method: Any, counts: ParameterCounts) -> dict[str, Any]:
+def compression_summary(method: Method, counts: ParameterCounts) -> dict[str, Any]:
     """The paper's compression (of the model being trained; AB: at the end of its last AB phase) and
     the dense : final parameter ratio of the model as the run ends (AB merges back: 1.00)."""
     trained = method.trained_model_counts()
-    compresses_model = bool(getattr(method, "decompositions", None))
     return {
         "dense_params": counts.dense,
         "final_params": counts.current,
@@ -135,7 +134,7 @@ def compression_summary(method: Any, counts: ParameterCounts) -> dict[str, Any]:
         "trained_model_ratio": trained.compression,
         "trained_model_trainable_ratio": trained.dense / trained.trainable,
         "method_ratio": method.compression_ratio(),
-        "ecr_percent": estimated_communication_reduction(trained.compression) if compresses_model else None,
+        "ecr_percent": estimated_communication_reduction(trained.compression) if method.compressed_model() else None,
     }
 
 
@@ -171,7 +170,6 @@ def build_summary(trainer: Trainer) -> dict[str, Any]:
                    "time_to_target_seconds": time_to_target(history, config.train.target_top1)},
         "config": flatten(config),
     }
-    summary.update(_method_details(method))
     summary.update(method.summary())
     return summary
 
@@ -181,21 +179,3 @@ def time_to_target(history: list[dict[str, Any]], target: float | None) -> float
     if target is None:
         return None
     return next((row["train_seconds"] for row in history if row["val_top1"] >= target), None)
-
-
-def _method_details(method: Any) -> dict[str, Any]:
-    details: dict[str, Any] = {}
-    schedule = getattr(method, "schedule", None)
-    if schedule is not None:
-        details["schedule"] = schedule.describe()
-    groups = getattr(method, "groups", None)
-    if groups is not None:
-        details["groups"] = {"group_size": groups.group_size, "num_groups": groups.num_groups,
-                             "a_ranks": list(groups.a_ranks), "b_ranks": list(groups.b_ranks)}
-    decompositions = getattr(method, "decompositions", None)
-    if decompositions is not None:
-        details["decompositions"] = decompositions
-        details["compression_during_ab"] = [d["compression"] for d in decompositions]
-        details["svd_seconds"] = [d["svd_seconds"] for d in decompositions]
-        details["spectra"] = getattr(method, "spectra", {})
-    return details

@@ -6,7 +6,6 @@ one Trainer; rank 0 prints and writes the summary.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -24,6 +23,7 @@ from abtune.dist import DistEnv, discover_topology
 from abtune.errors import TrainingFailed
 from abtune.methods import MethodContext, build_method
 from abtune.models import build_model
+from abtune.runfiles import write_summary
 from abtune.training.checkpoint import (
     Checkpointer,
     load_optimizer_state_by_name,
@@ -263,7 +263,7 @@ class Trainer:
     def _report(self) -> dict[str, Any] | None:
         summary = build_summary(self)
         if self.env.is_main:
-            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+            write_summary(self.run_dir, summary)
             for hook in self.hooks:
                 hook.on_end(summary)
         return summary

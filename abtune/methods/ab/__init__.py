@@ -17,10 +17,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from abtune.config import AbConfig
+from abtune.config import AbConfig, ABSchedule, Phase
 from abtune.methods.ab import lowrank
-from abtune.methods.ab.groups import ABGroups, Target, build_groups, resolve_group_size
-from abtune.methods.ab.schedule import ABSchedule, Phase
+from abtune.methods.ab.groups import ABGroups, Target, build_groups
 from abtune.methods.ab.sync import merged_state
 from abtune.methods.base import Method, MethodContext, ParameterCounts
 from abtune.methods.ddp import DataParallel, average_buffers_
@@ -32,7 +31,7 @@ class ABTraining(Method):
     def __init__(self, config: AbConfig, ctx: MethodContext) -> None:
         super().__init__(config, ctx)
         self.schedule = ABSchedule.from_config(config, ctx.total_steps)
-        self.grouped = config.name == "ab"
+        self.grouped = config.grouped
         self.refs: list[lowrank.WeightRef] = []
         self.groups: ABGroups | None = None
         self.ranks: dict[str, int] = {}
@@ -47,9 +46,7 @@ class ABTraining(Method):
         self.refs = lowrank.eligible_weights(self.model, self.config.keep_full_rank)
         if self.grouped:
             topology = self.meter.topology
-            size = resolve_group_size(
-                self.config.group_size, topology.world_size, topology.ranks_per_node, topology.num_nodes
-            )
+            size = self.config.resolved_group_size(topology.world_size, topology.ranks_per_node, topology.num_nodes)
             self.groups = build_groups(self.meter, self.ctx.env.rank, size)
         self._wrap_full_rank()
 
@@ -161,6 +158,19 @@ class ABTraining(Method):
         return self.trained_model_counts().compression
 
     # --- checkpoints --------------------------------------------------------------------
+    def compressed_model(self) -> bool:
+        return bool(self.decompositions)
+
+    def summary(self) -> dict[str, Any]:
+        """The schedule in steps, the groups, and every decomposition with its ranks, compression and spectra."""
+        details: dict[str, Any] = {"schedule": self.schedule.describe()}
+        if self.groups is not None:
+            details["groups"] = {"group_size": self.groups.group_size, "num_groups": self.groups.num_groups,
+                                 "a_ranks": list(self.groups.a_ranks), "b_ranks": list(self.groups.b_ranks)}
+        return {**details, "decompositions": self.decompositions,
+                "compression_during_ab": [d["compression"] for d in self.decompositions],
+                "svd_seconds": [d["svd_seconds"] for d in self.decompositions], "spectra": self.spectra}
+
     def state_dict(self) -> dict[str, Any]:
         return {"in_ab": self.in_ab, "ranks": dict(self.ranks), "decompositions": self.decompositions,
                 "spectra": self.spectra}

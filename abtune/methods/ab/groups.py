@@ -2,7 +2,8 @@
 
 The number of groups must be even, so A ranks = B ranks (Algorithm 1 splits the ranks in halves).
 
-A natural group is one node, so AB's independent phase never crosses the interconnect.
+A natural group is one node, so AB's independent phase never crosses the interconnect. The group
+size is chosen and checked against the layout by `AbConfig.resolved_group_size`, before any rank starts.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from enum import StrEnum
 import torch.distributed as dist
 
 from abtune.comm import CommGroup, CommMeter
-from abtune.errors import ConfigError
 
 
 class Target(StrEnum):
@@ -30,34 +30,6 @@ class ABGroups:
     group: CommGroup  # this rank's group
     a_ranks: tuple[int, ...]
     b_ranks: tuple[int, ...]
-
-
-def resolve_group_size(requested: int | None, world_size: int, ranks_per_node: int, num_nodes: int) -> int:
-    """Default: one group per node; on a single node, two groups of half the ranks."""
-    if requested is not None:
-        size = requested
-    elif num_nodes > 1:
-        size = ranks_per_node
-    else:
-        size = max(1, world_size // 2)
-    if world_size < 2:
-        raise ConfigError("method ab needs at least 2 ranks (one A group and one B group); use --nproc 2 or more, or method ab-nogroups")
-    if world_size % size:
-        raise ConfigError(f"method.group_size: {size} does not divide the {world_size} ranks; choose a divisor of {world_size}")
-    if world_size // size < 2:
-        raise ConfigError(
-            f"method.group_size: {size} leaves a single group of {world_size} ranks; AB-training needs at least "
-            f"2 groups (one trains A, one trains B): choose at most {world_size // 2}"
-        )
-    if (world_size // size) % 2:
-        even = [d for d in range(1, world_size // 2 + 1) if world_size % d == 0 and (world_size // d) % 2 == 0]
-        raise ConfigError(
-            f"method.group_size: {size} makes {world_size // size} groups of the {world_size} ranks (default: one "
-            f"group per node); AB-training "
-            f"gives half of the groups A and half B, so it needs an even number: choose one of "
-            f"{', '.join(map(str, even)) or '(none: use an even number of ranks)'}"
-        )
-    return size
 
 
 def target_of_group(index: int, num_groups: int) -> Target:
