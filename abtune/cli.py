@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import json
 import shutil
 import sys
 import time
@@ -25,6 +24,7 @@ from abtune.launch.launchers import JOBS_DIR, load_launcher
 from abtune.launch.profiles import check_fits
 from abtune.launch.warm import owned_server
 from abtune.rundir import DEFAULT_RUNS_DIR, default_run_dir
+from abtune.runfiles import CONFIG_FILE, HOOKS_FILE, read_summary, summary_path
 from abtune.runs import FAILED, KILLED, Run, status_of
 from abtune.study.cli import register_study_commands
 from abtune.study.storage import resolve_storage_url
@@ -121,14 +121,14 @@ def _submit_detached(run: Run) -> int:
     job = _submit(run)
     print(f"submitted {job.describe()}: {run.layout.nodes} node(s) x {run.layout.ranks_per_node} rank(s), "
           f"run folder {run.run_dir}, logs {run.run_dir / JOBS_DIR}")
-    print(f"the result appears in {run.run_dir / 'summary.json'}")
+    print(f"the result appears in {summary_path(run.run_dir)}")
     return 0
 
 
 def _print_summary(run_dir: Path) -> int:
     from abtune.training.report import print_summary
 
-    print_summary(json.loads((run_dir / "summary.json").read_text()), run_dir)
+    print_summary(read_summary(run_dir), run_dir)
     return 0
 
 
@@ -249,9 +249,8 @@ def cmd_report_scaling(args: argparse.Namespace) -> int:
 def _discard_unstarted(run_dir: Path) -> None:
     """Nothing ran: remove what prepare_run_dir and submitit made, so the same --run-dir works next time."""
     from abtune.launch.runlock import LOCK_FILE
-    from abtune.training.hooks import HOOKS_FILE
 
-    for made in ("config.yaml", HOOKS_FILE, LOCK_FILE):
+    for made in (CONFIG_FILE, HOOKS_FILE, LOCK_FILE):
         (run_dir / made).unlink(missing_ok=True)
     shutil.rmtree(run_dir / JOBS_DIR, ignore_errors=True)
     with contextlib.suppress(OSError):

@@ -29,6 +29,7 @@ from abtune.errors import ConfigError
 from abtune.launch.local import free_port
 from abtune.methods import MethodContext
 from abtune.methods.ab import ABTraining, lowrank
+from abtune.runfiles import RunSummary
 from abtune.study.results import result_attrs
 from abtune.study.space import build_distributions
 from abtune.study.spec import load_study_spec
@@ -389,5 +390,5 @@ def test_a_trial_records_training_inter_node_bytes_the_trained_models_compressio
                "timing": {"train_seconds": 1.0},
                "traffic": {"training_inter_node_bytes": 400.0, "inter_node_bytes": {"mean": 461.0, "max": 461.0}},
                "compression": {"trained_model_ratio": 2.0, "ecr_percent": 37.5, "dense_over_final_params": 1.0}}
-    attrs = result_attrs(summary, wall_seconds=2.0)
+    attrs = result_attrs(RunSummary(summary), wall_seconds=2.0)
     assert (attrs["inter_node_bytes"], attrs["compression"], attrs["ecr"]) == (400.0, 2.0, 37.5)

@@ -13,13 +13,12 @@ from abtune.config import METHOD_CONFIGS, AbConfig, load_run_config
 from abtune.errors import ConfigError
 from abtune.methods import METHOD_NAMES
 from abtune.runfiles import CONFIG_FILE, SUMMARY_FILE, read_summary
-from abtune.study.results import result_attrs
 from tests.conftest import run_cli, write_config
 
 ABTUNE = Path(__file__).parent.parent / "abtune"
 STEPS = 12
 # TODO(issue 16): files being rewritten in parallel; the coordinator empties this when merging.
-PENDING = {"cli.py", "promote/campaign.py", "study/repeats.py"}
+PENDING: set[str] = set()
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +45,6 @@ def test_the_typed_summary_reads_what_the_trainer_wrote(ab_run: Path) -> None:
     assert summary.non_training_bytes == sum(raw["traffic"]["non_training_bytes"].values())
     assert (summary.train_seconds, summary.time_to_target_seconds) == (raw["timing"]["train_seconds"], None)
     assert summary.measured_inter_node_bytes is None  # no emulated interconnect
-    assert result_attrs(summary, 1.0) == result_attrs(raw, 1.0)
 
 
 def test_the_ab_summary_holds_the_schedule_its_config_plans(ab_run: Path) -> None:

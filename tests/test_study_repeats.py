@@ -13,7 +13,8 @@ import pytest
 from optuna.trial import FrozenTrial, TrialState
 
 from abtune.study import results
-from abtune.study.definition import DDP, REFERENCE
+from abtune.study.attrs import REFERENCE_ATTR
+from abtune.study.definition import DDP
 from abtune.study.runner import INTERRUPTED
 from tests.conftest import run_cli
 from tests.study_helpers import running, signal_group, start_run, trials_of, wait_for, write_study
@@ -41,7 +42,7 @@ def test_repeats_give_means_and_a_restart_keeps_finished_seeds(tmp_path: Path, m
 
     def first_seed_finished() -> FrozenTrial | None:
         for trial in running(url):
-            searched = trial.user_attrs.get(REFERENCE) is None  # its seeds run one after another
+            searched = trial.user_attrs.get(REFERENCE_ATTR) is None  # its seeds run one after another
             if searched and trial.user_attrs.get("seeds") and (_seed_dirs(trial)[0] / "summary.json").exists():
                 return trial
         return None

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from abtune.launch.base import Job, RunOutcome
-from abtune.training.hooks import METRICS_FILE
+from abtune.runfiles import METRICS_FILE
 
 PROGRESS_SECONDS = 30.0
 

@@ -22,7 +22,8 @@ from abtune.errors import ConfigError, TrainingFailed
 from abtune.launch import warm
 from abtune.launch.fabric import NodeNetwork, node_network
 from abtune.launch.profiles import FabricProfile
-from abtune.training.worker import FAILURES_DIR, QUIET_VARIABLE
+from abtune.runfiles import FAILURES_DIR
+from abtune.training.worker import QUIET_VARIABLE
 
 POLL_SECONDS = 0.2
 GRACE_SECONDS = 10.0

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from abtune.runfiles import FAILURES_DIR
+
 
 @dataclass(frozen=True)
 class RunOutcome:
@@ -15,8 +17,6 @@ class RunOutcome:
 
 def recorded_failure(run_dir: Path) -> str | None:
     """The first line a failed rank wrote: an abtune error (NaN loss, bad value) before a crash (often an echo)."""
-    from abtune.training.worker import FAILURES_DIR  # imports torch: not before a rank sets its environment
-
     folder = run_dir / FAILURES_DIR
     for kind in ("error", "crash"):
         files = sorted(folder.glob(f"{kind}_rank_*.txt"))

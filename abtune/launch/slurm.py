@@ -35,6 +35,7 @@ from submitit.slurm.slurm import _make_sbatch_string
 from abtune.launch.base import Layout, SubmissionFailed
 from abtune.launch.outcome import RunOutcome, recorded_failure
 from abtune.launch.profiles import SlurmProfile
+from abtune.runfiles import FAILURES_DIR
 
 JOBS_DIR = "jobs"
 POLL_SECONDS = 2.0  # every poll of a SLURM job asks sacct
@@ -53,7 +54,7 @@ class RankJob(Checkpointable):
         restarted = int(os.environ.get("SLURM_RESTART_COUNT", "0")) > 0
         export_rank_environment()
         # torch-heavy: imported once the environment is set
-        from abtune.training.worker import FAILURES_DIR, exit_without_finalizing, run_rank
+        from abtune.training.worker import exit_without_finalizing, run_rank
 
         if os.environ["RANK"] == "0":
             shutil.rmtree(Path(self.run_dir) / FAILURES_DIR, ignore_errors=True)  # left by an earlier attempt

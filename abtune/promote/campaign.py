@@ -22,12 +22,11 @@ from abtune.errors import ConfigError
 from abtune.launch.base import Launcher, Layout
 from abtune.launch.outcome import RunOutcome
 from abtune.promote.plan import CAMPAIGN_FILE, Campaign, PlannedRun
-from abtune.rundir import CONFIG_FILE, prepare_run_dir
+from abtune.rundir import prepare_run_dir
+from abtune.runfiles import CONFIG_FILE, OUTCOME_FILE
 from abtune.runs import Run, status_of
 from abtune.tracking import LaunchInfo, Tracking
 from abtune.yamlfile import read_yaml
-
-OUTCOME_FILE = "outcome.json"
 
 
 def run_tags(run: PlannedRun) -> dict[str, str]:

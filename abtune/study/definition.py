@@ -19,7 +19,6 @@ from abtune.study.attrs import REFERENCE_ATTR, SPEC_ATTR, STUDY_DIR_ATTR
 from abtune.study.options import check_options
 from abtune.study.spec import StudySpec, parse_study_spec
 
-REFERENCE = REFERENCE_ATTR  # TODO(issue 16): runner.py still imports this name; then drop it
 PAPER_DEFAULTS = "paper-defaults"
 DDP = "ddp"
 

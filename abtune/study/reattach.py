@@ -17,9 +17,8 @@ from optuna.trial import FrozenTrial
 
 from abtune.launch.base import Job
 from abtune.launch.launchers import reattach
+from abtune.study.attrs import LOCAL_JOB_ATTR, RUN_DIR_ATTR, SLURM_JOB_ATTR
 
-LOCAL_JOB_ATTR = "local_job"
-SLURM_JOB_ATTR = "slurm_job_id"
 JOB_ATTRS = {"local": LOCAL_JOB_ATTR, "slurm": SLURM_JOB_ATTR}  # by Job.kind; debug jobs are not recorded
 
 
@@ -32,7 +31,7 @@ def record_job(trial: object, job: Job) -> None:
 
 def job_to_follow(trial: FrozenTrial) -> Job | None:
     """The job a dead worker's RUNNING trial still has; None when there is none to follow from here."""
-    run_dir = trial.user_attrs.get("run_dir")
+    run_dir = trial.user_attrs.get(RUN_DIR_ATTR)
     if not run_dir:
         return None
     for kind, attr in JOB_ATTRS.items():

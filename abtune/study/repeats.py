@@ -32,15 +32,14 @@ from abtune.config import RunConfig
 from abtune.launch.base import Job
 from abtune.launch.outcome import RunOutcome
 from abtune.rundir import prepare_run_dir
+from abtune.runfiles import SUMMARY_FILE, read_summary, summary_path
 from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import results, stats
+from abtune.study.attrs import RETRY_OF_ATTR, REUSED_SEEDS_ATTR, RUN_DIR_ATTR, SEEDS_ATTR
 from abtune.training.hooks import read_metrics
 
 SEED_STRIDE = 1000
-SEEDS_ATTR = "seeds"
-REUSED_ATTR = "reused_seeds"
 SPREAD_KEYS = ("top1", "best_top1", "inter_node_bytes", "compression", "train_seconds", "time_to_target")
-SUMMARY = "summary.json"
 
 
 def repeat_seed(base: int, index: int) -> int:
@@ -55,14 +54,14 @@ def seed_dir(trial_dir: Path, seed: int) -> Path:
 def trial_attrs(run_dir: Path, seeds: Sequence[int] | None, wall_seconds: float) -> dict[str, Any] | str:
     """The trial's result attrs (means over the seeds that ran), or why there is none."""
     if not seeds:
-        summary_file = run_dir / SUMMARY
+        summary_file = summary_path(run_dir)
         if not summary_file.exists():
             return f"the run ended without writing {summary_file}"
-        return results.result_attrs(json.loads(summary_file.read_text()), wall_seconds)
-    each = {s: results.result_attrs(json.loads((seed_dir(run_dir, s) / SUMMARY).read_text()), wall_seconds)
-            for s in seeds if (seed_dir(run_dir, s) / SUMMARY).exists()}
+        return results.result_attrs(read_summary(run_dir), wall_seconds)
+    each = {s: results.result_attrs(read_summary(seed_dir(run_dir, s)), wall_seconds)
+            for s in seeds if summary_path(seed_dir(run_dir, s)).exists()}
     if not each:
-        return f"no seed of the trial wrote {SUMMARY} (first: {seed_dir(run_dir, seeds[0])})"
+        return f"no seed of the trial wrote {SUMMARY_FILE} (first: {seed_dir(run_dir, seeds[0])})"
     return aggregate(each, wall_seconds)
 
 
@@ -128,7 +127,7 @@ class SeedRun:
 
     @property
     def pruned(self) -> bool:
-        summary = self.run_dir / SUMMARY
+        summary = summary_path(self.run_dir)
         return self.finished and bool(json.loads(summary.read_text()).get("stopped_early"))
 
 
@@ -169,7 +168,7 @@ class RepeatedJob(Job):
 
     def _ended(self, run: SeedRun, ended: RunOutcome) -> None:
         run.outcome = ended
-        run.finished = ended.ok and (run.run_dir / SUMMARY).exists()
+        run.finished = ended.ok and summary_path(run.run_dir).exists()
         self._end(run, self.cancelled)
 
     def _stopped(self) -> bool:
@@ -203,9 +202,9 @@ def start_trial(runner: Any, trial: Any, config: RunConfig, run_id: str | None) 
     prepare_run_dir(config, trial_dir, resume=False)
     seeds = [repeat_seed(config.seed, i) for i in range(runner.spec.repeats)]
     trial.set_user_attr(SEEDS_ATTR, seeds)
-    trial.set_user_attr("run_dir", str(trial_dir))
+    trial.set_user_attr(RUN_DIR_ATTR, str(trial_dir))
     runs = [SeedRun(s, seed_dir(trial_dir, s)) for s in seeds]
-    previous = trial.user_attrs.get("retry_of")
+    previous = trial.user_attrs.get(RETRY_OF_ATTR)
     if previous is not None:
         _take_over(runner.study_dir / "trials" / str(previous), runs, trial)
     hooks = trial_hook_specs(runner.spec, runner.study.study_name, trial)
@@ -234,14 +233,14 @@ def _take_over(previous_dir: Path, runs: list[SeedRun], trial: Any) -> None:
     reused = []
     for run in runs:
         source = seed_dir(previous_dir, run.seed)
-        if (source / SUMMARY).exists():
+        if summary_path(source).exists():
             shutil.copytree(source, run.run_dir)
             run.finished = True
             reused.append(run.seed)
         elif source.is_dir():
             run.resume = adopt_checkpoint(source, run.run_dir) is not None
     if reused:
-        trial.set_user_attr(REUSED_ATTR, reused)
+        trial.set_user_attr(REUSED_SEEDS_ATTR, reused)
 
 
 @dataclass

@@ -24,9 +24,7 @@ RESULT_KEYS = ("top1", "best_top1", "inter_node_bytes", "compression", "ecr", "s
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
-def result_attrs(summary: RunSummary | dict[str, Any], wall_seconds: float) -> dict[str, Any]:
-    if not isinstance(summary, RunSummary):  # the raw document, as study/repeats.py still reads it
-        summary = RunSummary(summary)
+def result_attrs(summary: RunSummary, wall_seconds: float) -> dict[str, Any]:
     return {
         "top1": float(summary.final_top1),  # type: ignore[arg-type]  # a finished run evaluated at its end
         "best_top1": summary.best_top1,
@@ -47,7 +45,6 @@ def _time_to_target(summary: RunSummary) -> float:
     return float("inf") if seconds is None else float(seconds)
 
 
-OVER_BUDGET = OVER_BUDGET_ATTR  # TODO(issue 16): runner.py still imports this name; then drop it
 
 
 def replaced(trial: FrozenTrial) -> bool:

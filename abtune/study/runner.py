@@ -43,7 +43,15 @@ from abtune.launch.profiles import LocalProfile, check_fits
 from abtune.redact import redact
 from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import reattach, repeats, results, retries, stop, workers
-from abtune.study.definition import REFERENCE, open_search_study, seed_offset, stored_study_dir
+from abtune.study.attrs import (
+    FAIL_REASON_ATTR,
+    OVER_BUDGET_ATTR,
+    REFERENCE_ATTR,
+    RETRIED_ATTR,
+    RUN_DIR_ATTR,
+    SEEDS_ATTR,
+)
+from abtune.study.definition import open_search_study, seed_offset, stored_study_dir
 from abtune.study.display import RunDisplay
 from abtune.study.pruning import STUDY_STORAGE_VARIABLE
 from abtune.study.space import build_distributions
@@ -222,20 +230,20 @@ class StudyRunner:
         assert active.job is not None
         reattach.record_job(trial, active.job)  # followed by the next runner if this one dies
         trial.set_user_attr("prepare_seconds", time.time() - active.started)  # ask -> submitted
-        self.display.started(trial.number, trial.user_attrs.get(REFERENCE))
+        self.display.started(trial.number, trial.user_attrs.get(REFERENCE_ATTR))
 
     def _over_budget(self, trial: optuna.Trial) -> bool:
         """Another worker took the last trial of the budget between our check and our ask: do not run
         this one (FAIL, not counted). Trial numbers are handed out in order, so of two workers asking
         at once only the later one steps back. Waiting trials (references, retries) always run."""
         frozen = self.storage.get_trial(trial._trial_id)
-        if "fixed_params" in frozen.system_attrs or frozen.user_attrs.get(REFERENCE):
+        if "fixed_params" in frozen.system_attrs or frozen.user_attrs.get(REFERENCE_ATTR):
             return False
         earlier = [t for t in self.all_trials() if t.number < trial.number]
         if results.budget_used(earlier) < self.spec.trials:
             return False
-        trial.set_user_attr(results.OVER_BUDGET, True)
-        trial.set_user_attr("fail_reason", "not run: other workers took the last trials of the budget")
+        trial.set_user_attr(OVER_BUDGET_ATTR, True)
+        trial.set_user_attr(FAIL_REASON_ATTR, "not run: other workers took the last trials of the budget")
         self.study.tell(trial, state=TrialState.FAIL)
         self.display.note(f"trial {trial.number} not run: other workers took the last trials of the budget")
         return True
@@ -245,7 +253,7 @@ class StudyRunner:
         adopted = adopt_retried_checkpoint(self.study_dir, trial, run_dir)
         run = self.prepare_run(config, run_dir, trial_hook_specs(self.spec, self.study.study_name, trial), run_id)
         run.resume = adopted  # a new folder whose training continues from the retried trial's checkpoint
-        trial.set_user_attr("run_dir", str(run_dir))
+        trial.set_user_attr(RUN_DIR_ATTR, str(run_dir))
         submit_trial(run, self.spec, trial_job_name(self.study.study_name, trial.number), self.trial_env)
         return run
 
@@ -264,7 +272,7 @@ class StudyRunner:
             self._fail(active, outcome.reason or f"the job exited with code {outcome.exit_code}", kind=retries.FAILED)
             return
         assert active.run_dir is not None
-        attrs = repeats.trial_attrs(active.run_dir, active.trial.user_attrs.get(repeats.SEEDS_ATTR),
+        attrs = repeats.trial_attrs(active.run_dir, active.trial.user_attrs.get(SEEDS_ATTR),
                                     time.time() - active.started)
         if isinstance(attrs, str):
             self._fail(active, attrs, kind=retries.FAILED)
@@ -286,12 +294,12 @@ class StudyRunner:
     def _fail(self, active: Active, reason: str, kind: str | None) -> None:
         trial = active.trial
         reason, kind = self.stop_watch.interrupted_as(reason, kind)
-        trial.set_user_attr("fail_reason", reason)
+        trial.set_user_attr(FAIL_REASON_ATTR, reason)
         self._end_tracking(active, KILLED if kind == retries.INTERRUPTED else FAILED)
         frozen = self.storage.get_trial(trial._trial_id)
         retry = retries.allowed(self.spec, frozen, kind)
         if retry:
-            trial.set_user_attr("retried", True)
+            trial.set_user_attr(RETRIED_ATTR, True)
         frozen = self.study.tell(trial, state=TrialState.FAIL)
         if retry:
             retries.enqueue(self.study, frozen, kind)
@@ -325,7 +333,7 @@ class StudyRunner:
         self.active.append(Active(optuna.Trial(self.study, frozen._trial_id), run, started))
         ended = " (ended; its result is told)" if job.poll() is not None else ""
         self.display.note(f"trial {frozen.number}: re-attached to {job.describe()}{ended}")
-        self.display.started(frozen.number, frozen.user_attrs.get(REFERENCE))
+        self.display.started(frozen.number, frozen.user_attrs.get(REFERENCE_ATTR))
 
     def _detach_surviving_jobs(self) -> None:
         """Stop following jobs that outlive this runner (SLURM): their trials stay RUNNING with their job

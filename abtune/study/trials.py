@@ -17,13 +17,15 @@ from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import ConfigError
 from abtune.launch.base import Job, Launcher, Layout
 from abtune.launch.profiles import check_fits
+from abtune.runfiles import METRICS_FILE
 from abtune.runs import Run
-from abtune.study.definition import DDP, REFERENCE
+from abtune.study.attrs import REFERENCE_ATTR, RETRY_OF_ATTR
+from abtune.study.definition import DDP
 from abtune.study.pruning import make_hook
 from abtune.study.space import ddp_reference_config
 from abtune.study.spec import StudySpec
 from abtune.training.checkpoint import COMPLETE_MARK
-from abtune.training.hooks import METRICS_FILE, hook_spec
+from abtune.training.hooks import hook_spec
 
 
 def trial_hook_specs(spec: StudySpec, study_name: str, trial: optuna.Trial) -> list[dict[str, Any]]:
@@ -33,7 +35,7 @@ def trial_hook_specs(spec: StudySpec, study_name: str, trial: optuna.Trial) -> l
     but are never pruned. Options are plain values: the storage URL reaches the hook through
     ABTUNE_STUDY_STORAGE, never through hooks.yaml.
     """
-    reference = trial.user_attrs.get(REFERENCE)
+    reference = trial.user_attrs.get(REFERENCE_ATTR)
     specs: list[dict[str, Any]] = []
     if not spec.multi_objective and reference != DDP:
         prune = spec.pruner.name != "none" and reference is None
@@ -71,7 +73,7 @@ def suggest(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> A
 def trial_config(spec: StudySpec, study_name: str, distributions: dict[str, BaseDistribution],
                  trial: optuna.Trial, layout: Layout) -> RunConfig:
     """The run config of a trial: DDP's for the DDP reference, else the base with the suggested values."""
-    if trial.user_attrs.get(REFERENCE) == DDP:
+    if trial.user_attrs.get(REFERENCE_ATTR) == DDP:
         raw = ddp_reference_config(spec)
     else:
         params = {name: suggest(trial, name, dist) for name, dist in distributions.items()}
@@ -84,7 +86,7 @@ def trial_config(spec: StudySpec, study_name: str, distributions: dict[str, Base
 
 def adopt_retried_checkpoint(study_dir: Path, trial: optuna.Trial, run_dir: Path) -> bool:
     """A retry continues from the newest complete checkpoint of the trial it replaces, if any."""
-    previous = trial.user_attrs.get("retry_of")
+    previous = trial.user_attrs.get(RETRY_OF_ATTR)
     if previous is None:
         return False
     step = adopt_checkpoint(study_dir / "trials" / str(previous), run_dir)

@@ -27,10 +27,8 @@ from typing import Any
 import yaml
 
 from abtune.errors import ConfigError
+from abtune.runfiles import HOOKS_FILE, METRICS_FILE
 from abtune.yamlfile import read_yaml
-
-HOOKS_FILE = "hooks.yaml"
-METRICS_FILE = "metrics.jsonl"
 
 
 class TrainingHook:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -84,9 +83,7 @@ def _time_and_link_rows(summary: RunSummary) -> list[tuple[str, str]]:
     return rows
 
 
-def print_summary(summary: RunSummary | dict[str, Any], run_dir: Path) -> None:
-    if not isinstance(summary, RunSummary):  # the raw document, as `abtune train` reads it today
-        summary = RunSummary(summary)
+def print_summary(summary: RunSummary, run_dir: Path) -> None:
     console = Console(highlight=False)
     console.print(result_table(summary))
     console.print(traffic_table(summary))

@@ -26,7 +26,7 @@ from typing import NoReturn
 from abtune.config import load_run_config
 from abtune.errors import AbtuneError
 from abtune.launch.runlock import join_run
-from abtune.runfiles import CONFIG_FILE, FAILURES_DIR  # FAILURES_DIR: the launchers import it from here
+from abtune.runfiles import CONFIG_FILE, FAILURES_DIR
 
 QUIET_VARIABLE = "ABTUNE_LAUNCHED"  # set by a launcher that reports failures itself
 
