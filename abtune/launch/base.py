@@ -50,6 +50,7 @@ class Job(ABC):
     """One submitted run. `kind` and `record()` let another process follow it later (`reattach`)."""
 
     kind: ClassVar[str]
+    label: ClassVar[str] = "job"  # how a person calls it: "SLURM job 812", "local job 4711"
     outlives_driver: ClassVar[bool] = False  # keeps running when the process that submitted it stops
 
     def __init__(self, job_id: str, run_dir: Path) -> None:
@@ -64,6 +65,10 @@ class Job(ABC):
     def cancel(self) -> None:
         """Ask the job to stop; `poll` says when it has."""
 
+    def gone(self) -> bool:
+        """Every process of the job has exited: it writes nothing more (SLURM: it left the queue)."""
+        return self.poll() is not None
+
     def record(self) -> Any:
         """A JSON value naming this job for `reattach` from another process (default: its id)."""
         return self.job_id
@@ -73,7 +78,7 @@ class Job(ABC):
         return "RUNNING" if self.poll() is None else "DONE"
 
     def describe(self) -> str:
-        return f"{self.kind} job {self.job_id}"
+        return f"{self.label} {self.job_id}"
 
     def wait(self, poll_s: float = POLL_SECONDS) -> RunOutcome:
         while (result := self.poll()) is None:

@@ -74,6 +74,7 @@ class LocalJob(Job):
     """A submitit local job: a controller process on this host that starts and waits for the ranks."""
 
     kind = "local"
+    label = "local job"
 
     def __init__(self, job: submitit.Job[RunOutcome], run_dir: Path) -> None:
         super().__init__(str(job.job_id), run_dir)
@@ -100,6 +101,7 @@ class LocalJobHere(Job):
     its end is seen by the process disappearing, and its result read from its result file."""
 
     kind = "local"
+    label = "local job"
 
     def __init__(self, record: dict[str, Any], run_dir: Path) -> None:
         super().__init__(str(record["pid"]), run_dir)
@@ -113,7 +115,11 @@ class LocalJobHere(Job):
         return self._job.paths.result_pickle.exists()
 
     def poll(self) -> RunOutcome | None:
-        return _result(self._job) if self.ended() else None
+        if not self.ended():
+            return None
+        if not self.has_result():  # submitit would wait for a result that a killed controller never writes
+            return RunOutcome(False, f"local job {self.job_id} ended without a result (killed or cancelled)", 1)
+        return _result(self._job)
 
     def cancel(self) -> None:
         """As submitit cancels its own local jobs: SIGINT to the controller, which stops its task and ranks."""
@@ -177,6 +183,7 @@ class DebugJob(Job):
     """Runs when first polled, in this process (submitit's DebugExecutor)."""
 
     kind = "debug"
+    label = "debug job"
 
     def __init__(self, job: submitit.Job[RunOutcome], run_dir: Path, env: dict[str, str] | None) -> None:
         super().__init__(str(job.job_id), run_dir)
@@ -212,6 +219,7 @@ class SlurmJob(Job):
     """A SLURM job of the run's ranks; it keeps running when abtune stops following it."""
 
     kind = "slurm"
+    label = "SLURM job"
     outlives_driver = True
 
     def __init__(self, job: submitit.Job[RunOutcome], run_dir: Path) -> None:
@@ -228,12 +236,13 @@ class SlurmJob(Job):
     def cancel(self) -> None:
         self.submitit_job.cancel(check=False)
 
+    def gone(self) -> bool:
+        """Out of squeue: sacct may call a cancelled job CANCELLED while its tasks are still ending."""
+        return not slurm.in_queue(self.job_id)
+
     @property
     def state(self) -> str:
         return slurm.state(self.submitit_job)
-
-    def describe(self) -> str:
-        return f"SLURM job {self.job_id}"
 
     def follow(self, out: TextIO = sys.stdout, poll_s: float = slurm.POLL_SECONDS) -> RunOutcome:
         from abtune.launch.follow import follow

@@ -22,6 +22,7 @@ import random
 import shlex
 import shutil
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +40,7 @@ from abtune.runfiles import FAILURES_DIR
 
 JOBS_DIR = "jobs"
 POLL_SECONDS = 2.0  # every poll of a SLURM job asks sacct
+SQUEUE_TIMEOUT_S = 30
 SRUN_ARGS = ("--kill-on-bad-exit=1",)  # one failed rank ends the job instead of hanging its peers
 
 
@@ -217,6 +219,16 @@ def _sbatch_error(stderr: str) -> str:
 def attach(job_id: str, folder: Path) -> submitit.Job[RunOutcome]:
     """The job with this id whose submitit files are in `folder` (RUN_DIR/jobs); rank 0's view."""
     return submitit.SlurmJob(folder=folder, job_id=job_id)
+
+
+def in_queue(job_id: str) -> bool:
+    """The job is pending, running or ending (squeue lists it); False when squeue does not know it."""
+    try:
+        listed = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%i"], capture_output=True, text=True,
+                                timeout=SQUEUE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return True  # cannot tell: still there, as far as anyone waiting for it knows
+    return listed.returncode == 0 and bool(listed.stdout.split())
 
 
 def state(job: submitit.Job[Any], force: bool = True) -> str:

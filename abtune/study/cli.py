@@ -70,7 +70,8 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"next `{again}`", file=sys.stderr)
         return INTERRUPTED_EXIT
     if runner.left_running:
-        print(f"abtune: stopped following; {launcher.kind} job(s) {', '.join(runner.left_running)} keep running and their "
+        jobs = f"{runner.left_running[0].label}(s) {', '.join(job.job_id for job in runner.left_running)}"
+        print(f"abtune: stopped following; {jobs} keep running and their "
               f"trials stay RUNNING. Re-attach with: {again}", file=sys.stderr)
         return INTERRUPTED_EXIT
     if not finished:

@@ -107,7 +107,7 @@ class StudyRunner:
         self.layout = trial_layout(self.spec, self.launcher)
         check_fits(parse_run_config(self.spec.base, f"study {name}: base"), self.layout)
         self.error: AbtuneError | None = None
-        self.left_running: list[str] = []  # SLURM job ids still running when this runner stopped
+        self.left_running: list[Job] = []  # jobs (SLURM) still running when this runner stopped
         self.parallel = parallel
         self.max_trials = max_trials
         self.worker = workers.this_worker()
@@ -341,7 +341,7 @@ class StudyRunner:
         for active in [a for a in self.active if _outlives(a)]:
             assert active.job is not None
             self.display.note(f"trial {active.trial.number}: {active.job.describe()} keeps running")
-            self.left_running.append(active.job.job_id)
+            self.left_running.append(active.job)
             self.active.remove(active)
 
     def _cancel_all(self) -> None:

@@ -148,13 +148,13 @@ def _stop_trial(study: optuna.Study, trial: FrozenTrial, spec: StudySpec, mode: 
 def _job_of(trial: FrozenTrial) -> Job | None:
     """The trial's job while it still runs (SLURM: any host; local: this host)."""
     job = reattach.job_to_follow(trial)
-    return job if job is not None and job.poll() is None else None
+    return job if job is not None and not job.gone() else None
 
 
 def _cancel(job: Job) -> None:
     """Cancel a trial's job and wait until it has ended: its ranks write nothing more."""
     job.cancel()
-    _wait_until(lambda: job.poll() is not None, WAIT_S)
+    _wait_until(job.gone, WAIT_S)
 
 
 def _wait_until(condition: Callable[[], bool], timeout_s: float) -> None:
