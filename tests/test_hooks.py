@@ -64,3 +64,18 @@ def test_every_run_writes_metrics_and_a_full_run_ends_with_its_last_step(tmp_pat
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stopped_early"] is None and summary["steps_done"] == 12
     assert "control" not in summary["traffic"]["by_phase"]
+
+
+def test_a_hook_that_cannot_be_loaded_is_refused_before_any_rank_starts(tmp_path: Path) -> None:
+    """The run lifecycle resolves hooks.yaml in the launching process: a factory that does not import is
+    one line and exit 2, and no rank ran (nothing in metrics.jsonl, no summary)."""
+    config = write_config(tmp_path / "run.yaml", train={"steps": 10})
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write_hook_specs(run_dir, [{"factory": "tests.no_such_module:make_hook", "options": {}}])
+    result = run_cli("train", str(config), "--nproc", "2", "--run-dir", str(run_dir), "--no-tracking", check=False)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"abtune: error: {run_dir / 'hooks.yaml'}: cannot load hook 'tests.no_such_module:make_hook': "
+        "No module named 'tests.no_such_module'"]
+    assert not (run_dir / "summary.json").exists() and not read_metrics(run_dir)

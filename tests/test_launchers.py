@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -211,3 +212,13 @@ def test_master_port_is_the_same_for_every_rank_and_below_the_ephemeral_ports() 
     assert ports == [master_port(str(job)) for job in range(1, 2001)]  # every rank of a job agrees
     assert min(ports) >= 20000 and max(ports) < 32768  # Linux hands out 32768-60999 to outgoing connections
     assert len(set(ports)) > 1500  # jobs spread over the range
+
+
+def test_nothing_above_the_launchers_looks_at_a_profiles_type() -> None:
+    """Issue 16: the command line, studies and promotion ask the launcher, never `isinstance(profile, ...)`."""
+    package = Path(__file__).resolve().parent.parent / "abtune"
+    checks = [f"{path.relative_to(package)}:{number}"
+              for path in package.rglob("*.py") if path.parent.name != "launch"
+              for number, line in enumerate(path.read_text().splitlines(), 1)
+              if re.search(r"isinstance\(.*Profile", line)]
+    assert checks == []
