@@ -139,6 +139,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     shared, per_method = compare.split_overrides(_overrides(args.set), methods)
     base = load_run_config(args.config, shared)
     launcher = load_launcher(args.launcher)
+    if launcher.kind != "local":  # the methods run here, one after another, on simulated nodes
+        raise ConfigError(f"--launcher {args.launcher}: compare runs on local profiles (local, emulated)")
     layout = launcher.layout(args.nproc, args.ranks_per_node)
     configs = {m: compare.method_config(base, m, per_method[m]) for m in methods}
     for config in configs.values():

@@ -55,6 +55,7 @@ def test_compare_runs_every_method_on_the_same_budget(tmp_path: Path) -> None:
         (["--methods", "ddp,ddp"], "lists a method twice"),
         (["--methods", "ddp", "--set", "sbc.delay=3"], "--set sbc.delay: sbc is not among --methods"),
         (["--methods", "ddp,sbc", "--set", "sbc.delay=0"], "method.delay: Input should be greater than or equal to 1"),
+        (["--launcher", "debug"], "--launcher debug: compare runs on local profiles (local, emulated)"),
     ],
 )
 def test_compare_rejects_bad_requests_before_training(tmp_path: Path, args: list[str], expected: str) -> None:
