@@ -16,9 +16,12 @@ for a failed run: its outcome is a RunOutcome with the one-line cause.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TextIO
@@ -32,6 +35,22 @@ POLL_SECONDS = 0.5
 
 class SubmissionFailed(AbtuneError):
     """The launcher refused the job (sbatch: unknown partition, impossible request; no SLURM here)."""
+
+
+@contextlib.contextmanager
+def exported(env: dict[str, str] | None) -> Iterator[None]:
+    """`env` set in this process for the block, then what was there before: what the processes started
+    meanwhile inherit (a local job's controller, sbatch's copy, a warm server), never written to a file."""
+    before = {key: os.environ.get(key) for key in env or {}}
+    os.environ.update(env or {})
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @dataclass(frozen=True)
@@ -80,6 +99,14 @@ class Job(ABC):
     def describe(self) -> str:
         return f"{self.label} {self.job_id}"
 
+    def watch_command(self) -> str | None:
+        """A shell command that shows how the job is doing (SLURM: squeue); None when there is none."""
+        return None
+
+    def cancel_command(self) -> str | None:
+        """A shell command that stops the job from anywhere (SLURM: scancel); None when there is none."""
+        return None
+
     def wait(self, poll_s: float = POLL_SECONDS) -> RunOutcome:
         while (result := self.poll()) is None:
             time.sleep(poll_s)
@@ -109,9 +136,6 @@ class Launcher(ABC):
     def trial_layout(self, nproc: int, ranks_per_node: int, measures_inter_node: bool) -> Layout:
         """The layout of every trial of a study whose `layout:` says nproc x ranks_per_node."""
         return self.layout(nproc, ranks_per_node)
-
-    def check_ready(self) -> None:
-        """Refuse in one line, before anything starts, what this machine cannot launch."""
 
     def resized(self, layout: Layout) -> Launcher:
         """This launcher for runs of `layout` (SLURM: a job of that many nodes and tasks)."""

@@ -4,7 +4,6 @@ latest step from RUN_DIR/metrics.jsonl (written by rank 0) at most every PROGRES
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -28,7 +27,7 @@ def latest_record(run_dir: Path) -> dict[str, Any] | None:
     return None
 
 
-def follow(job: Job, out: TextIO = sys.stdout, poll_s: float = 2.0) -> RunOutcome:
+def follow(job: Job, out: TextIO, poll_s: float) -> RunOutcome:
     last_state, last_print = "", 0.0
     while (result := job.poll()) is None:
         state = job.state

@@ -7,12 +7,10 @@ them from a warm server, fabric.py emulates an interconnect, slurm.py writes and
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -20,7 +18,7 @@ import submitit
 
 from abtune.errors import AbtuneError, ConfigError
 from abtune.launch import local, slurm
-from abtune.launch.base import DEFAULT_TIMEOUT_MIN, Job, Launcher, Layout
+from abtune.launch.base import DEFAULT_TIMEOUT_MIN, Job, Launcher, Layout, exported
 from abtune.launch.outcome import RunOutcome
 from abtune.launch.pids import process_alive, process_start
 from abtune.launch.profiles import (
@@ -41,22 +39,6 @@ def load_launcher(name_or_path: str) -> Launcher:
 
 def launcher_for(profile: Profile) -> Launcher:
     return _LAUNCHERS[profile.kind](profile)
-
-
-@contextlib.contextmanager
-def exported(env: dict[str, str] | None) -> Iterator[None]:
-    """Variables the job's processes inherit (a local job's controller, sbatch's copy of the environment),
-    set only while it is submitted: never written to a file."""
-    before = {key: os.environ.get(key) for key in env or {}}
-    os.environ.update(env or {})
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 # --- local processes -------------------------------------------------------------------------------
@@ -141,10 +123,11 @@ class LocalLauncher(Launcher):
         nproc = nproc or 1
         ranks_per_node = ranks_per_node or nproc
         local.check_layout(nproc, ranks_per_node)
-        self.check_ready()
+        self._check_fabric()
         return Layout(nproc // ranks_per_node, ranks_per_node)
 
-    def check_ready(self) -> None:
+    def _check_fabric(self) -> None:
+        """Refuse in one line, before anything starts, a fabric this machine cannot build."""
         if self.profile.fabric is not None:
             from abtune.launch.fabric import check_requirements
 
@@ -243,6 +226,12 @@ class SlurmJob(Job):
     @property
     def state(self) -> str:
         return slurm.state(self.submitit_job)
+
+    def watch_command(self) -> str:
+        return f"squeue -j {self.job_id}"
+
+    def cancel_command(self) -> str:
+        return f"scancel {self.job_id}"
 
     def follow(self, out: TextIO = sys.stdout, poll_s: float = slurm.POLL_SECONDS) -> RunOutcome:
         from abtune.launch.follow import follow

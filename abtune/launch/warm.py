@@ -52,6 +52,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
+from abtune.launch.base import exported
+
 WARM_VARIABLE = "ABTUNE_WARM_START"  # "0": every rank starts cold
 SOCKET_VARIABLE = "ABTUNE_WARM_SOCKET"  # the server's socket; set by its owner, inherited by launchers
 OWNER_VARIABLE = "ABTUNE_WARM_OWNER"  # pid of the process whose end stops the server
@@ -92,18 +94,12 @@ def owned_server(start: bool = False, wait: bool = False) -> Iterator[Path | Non
         return
     folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))
     path = folder / SOCKET_NAME
-    outer = {key: os.environ.get(key) for key in (SOCKET_VARIABLE, OWNER_VARIABLE)}
-    os.environ.update({SOCKET_VARIABLE: str(path), OWNER_VARIABLE: str(os.getpid())})
     try:
-        if start and (conn := _server_connection(path, dict(os.environ))) is not None:
-            conn.close()
-        yield path
+        with exported({SOCKET_VARIABLE: str(path), OWNER_VARIABLE: str(os.getpid())}):  # then an outer owner's again
+            if start and (conn := _server_connection(path, dict(os.environ))) is not None:
+                conn.close()
+            yield path
     finally:
-        for key, value in outer.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         server = stop_server(path)
         if server is None:
             shutil.rmtree(folder, ignore_errors=True)

@@ -26,8 +26,8 @@ from submitit.helpers import Checkpointable
 
 from abtune.config import parse_run_config
 from abtune.errors import ConfigError
-from abtune.launch.base import Launcher, Layout
-from abtune.launch.launchers import SlurmLauncher, exported
+from abtune.launch.base import Launcher, Layout, exported
+from abtune.launch.launchers import SlurmLauncher
 from abtune.launch.profiles import SlurmProfile, check_fits
 from abtune.study.pruning import STUDY_STORAGE_VARIABLE
 
