@@ -80,16 +80,15 @@ def _train_in_foreground(run: Run, config_path: Path) -> int:
     status, ran = KILLED, True
     try:
         if run.launcher.jobs_outlive_driver:
-            job = _submit(run)
-            print(f"submitted {job.describe()}: {run.layout.nodes} node(s) x {run.layout.ranks_per_node} rank(s), "
-                  f"run folder {run.run_dir}, logs {run.run_dir / JOBS_DIR}", flush=True)
-            result = job.follow(sys.stdout, run.launcher.poll_s)
+            result = _submit(run).follow(sys.stdout, run.launcher.poll_s)
         else:
             result = run.run_here()
         status = status_of(result)
     except KeyboardInterrupt:
         if run.job is not None and run.job.outlives_driver:
-            print(f"abtune: stopped following; {run.job.describe()} keeps running", file=sys.stderr)
+            stop = run.job.cancel_command()
+            print(f"abtune: stopped following; {run.job.describe()} keeps running"
+                  + (f" ({stop} stops it)" if stop else ""), file=sys.stderr)
         else:
             print(f"abtune: interrupted; continue with: abtune train {config_path} --run-dir {run.run_dir} --resume",
                   file=sys.stderr)
@@ -106,22 +105,24 @@ def _train_in_foreground(run: Run, config_path: Path) -> int:
 
 
 def _submit(run: Run) -> Job:
-    """Submit; a refused submission of a new run leaves nothing behind, so the same --run-dir works again."""
+    """Submit and say so; a refused submission of a new run leaves nothing behind, so the same --run-dir
+    works again."""
     from abtune.launch.base import SubmissionFailed
 
     try:
-        return run.submit()
+        job = run.submit()
     except SubmissionFailed as error:
         if not run.resume:
             _discard_unstarted(run.run_dir)
         raise ConfigError(str(error)) from None
+    print(f"submitted {job.describe()}: {run.layout.nodes} node(s) x {run.layout.ranks_per_node} rank(s), "
+          f"run folder {run.run_dir}, logs {run.run_dir / JOBS_DIR}", flush=True)
+    return job
 
 
 def _submit_detached(run: Run) -> int:
-    job = _submit(run)
-    print(f"submitted {job.describe()}: {run.layout.nodes} node(s) x {run.layout.ranks_per_node} rank(s), "
-          f"run folder {run.run_dir}, logs {run.run_dir / JOBS_DIR}")
-    print(f"the result appears in {summary_path(run.run_dir)}")
+    watch = _submit(run).watch_command()
+    print((f"follow with: {watch}; " if watch else "") + f"the result appears in {summary_path(run.run_dir)}")
     return 0
 
 
@@ -165,8 +166,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def _train_one(config: RunConfig, run_dir: Path, *, launcher: Launcher, layout: Layout) -> None:
     """One method of `abtune compare`, untracked, in the foreground; raises when it failed."""
-    from abtune.runs import Run
-
     result = Run.prepare(config, run_dir, launcher, layout).run_here()
     if not result.ok:
         raise TrainingFailed(result.reason or "the run failed")

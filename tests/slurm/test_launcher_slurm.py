@@ -7,6 +7,7 @@ import functools
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from abtune.config import load_run_config
 from abtune.launch.base import Layout
 from abtune.launch.launchers import SlurmJob, load_launcher, reattach
 from abtune.launch.profiles import load_profile
-from abtune.launch.slurm import job_folder, submit_array
+from abtune.launch.slurm import in_queue, job_folder, submit_array
 from abtune.rundir import prepare_run_dir
 from abtune.training.hooks import read_metrics
 from tests.conftest import abtune_command, run_cli, write_config
@@ -131,6 +132,33 @@ def test_cancelled_job_fails_with_the_slurm_state(tmp_path: Path, profile: Path)
     job = reattach("slurm", job_id, run_dir)
     result = job.poll() if job is not None else None
     assert result is not None and (result.ok, result.reason) == (False, f"SLURM job {job_id} CANCELLED")
+
+
+def test_detached_and_unfollowed_jobs_keep_running_and_say_how_to_reach_them(tmp_path: Path, profile: Path) -> None:
+    """`--detach` returns once the job is submitted, naming squeue; Ctrl-C while following stops only the
+    following, naming scancel; both jobs run on (the detached one to its summary)."""
+    config = write_config(tmp_path / "ddp.yaml", train={"steps": 40, "log_every": 10})
+    detached = tmp_path / "detached"
+    out = run_cli("train", str(config), "--launcher", str(profile), "--run-dir", str(detached), "--detach",
+                  "--no-tracking").stdout.splitlines()
+    job_id = out[0].split()[3].rstrip(":")
+    assert out == [f"submitted SLURM job {job_id}: 2 node(s) x 2 rank(s), run folder {detached}, logs {detached / 'jobs'}",
+                   f"follow with: squeue -j {job_id}; the result appears in {detached / 'summary.json'}"]
+
+    command = [*abtune_command(), "train", str(ab_config(tmp_path, steps=100_000)), "--launcher", str(profile),
+               "--run-dir", str(tmp_path / "followed"), "--no-tracking"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as cli:
+        first = cli.stdout.readline() if cli.stdout else ""
+        followed = first.split()[3].rstrip(":")
+        cli.send_signal(signal.SIGINT)
+        _, stderr = cli.communicate(timeout=JOB_TIMEOUT_S)
+    assert cli.returncode == 130
+    assert stderr.splitlines() == [
+        f"abtune: stopped following; SLURM job {followed} keeps running (scancel {followed} stops it)"]
+    assert in_queue(followed)  # the job itself was not touched
+    subprocess.run(["scancel", followed], check=True, timeout=30)
+    wait_until(lambda: (detached / "summary.json").exists(), JOB_TIMEOUT_S, "the detached run's summary")
+    wait_until(lambda: sacct_states(job_id)[-1] == "COMPLETED", JOB_TIMEOUT_S, "the detached job to complete")
 
 
 def test_failed_rank_ends_the_job_with_its_cause(tmp_path: Path, profile: Path) -> None:
