@@ -251,15 +251,18 @@ class StudyRunner:
     def _submit(self, trial: optuna.Trial, config: RunConfig, run_id: str | None) -> Run:
         run_dir = self.study_dir / "trials" / str(trial.number)
         adopted = adopt_retried_checkpoint(self.study_dir, trial, run_dir)
-        run = self.prepare_run(config, run_dir, trial_hook_specs(self.spec, self.study.study_name, trial), run_id)
-        run.resume = adopted  # a new folder whose training continues from the retried trial's checkpoint
+        run = self.prepare_run(config, run_dir, trial_hook_specs(self.spec, self.study.study_name, trial), run_id,
+                               continues_checkpoint=adopted)
         trial.set_user_attr(RUN_DIR_ATTR, str(run_dir))
         submit_trial(run, self.spec, trial_job_name(self.study.study_name, trial.number), self.trial_env)
         return run
 
-    def prepare_run(self, config: RunConfig, run_dir: Path, hooks: list[dict[str, Any]], run_id: str | None) -> Run:
-        """A trial's run (or a seed's) on this runner's launcher, recorded in tracking run `run_id`."""
+    def prepare_run(self, config: RunConfig, run_dir: Path, hooks: list[dict[str, Any]], run_id: str | None,
+                    continues_checkpoint: bool = False) -> Run:
+        """A trial's run (or a seed's) on this runner's launcher, recorded in tracking run `run_id`.
+        `continues_checkpoint`: the new folder holds the retried trial's checkpoint, and training resumes it."""
         run = Run.prepare(config, run_dir, self.launcher, self.layout, hooks=hooks)
+        run.resume = continues_checkpoint
         run.track(self.tracking, run_id)
         return run
 
