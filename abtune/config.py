@@ -20,6 +20,7 @@ from abtune.errors import ConfigError
 from abtune.yamlfile import read_yaml
 
 Fraction = Annotated[float, Field(gt=0.0, lt=1.0)]
+TRUNC_NORMAL_STD = 0.02  # timm's ViTs and the original ViT/BERT code
 
 
 class StrictModel(BaseModel):
@@ -38,7 +39,15 @@ class ModelConfig(StrictModel):
     hidden_dim: int = Field(768, ge=1)
     mlp_dim: int = Field(3072, ge=1)
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    init: Literal["default", "orthogonal"] = "default"
+    init: Literal["default", "orthogonal", "trunc_normal"] = Field(
+        "default",
+        description="default: torchvision's; orthogonal: every Linear/Conv weight (the paper); trunc_normal: "
+                    "every Linear weight and attention projection from a normal truncated at 2 std, biases zero "
+                    "(timm's ViTs, std 0.02)",
+    )
+    init_std: float | None = Field(
+        None, gt=0.0, le=1.0, description="standard deviation of init: trunc_normal (default 0.02)"
+    )
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelConfig:
@@ -47,6 +56,16 @@ class ModelConfig(StrictModel):
                 f"hidden_dim ({self.hidden_dim}) must be divisible by num_heads ({self.num_heads})"
             )
         return self
+
+    @model_validator(mode="after")
+    def _std_only_for_trunc_normal(self) -> ModelConfig:
+        if self.init_std is not None and self.init != "trunc_normal":
+            raise ValueError(f"init_std is the std of init: trunc_normal; with init: {self.init} remove it")
+        return self
+
+    @property
+    def trunc_normal_std(self) -> float:
+        return TRUNC_NORMAL_STD if self.init_std is None else self.init_std
 
 
 class DataConfig(StrictModel):

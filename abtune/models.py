@@ -40,6 +40,8 @@ def build_model(cfg: ModelConfig, info: DatasetInfo) -> nn.Module:
     model = MODEL_BUILDERS[cfg.arch](cfg, info)
     if cfg.init == "orthogonal":
         orthogonal_init(model)
+    elif cfg.init == "trunc_normal":
+        trunc_normal_init(model, cfg.trunc_normal_std)
     return model
 
 
@@ -58,6 +60,27 @@ def orthogonal_init(model: nn.Module) -> None:
             elif isinstance(module, nn.MultiheadAttention) and module.in_proj_weight is not None:
                 for projection in module.in_proj_weight.chunk(QKV):
                     nn.init.orthogonal_(projection)
+
+
+def trunc_normal_init(model: nn.Module, std: float) -> None:
+    """Every Linear weight and attention input projection from N(0, std^2) truncated at +-2 std,
+    their biases zero, as timm initializes its ViTs. Small weights let training, not the random
+    start, shape their spectra: what AB's sigma cutoff then finds at its first decomposition.
+    Conv layers (the patch embedding, never factored), norms and embeddings keep their initialization."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.Linear):
+                _trunc_normal(module.weight, std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.MultiheadAttention) and module.in_proj_weight is not None:
+                _trunc_normal(module.in_proj_weight, std)
+                if module.in_proj_bias is not None:
+                    nn.init.zeros_(module.in_proj_bias)
+
+
+def _trunc_normal(weight: torch.Tensor, std: float) -> None:
+    nn.init.trunc_normal_(weight, std=std, a=-2 * std, b=2 * std)
 
 
 # --- builders -----------------------------------------------------------------------------------

@@ -180,3 +180,21 @@ class RunSummary:
     def time_to_target_seconds(self) -> float | None:
         """Training seconds until the first evaluation at train.target_top1; None: no target, or never reached."""
         return self.raw["timing"].get("time_to_target_seconds")
+
+    # --- AB's decompositions ---
+    @property
+    def schedule(self) -> dict[str, Any] | None:
+        """AB's phases in steps (warmup, AB and rebound lengths, number of cycles); None for other methods."""
+        return self.raw.get("schedule")
+
+    @property
+    def decompositions(self) -> list[dict[str, Any]]:
+        """AB's decompositions in order: step, ranks, compression and, per eligible weight, `weights[key]` =
+        {rank, max_rank, factored, factors_from_cutoff} (see `lowrank.WeightDecomposition`)."""
+        return list(self.raw.get("decompositions", []))
+
+    @property
+    def first_decomposition_ranks(self) -> dict[str, int] | None:
+        """The rank of every weight factored at the first decomposition; None when AB never decomposed."""
+        first = self.raw.get("decompositions") or [None]
+        return None if first[0] is None else dict(first[0]["ranks"])

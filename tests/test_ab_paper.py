@@ -88,6 +88,33 @@ def test_rank_cap_factors_only_weights_whose_factors_are_smaller(
     assert lowrank.factors_fit(torch.Size(shape), rank, cap) is fits
 
 
+@pytest.mark.parametrize(
+    ("shape", "cap", "max_rank"),
+    [
+        ((8, 8), 1.0, 3),  # 3 * 16 = 48 < 64 <= 4 * 16
+        ((8, 8), 0.5, 2),  # 2 * 16 = 32 <= 0.5 * 64 < 3 * 16
+        ((8, 8), None, 8),  # the paper: every rank is factored
+        ((384, 128), 1.0, 95),  # the quickstart's attention input projection: 95 * 512 < 49152 = 96 * 512
+        ((16, 2, 3, 3), 1.0, 8),  # 16 x 18: 8 * 34 = 272 < 288 <= 9 * 34
+    ],
+)
+def test_the_largest_factored_rank_is_the_caps_bound(shape: tuple[int, ...], cap: float | None, max_rank: int) -> None:
+    size = torch.Size(shape)
+    assert lowrank.max_factored_rank(size, cap) == max_rank
+    assert lowrank.factors_fit(size, max_rank, cap) and not lowrank.factors_fit(size, max_rank + 1, cap)
+
+
+def test_a_weight_is_factored_from_the_cutoff_sigma_r_max_over_sigma_1() -> None:
+    sigma = torch.tensor([4.0, 2.0, 1.0, 0.5, 0.25])
+    # r_max 2: the cutoff must leave at most 2 values above it, so from sigma[2] / sigma[0] = 0.25 on
+    assert lowrank.factoring_cutoff(sigma, 2) == 0.25
+    assert lowrank.rank_for_cutoff(sigma, 0.25) == 2 and lowrank.rank_for_cutoff(sigma, 0.2499) == 3
+    assert lowrank.factoring_cutoff(sigma, 5) == 0.0  # any cutoff
+    assert lowrank.factoring_cutoff(sigma, 0) is None  # no cutoff
+    decision = lowrank.decide(torch.Size((5, 40)), sigma, rank=3, cap=1.0)  # 5 x 40: r_max 4 (4 * 45 < 200)
+    assert decision.as_dict() == {"rank": 3, "max_rank": 4, "factored": True, "factors_from_cutoff": 0.0625}
+
+
 # --- groups ---------------------------------------------------------------------------------------
 
 
@@ -126,10 +153,10 @@ def _mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3))
 
 
-def _ab(env: DistEnv, **config: Any) -> ABTraining:
+def _ab(env: DistEnv, notes: list[str] | None = None, **config: Any) -> ABTraining:
     _, meter = discover_topology(env)
     ctx = MethodContext(env, meter, TOTAL_STEPS, make_optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1),
-                        make_dense_model=_mlp)
+                        make_dense_model=_mlp, note=(notes.append if notes is not None else lambda _: None))
     return ABTraining(AbConfig(**{**SCHEDULE, **config}), ctx)
 
 
@@ -159,6 +186,46 @@ def test_decomposition_keeps_a_weight_full_rank_when_its_factors_would_not_be_sm
     assert decomposition["params"] == dense - 64 + 48
     assert method.trained_model_counts().compression == pytest.approx(dense / (dense - 16))
     assert method.compression_ratio() == method.trained_model_counts().compression
+    # 8 x 6 has r_max 3 (3 * 14 = 42 < 48 <= 4 * 14) and a flat spectrum of six ones: only a cutoff of
+    # 1.0 (sigma[3] / sigma[0]) would factor it; 8 x 8 has r_max 3 and three ones then zeros: any cutoff
+    assert decomposition["weights"] == {
+        "0.weight": {"rank": 6, "max_rank": 3, "factored": False, "factors_from_cutoff": 1.0},
+        "2.weight": {"rank": 3, "max_rank": 3, "factored": True, "factors_from_cutoff": 0.0},
+    }
+
+
+def test_a_decomposition_that_factors_nothing_says_so_with_the_cutoff_that_would(one_rank_world: DistEnv) -> None:
+    model = _mlp()
+    _set_singular_values(model[0], [1.0, 0.8, 0.6, 0.4, 0.2, 0.1])  # r_max 3: from 0.4 / 1.0 on
+    _set_singular_values(model[2], [1.0, 0.9, 0.8, 0.7, 0.5, 0.45, 0.3, 0.2])  # r_max 3: from 0.7 on
+    notes: list[str] = []
+    method = _ab(one_rank_world, notes, name="ab-nogroups", sigma_cutoff=0.1)
+    method.setup(model, broadcast_initial=True)
+    method.begin_step(0)
+    method.begin_step(AB_START)
+    assert method.ranks == {}
+    assert notes == ["step 2: sigma_cutoff 0.1 factored none of 2 weights (the rank cap keeps them full rank); "
+                     "from sigma_cutoff 0.4 on, 0.weight would be factored"]
+    method.begin_step(AB_END)
+    method.begin_step(7)  # the next AB phase factors nothing again: no second line
+    assert len(notes) == 1
+
+
+def test_a_decomposition_that_factors_tells_how_much(one_rank_world: DistEnv) -> None:
+    model = _mlp()
+    _set_singular_values(model[0], [1.0, 0.8, 0.05, 0.04, 0.02, 0.01])
+    _set_singular_values(model[2], [1.0, 0.9, 0.8, 0.07, 0.05, 0.04, 0.03, 0.02])
+    notes: list[str] = []
+    method = _ab(one_rank_world, notes, name="ab-nogroups", sigma_cutoff=0.1)
+    method.setup(model, broadcast_initial=True)
+    method.begin_step(0)
+    method.begin_step(AB_START)
+    assert method.ranks == {"0.weight": 2, "2.weight": 3}
+    compression = method.trained_model_counts().compression
+    assert notes == [f"step 2: sigma_cutoff 0.1 factored 2 of 2 weights (ranks 2-3); model compression {compression:.2f}:1"]
+
+
+# --- groups ---------------------------------------------------------------------------------------
 
 
 # --- four real ranks, driven directly -----------------------------------------------------------------

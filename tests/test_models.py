@@ -171,6 +171,28 @@ def test_default_init_is_not_orthogonal() -> None:
         assert_orthogonal(model.encoder.layers[0].mlp[0].weight)
 
 
+def test_trunc_normal_init_draws_every_linear_and_projection_within_two_std() -> None:
+    std = 0.004
+    model = build_model(ModelConfig(arch="vit", patch_size=4, num_layers=2, num_heads=4, hidden_dim=96, mlp_dim=192,
+                                    init="trunc_normal", init_std=std), DIGITS)
+    drawn = [m.weight for m in model.modules() if isinstance(m, nn.Linear)]
+    drawn += [m.in_proj_weight for m in model.modules() if isinstance(m, nn.MultiheadAttention)]
+    assert len(drawn) == 2 * 4 + 1  # per layer: in and out projections, two MLP weights; and the head
+    values = torch.cat([w.detach().flatten() for w in drawn])
+    assert values.abs().max() <= 2 * std
+    assert values.std().item() == pytest.approx(0.88 * std, rel=0.05)  # a normal truncated at 2 std: 0.88 std
+    biases = [m.bias for m in model.modules() if isinstance(m, nn.Linear)]
+    assert all(not b.any() for b in biases)
+    conv = model.conv_proj.weight  # the patch embedding keeps torchvision's initialization
+    assert conv.abs().max() > 2 * std
+
+
+def test_init_std_belongs_to_trunc_normal() -> None:
+    assert ModelConfig(init="trunc_normal").trunc_normal_std == 0.02  # timm's default
+    with pytest.raises(ValueError, match="init_std is the std of init: trunc_normal; with init: orthogonal"):
+        ModelConfig(init="orthogonal", init_std=0.01)
+
+
 def test_dropout_follows_the_config() -> None:
     model = build_model(TINY_VIT.model_copy(update={"dropout": 0.25}), DIGITS)
     rates = {module.p for module in model.modules() if isinstance(module, nn.Dropout)}

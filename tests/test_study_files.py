@@ -150,8 +150,11 @@ def test_space_kinds_follow_the_run_config(tmp_path: Path) -> None:
 
 def test_base_from_a_file_with_overrides(tmp_path: Path) -> None:
     spec = load_study_spec(ROOT / "studies" / "quickstart.yaml")
-    assert spec.base["train"]["steps"] == 300 and spec.base["model"]["hidden_dim"] == 64
+    assert spec.base["train"]["steps"] == 300 and spec.base["model"]["hidden_dim"] == 96
     assert spec.directions == ["maximize", "minimize"] and spec.layout.per_node == 2
+    shorter = write_study(tmp_path / "short.yaml", base=str(ROOT / "studies" / "run_quickstart.yaml"),
+                          overrides={"train.steps": 150})
+    assert load_study_spec(shorter).base["train"]["steps"] == 150
     ddp_base = write_study(tmp_path / "d.yaml", base={**TINY_BASE, "method": {"name": "ddp"}},
                            space={"optimizer.lr": {"low": 1e-3, "high": 1e-2}})
     with pytest.raises(ConfigError, match="references.paper_defaults needs an AB method"):

@@ -35,6 +35,7 @@ class MethodContext:
     total_steps: int
     make_optimizer: OptimizerFactory
     make_dense_model: Callable[[], nn.Module]
+    note: Callable[[str], None] = lambda line: None  # a line for the user (the trainer prints rank 0's)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ Step series (x-axis: the training step; bytes are rank 0's cumulative wire bytes
     traffic/bytes_<phase>, traffic/inter_node_bytes_<phase>,
     val/top1, val/top5, val/loss, model/compression (of the model being trained; AB: its latest AB phase's),
     model/dense_over_current (dense : current parameters), model/trainable_params,
-    ab/compression, ab/trainable_compression, ab/params, ab/trainable_params, ab/svd_seconds (at each decomposition).
+    ab/compression, ab/trainable_compression, ab/params, ab/trainable_params, ab/svd_seconds,
+    ab/factored_weights, ab/eligible_weights and per weight ab/rank/<w>, ab/max_rank/<w>, ab/factored/<w>,
+    ab/factors_from_cutoff/<w> (at each decomposition).
 Final metrics (from summary.json, mean over ranks, at the last step): see `summary_metrics`.
 """
 
@@ -88,8 +90,19 @@ def decomposition_points(summary: dict[str, Any]) -> list[Point]:
     return [point for d in summary.get("decompositions", []) for point in _points(int(d["step"]), {
         "ab/compression": d["compression"], "ab/trainable_compression": d.get("trainable_compression"),
         "ab/params": d["params"], "ab/trainable_params": d["trainable"],
-        "ab/svd_seconds": d["svd_seconds"],
+        "ab/svd_seconds": d["svd_seconds"], **_weight_values(d.get("weights", {})),
     })]
+
+
+def _weight_values(weights: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per weight: the rank the cutoff chose, the cap's largest factored rank, whether it was factored and the
+    cutoff from which it would be (absent: no cutoff would)."""
+    values: dict[str, Any] = {"ab/factored_weights": sum(w["factored"] for w in weights.values()),
+                              "ab/eligible_weights": len(weights)} if weights else {}
+    for key, w in weights.items():
+        values.update({f"ab/rank/{key}": w["rank"], f"ab/max_rank/{key}": w["max_rank"],
+                       f"ab/factored/{key}": int(w["factored"]), f"ab/factors_from_cutoff/{key}": w["factors_from_cutoff"]})
+    return values
 
 
 def summary_metrics(summary: dict[str, Any], wall_seconds: float | None) -> dict[str, float | None]:

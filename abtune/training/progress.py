@@ -73,7 +73,7 @@ class ProgressReporter:
 
     def note(self, message: str) -> None:
         if self.active:
-            self.console.print(message)
+            self.console.print(message, soft_wrap=True)
 
     def state_dict(self) -> dict[str, Any]:
         return {"loss_sum": self._loss_sum, "loss_count": self._loss_count}

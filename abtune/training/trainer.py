@@ -78,12 +78,13 @@ class Trainer:
         self.steps_per_epoch = steps_per_epoch(len(train_set), config.train.local_batch_size, env.world_size)
         self.eval_every = config.train.eval_every or self.steps_per_epoch
         self.precision = Precision(config.train.precision, env.device, config.train.loss_scale)
+        self.progress = ProgressReporter(env.is_main, config.train.steps)
         self.method = build_method(
             config.method,
-            MethodContext(env, self.meter, config.train.steps, _make_optimizer(config), self._new_model),
+            MethodContext(env, self.meter, config.train.steps, _make_optimizer(config), self._new_model,
+                          note=self.progress.note),
         )
         self.checkpointer = Checkpointer(run_dir, env.rank, config.train.keep_checkpoints, self.meter, self.world)
-        self.progress = ProgressReporter(env.is_main, config.train.steps)
         self.hook_specs = configured_hook_specs(run_dir)  # every rank reads them: stopping is collective
         self.hooks_may_stop = any(spec.get("may_stop", True) for spec in self.hook_specs)
         self.hooks: list[TrainingHook] = []

@@ -84,18 +84,26 @@ class ABTraining(Method):
                               device=self.ctx.env.device)  # NCCL has no CPU backend
         self.meter.all_reduce(wanted, self.world, op=dist.ReduceOp.MAX)  # every rank must factor alike
         shapes = {ref.key: getattr(ref.module(self.model), ref.attr).shape for ref in self.refs}
-        agreed = dict(zip(svds, wanted.tolist(), strict=True))
-        ranks = {k: r for k, r in agreed.items() if lowrank.factors_fit(shapes[k], r, self.config.rank_cap)}
-        self._factor_all(ranks, svds)
+        weights = {key: lowrank.decide(shapes[key], svds[key][1], rank, self.config.rank_cap)
+                   for key, rank in zip(svds, wanted.tolist(), strict=True)}
+        self._factor_all({key: w.rank for key, w in weights.items() if w.factored}, svds)
         seconds = time.perf_counter() - started
         self.spectra = {key: s.tolist() for key, (_, s, _) in svds.items()}
         counts = self.parameter_counts()
         self.decompositions.append(
             {"step": step, "svd_seconds": seconds, "params": counts.current, "trainable": counts.trainable,
              "compression": counts.compression, "trainable_compression": counts.dense / counts.trainable,
-             "ranks": dict(self.ranks), "kept_full_rank": sorted(set(agreed) - set(ranks))}
+             "ranks": dict(self.ranks), "kept_full_rank": sorted(k for k, w in weights.items() if not w.factored),
+             "weights": {key: w.as_dict() for key, w in weights.items()}}
         )
+        self._tell_decomposition(step, weights, counts.compression)
 
+    def _tell_decomposition(self, step: int, weights: dict[str, lowrank.WeightDecomposition],
+                            compression: float) -> None:
+        """One line at the first decomposition, and whenever whether anything is factored changes."""
+        factored_before = bool(self.decompositions[-2]["ranks"]) if len(self.decompositions) > 1 else None
+        if factored_before is None or factored_before != bool(self.ranks):
+            self.ctx.note(describe_decomposition(step, weights, self.config.sigma_cutoff, compression))
     @property
     def factored(self) -> list[lowrank.WeightRef]:
         """The weights factored in the current (or last) AB phase: the eligible ones the rank cap let through."""
@@ -180,3 +188,23 @@ class ABTraining(Method):
         self.spectra = dict(state["spectra"])
         if state["in_ab"]:
             self._factor_all(dict(state["ranks"]))  # the saved factors are loaded into these shapes next
+
+
+def describe_decomposition(step: int, weights: dict[str, lowrank.WeightDecomposition], cutoff: float,
+                           compression: float) -> str:
+    """What a decomposition did, in one line; when it factored nothing, the cutoff that would factor something."""
+    factored = {key: w for key, w in weights.items() if w.factored}
+    if not weights:
+        return f"step {step}: AB has no eligible weight to factor (every layer is kept full rank)"
+    if factored:
+        ranks = [w.rank for w in factored.values()]
+        span = f"rank {ranks[0]}" if min(ranks) == max(ranks) else f"ranks {min(ranks)}-{max(ranks)}"
+        return (f"step {step}: sigma_cutoff {cutoff:g} factored {len(factored)} of {len(weights)} weights "
+                f"({span}); model compression {compression:.2f}:1")
+    reachable = {key: w.factors_from_cutoff for key, w in weights.items() if w.factors_from_cutoff is not None}
+    if not reachable:
+        return (f"step {step}: sigma_cutoff {cutoff:g} factored none of {len(weights)} weights, and the rank cap "
+                "lets none be factored at any cutoff: raise method.rank_cap or set it to null")
+    key = min(reachable, key=lambda k: reachable[k])
+    return (f"step {step}: sigma_cutoff {cutoff:g} factored none of {len(weights)} weights (the rank cap keeps "
+            f"them full rank); from sigma_cutoff {reachable[key]:.3g} on, {key} would be factored")

@@ -73,18 +73,56 @@ def rank_for_cutoff(sigma: torch.Tensor, cutoff: float) -> int:
     return max(1, int((sigma > cutoff * sigma[0]).sum()))
 
 
-def factors_fit(shape: torch.Size, rank: int, cap: float | None) -> bool:
-    """Whether rank-`rank` factors of a weight (viewed as m x n) are worth training under `cap`.
+def max_factored_rank(shape: torch.Size, cap: float | None) -> int:
+    """The largest rank at which a weight of `shape` (viewed as m x n) is factored under `cap`.
 
-    Equation 1 asks k < min(m, n); what saves parameters and traffic is r(m+n) < mn, which is
-    stricter. `cap` is the largest share of W's entries the factors may hold; None factors every
-    weight whatever its rank (A and B may then be larger than W).
+    Equation 1 only asks k < min(m, n); what saves parameters and traffic is r(m+n) < mn, which is
+    stricter. `cap` is the largest share of W's entries the factors may hold (abtune's addition);
+    None factors every weight whatever its rank, as the paper's Algorithm 1 and the authors' code
+    do (A and B may then hold more entries than W). 0: never factored.
     """
-    if cap is None:
-        return True
     m, n = shape[0], math.prod(shape[1:])
-    entries = rank * (m + n)
-    return entries < m * n and entries <= cap * m * n
+    if cap is None:
+        return min(m, n)
+    smaller = (m * n - 1) // (m + n)  # r(m+n) < mn
+    return min(smaller, math.floor(cap * m * n / (m + n)))
+
+
+def factors_fit(shape: torch.Size, rank: int, cap: float | None) -> bool:
+    """Whether rank-`rank` factors of a weight of `shape` are trained under `cap` (see `max_factored_rank`)."""
+    return rank <= max_factored_rank(shape, cap)
+
+
+def factoring_cutoff(sigma: torch.Tensor, max_rank: int) -> float | None:
+    """The smallest sigma cutoff whose rank (`rank_for_cutoff`) is at most `max_rank`: sigma[r_max] / sigma_1.
+
+    0.0: every cutoff factors the weight; None: no cutoff does (`max_rank` 0).
+    """
+    if max_rank < 1:
+        return None
+    if max_rank >= len(sigma):
+        return 0.0
+    return float(sigma[max_rank] / sigma[0])
+
+
+@dataclass(frozen=True)
+class WeightDecomposition:
+    """What one decomposition decided for one weight, and why."""
+
+    rank: int  # the rank the cutoff chose (agreed by all ranks)
+    max_rank: int  # the largest rank the cap lets a factored weight have
+    factored: bool
+    factors_from_cutoff: float | None  # factored at every cutoff from this one up (None: never)
+
+    def as_dict(self) -> dict[str, int | bool | float | None]:
+        return {"rank": self.rank, "max_rank": self.max_rank, "factored": self.factored,
+                "factors_from_cutoff": self.factors_from_cutoff}
+
+
+def decide(shape: torch.Size, sigma: torch.Tensor, rank: int, cap: float | None) -> WeightDecomposition:
+    """The decision for a weight of `shape`, spectrum `sigma`, whose agreed cutoff rank is `rank`."""
+    max_rank = max_factored_rank(shape, cap)
+    return WeightDecomposition(rank, max_rank, rank <= max_rank, factoring_cutoff(sigma, max_rank))
 
 
 def factorize(weight: torch.Tensor, rank: int, decomposition: SVD | None = None) -> tuple[torch.Tensor, torch.Tensor]:
