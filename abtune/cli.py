@@ -175,7 +175,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
     from abtune.promote import campaign as runner
     from abtune.promote.display import print_campaign
     from abtune.promote.plan import parse_nodes, plan_campaign
-    from abtune.promote.select import load_study, promoted_from_study, selection_basis
+    from abtune.promote.select import inert_carried, load_study, promoted_from_study, selection_basis
     from abtune.promote.target import check_data_root, load_target, train_samples
     from abtune.tracking import open_tracking
 
@@ -192,6 +192,8 @@ def cmd_promote(args: argparse.Namespace) -> int:
         print(f"abtune: warning: {error} (a real campaign stops here)", file=sys.stderr)
     if (basis := selection_basis(study)) is not None:
         print(f"abtune: warning: {basis}", file=sys.stderr)
+    for line in inert_carried(study, promoted):
+        print(f"abtune: warning: {line}", file=sys.stderr)
     campaign, configs = plan_campaign(target, str(args.to), promoted, nodes, args.scaling, train_samples(target),
                                       study=args.study)
     print_campaign(campaign, "dry run (nothing written): " if args.dry_run else "")

@@ -18,6 +18,7 @@ from optuna.trial import create_trial
 from abtune.config import RunConfig
 from abtune.errors import ConfigError
 from abtune.launch.local import free_port
+from abtune.study.importance import analysis
 from abtune.tracking import LaunchInfo, open_tracking, resolve_tracking_uri
 from abtune.tracking.records import PHASE_CODES, MetricStream, records_points
 from abtune.tracking.study_plots import study_points
@@ -130,8 +131,8 @@ def _study(storage: str) -> optuna.Study:
         (0.94, 90e6, {"warmup_frac": 0.1, "sigma_cutoff": 0.15}, None),
     ]
     for top1, nbytes, params, reference in trials:
-        study.add_trial(create_trial(params=params, distributions=space, values=[top1, nbytes],
-                                     user_attrs={"reference": reference} if reference else {}))
+        attrs = {"top1": top1, "inter_node_bytes": nbytes, **({"reference": reference} if reference else {})}
+        study.add_trial(create_trial(params=params, distributions=space, values=[top1, nbytes], user_attrs=attrs))
     return study
 
 
@@ -146,7 +147,8 @@ def test_a_study_has_one_parent_run_with_its_front_importances_and_history(store
     described = f"postgresql://optuna:{SECRET}@db.example.org/studies"
     parent = tracking.study_parent_run("tiny-study", described)
     assert tracking.study_parent_run("tiny-study", described) == parent  # found again when a study resumes
-    tracking.update_study_artifacts(parent, study)
+    objectives = ["top1", "inter_node_bytes"]
+    tracking.update_study_artifacts(parent, study, analysis(study.trials, ["warmup_frac", "sigma_cutoff"], objectives))
 
     client = MlflowClient(store)
     run = client.get_run(parent)
@@ -156,6 +158,10 @@ def test_a_study_has_one_parent_run_with_its_front_importances_and_history(store
     for name in ("pareto_front.png", "importances.png", "optimization_history.png"):
         data = (folder / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 5000, name
+    stored = json.loads((folder / "importances.json").read_text())
+    assert set(stored["importances"]) == set(objectives) and stored["inert"] == []
+    for by_param in stored["importances"].values():
+        assert set(by_param) == {"warmup_frac", "sigma_cutoff"} and sum(by_param.values()) == pytest.approx(1.0)
 
     config = RunConfig.model_validate({"name": "t", "model": TINY_VIT})
     trial = study.ask()

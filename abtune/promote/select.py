@@ -25,6 +25,7 @@ from abtune.config import METHOD_CONFIGS
 from abtune.errors import ConfigError
 from abtune.study.attrs import CONFIRMATION_ATTR, REFERENCE_ATTR, RUN_ID_ATTR, SEEDS_ATTR
 from abtune.study.definition import DDP
+from abtune.study.importance import inert_in_study
 
 Rule = Literal["best-accuracy", "least-traffic", "knee"]
 RULES: tuple[Rule, ...] = ("best-accuracy", "least-traffic", "knee")
@@ -136,6 +137,19 @@ def promote_trial(study_name: str, trial: FrozenTrial, confirmed: str | None = N
     source = Source(study_name, trial.number, tuple(trial.values or ()), trial.user_attrs.get(RUN_ID_ATTR),
                     confirmed)
     return Promoted(f"trial-{trial.number}", carried, source, dropped)
+
+
+def inert_carried(study: optuna.Study, promoted: list[Promoted]) -> list[str]:
+    """One line per promoted value of a parameter under which the study's results did not change."""
+    inert = {p.name: p for p in inert_in_study(study)}
+    lines = []
+    for item in promoted:
+        for key, value in item.overrides.items():
+            if key in inert:
+                shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+                lines.append(f"promote: {key}={shown} changed nothing in study {study.study_name} "
+                             f"({inert[key].what}): its value in the scaling runs is untested")
+    return lines
 
 
 def _state_counts(study: optuna.Study) -> str:

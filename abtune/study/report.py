@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from abtune.errors import ConfigError
-from abtune.study import capacity, repeats, results, workers
+from abtune.study import capacity, importance, repeats, results, workers
 from abtune.study.attrs import (
     ATTEMPT_ATTR,
     FAIL_REASON_ATTR,
@@ -73,6 +73,8 @@ def print_status(storage: BaseStorage, name: str, url: str) -> None:
         seeds = best.user_attrs.get("top1_seeds")
         noise = f" ± {best.user_attrs['top1_std']:.4f} over {len(seeds)} seeds" if seeds else ""
         console.print(f"best so far: trial {best.number}, top-1 {best.user_attrs['top1']:.4f}{noise}")
+    for inert in importance.inert_parameters(trials, list(spec.space), spec.objectives):
+        console.print(f"warning: {inert.describe()}")
 
 
 def _delta(value: float, reference: FrozenTrial | None, key: str, ratio: bool) -> str:
@@ -113,12 +115,29 @@ def print_best(storage: BaseStorage, name: str) -> None:
     console.print(trial_table("best configuration (highest final top-1)", [best], trials, spec))
     console.print("run it again: abtune train " + f"{best.user_attrs['run_dir']}/config.yaml --nproc {spec.layout.nproc}"
                   f" --ranks-per-node {spec.layout.per_node}")
-    metrics = spec.objectives if spec.multi_objective else ["top1", "inter_node_bytes"]
+    metrics = importance.shown_objectives(spec)
     front = results.pareto_front([t for t in results.search_trials(trials) if results.feasible(t)], metrics)
     console.print(trial_table(f"Pareto front ({', '.join(metrics)}): {len(front)} trial(s)", front, trials, spec))
     refs = [t for t in (results.reference(trials, PAPER_DEFAULTS), results.reference(trials, DDP)) if t is not None]
     if refs:
         console.print(trial_table("reference trials", refs, trials, spec))
+    print_importances(console, importance.analysis(trials, list(spec.space), metrics))
+
+
+def print_importances(console: Console, analysis: dict[str, Any]) -> None:
+    """Optuna's parameter importances per objective, then one line per searched parameter that changed nothing."""
+    values = analysis["importances"]
+    if values is None:
+        console.print(f"parameter importances: not yet ({analysis['importances_missing']})")
+    else:
+        objectives = list(values)
+        table = Table("parameter", *objectives, title="parameter importances (Optuna's default evaluator, per objective)")
+        params = sorted({p for by in values.values() for p in by}, key=lambda p: -max(by.get(p, 0.0) for by in values.values()))
+        for param in params:
+            table.add_row(param, *(f"{values[o].get(param, 0.0):.3f}" for o in objectives))
+        console.print(table)
+    for inert in analysis["inert"]:
+        console.print(f"warning: {inert['message']}")
 
 
 def export_rows(storage: BaseStorage, name: str) -> list[dict[str, Any]]:

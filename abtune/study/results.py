@@ -21,6 +21,10 @@ from abtune.study.spec import DIRECTIONS
 
 RESULT_KEYS = ("top1", "best_top1", "inter_node_bytes", "compression", "ecr", "steps_done", "stopped_early",
                "train_seconds", "time_to_target", "wall_seconds")
+# What AB decided, for telling a searched parameter that changed nothing (study.importance): the ranks of
+# the first decomposition ({} when nothing was factored, None for a method that never decomposes) and
+# AB's schedule in steps. Stored on the trial, not exported as columns.
+DIAGNOSTIC_KEYS = ("first_ranks", "schedule_steps")
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
@@ -36,6 +40,8 @@ def result_attrs(summary: RunSummary, wall_seconds: float) -> dict[str, Any]:
         "train_seconds": summary.train_seconds,
         "time_to_target": _time_to_target(summary),
         "wall_seconds": wall_seconds,
+        "first_ranks": summary.first_decomposition_ranks if summary.decompositions else None,
+        "schedule_steps": summary.schedule,
     }
 
 

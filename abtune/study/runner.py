@@ -42,7 +42,7 @@ from abtune.launch.outcome import RunOutcome
 from abtune.launch.profiles import LocalProfile, check_fits
 from abtune.redact import redact
 from abtune.runs import FAILED, FINISHED, KILLED, Run
-from abtune.study import reattach, repeats, results, retries, stop, workers
+from abtune.study import importance, reattach, repeats, results, retries, stop, workers
 from abtune.study.attrs import (
     FAIL_REASON_ATTR,
     OVER_BUDGET_ATTR,
@@ -136,11 +136,16 @@ class StudyRunner:
                     self._cancel_all()
         finally:
             signal.signal(signal.SIGINT, previous)
-            self.tracking.update_study_artifacts(self.parent_run, self.study)
+            self._update_study_artifacts()
             self.tracking.finish_run(self.parent_run, None, "KILLED" if self.stopping else "FINISHED")
         if self.error is not None:
             raise self.error
         return not self.stopping
+
+    def _update_study_artifacts(self) -> None:
+        trials = self.all_trials()
+        analysis = importance.analysis(trials, list(self.spec.space), importance.shown_objectives(self.spec))
+        self.tracking.update_study_artifacts(self.parent_run, self.study, analysis)
 
     def _step(self) -> bool:
         for active in list(self.active):
@@ -151,7 +156,7 @@ class StudyRunner:
                     self._finish(active, result)
                 except optuna.exceptions.UpdateFinishedTrialError:  # two workers re-attached the same job
                     self.display.note(f"trial {active.trial.number} was already finished by another worker")
-                self.tracking.update_study_artifacts(self.parent_run, self.study)
+                self._update_study_artifacts()
         self._obey_stop()
         while not self.stopping and len(self.active) < self.parallel and self._may_start():
             self._start()

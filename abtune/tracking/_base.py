@@ -74,5 +74,6 @@ class Tracking:
         """A run holding only report files (tables, CSV, plots) as artifacts."""
         return None
 
-    def update_study_artifacts(self, parent_run_id: str | None, study: Any) -> None:
-        """Pareto front, importances, optimization history of an Optuna study, as PNGs on the parent run."""
+    def update_study_artifacts(self, parent_run_id: str | None, study: Any, analysis: dict[str, Any] | None = None) -> None:
+        """Pareto front, importances, optimization history of an Optuna study, as PNGs on the parent run;
+        `analysis` (the study's parameter importances and inert parameters) as importances.json and its plot."""

@@ -214,15 +214,16 @@ class MlflowTracking(Tracking):
             _warn(f"could not log the report to MLflow at {self.describe()}: {_first_line(error)}")
             return None
 
-    def update_study_artifacts(self, parent_run_id: str | None, study: Any) -> None:
-        """Pareto front, importances and optimization history of `study` as PNGs on the parent run."""
+    def update_study_artifacts(self, parent_run_id: str | None, study: Any, analysis: dict[str, Any] | None = None) -> None:
+        """Pareto front, importances and optimization history of `study` as PNGs on the parent run, and
+        `analysis` (importances per objective, inert parameters) as importances.json."""
         if parent_run_id is None:
             return
         from abtune.tracking.study_plots import write_study_plots
 
         try:
             with tempfile.TemporaryDirectory(prefix="abtune-study-") as folder:
-                written = write_study_plots(study, Path(folder))
+                written = write_study_plots(study, Path(folder), analysis)
                 self.client.log_artifacts(parent_run_id, folder, "study")
                 self.client.log_batch(parent_run_id, tags=_study_tags(written))
         except Exception as error:  # a dashboard must not stop a study

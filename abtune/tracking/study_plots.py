@@ -9,7 +9,7 @@ seed repeats carry `top1_std` and `inter_node_bytes_std`: the Pareto plot draws 
 
 from __future__ import annotations
 
-import warnings
+import json
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,8 @@ def _trial_point(trial: FrozenTrial, top1: int | None, nbytes: int | None) -> di
         return None
     return {"number": trial.number, "top1": float(accuracy), "bytes": float(traffic), "front": False,
             "reference": trial.user_attrs.get(REFERENCE_ATTR),
-            "top1_std": trial.user_attrs.get("top1_std"), "bytes_std": trial.user_attrs.get(f"{BYTES_ATTR}_std")}
+            "top1_std": trial.user_attrs.get("top1_std"), "bytes_std": trial.user_attrs.get(f"{BYTES_ATTR}_std"),
+            "compression": trial.user_attrs.get("compression")}
 
 
 def study_points(study: optuna.Study) -> list[dict[str, Any]]:
@@ -61,42 +62,23 @@ def _dominates(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a["top1"] >= b["top1"] and a["bytes"] <= b["bytes"] and (a["top1"] > b["top1"] or a["bytes"] < b["bytes"])
 
 
-def importances(study: optuna.Study) -> dict[str, dict[str, float]]:
-    """Parameter importances per objective over the searched (non-reference) trials."""
-    searched = [t for t in study.get_trials(states=(TrialState.COMPLETE,)) if REFERENCE_ATTR not in t.user_attrs]
-    top1, nbytes = objective_indices(study)
-    result = {}
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "new study created in memory" line per update
-    try:
-        copy = optuna.create_study(directions=study.directions)
-        copy.add_trials(searched)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the evaluator's note on target direction: handled by the sign
-            # Optuna's default evaluator rates what drives a target low: top-1 is negated.
-            for name, index, sign in (("top-1", top1, -1.0), ("inter-node bytes", nbytes, 1.0)):
-                if index is not None:
-                    result[name] = optuna.importance.get_param_importances(
-                        copy, target=lambda t, i=index, s=sign: s * t.values[i])
-    finally:
-        optuna.logging.set_verbosity(verbosity)
-    return result
-
-
-def write_study_plots(study: optuna.Study, folder: Path) -> dict[str, str]:
-    """Write pareto_front.png, optimization_history.png, importances.png; return what each became."""
+def write_study_plots(study: optuna.Study, folder: Path, analysis: dict[str, Any] | None = None) -> dict[str, str]:
+    """Write pareto_front.png, optimization_history.png and, from `analysis` (the study's parameter
+    importances per objective and inert parameters), importances.json and importances.png; return what each became."""
     points = study_points(study)
     written: dict[str, str] = {}
+    if analysis is not None:
+        (folder / "importances.json").write_text(json.dumps(analysis, indent=1))
+        written["importances_json"] = "written"
     if not points:
-        return {"pareto_front": "no finished trial yet"}
+        return {**written, "pareto_front": "no finished trial yet"}
     plots.pareto_front(points, folder / "pareto_front.png")
     plots.optimization_history(points, folder / "optimization_history.png")
     written.update(pareto_front="written", optimization_history="written")
-    try:
-        values = importances(study)
-    except (ValueError, RuntimeError) as error:  # too few trials, or no parameter that varies
-        written["importances"] = f"not yet: {str(error).splitlines()[0][:200]}"
-    else:
+    values = (analysis or {}).get("importances")
+    if values:
         plots.importances(values, folder / "importances.png")
         written["importances"] = "written"
+    else:
+        written["importances"] = f"not yet: {(analysis or {}).get('importances_missing', 'no analysis')}"
     return written

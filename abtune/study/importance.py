@@ -1,0 +1,168 @@
+"""Which searched parameters mattered: Optuna's importances per objective, and parameters that changed nothing.
+
+Importances are Optuna's own (`optuna.importance.get_param_importances`, its default evaluator), one
+set per objective, over the completed search trials (the paper-defaults reference included, DDP not).
+
+A searched parameter is **inert** when it took at least two distinct values among those trials and
+the quantity it drives was the same in every one of them:
+
+- `method.sigma_cutoff`, `method.rank_cap`: the ranks AB chose at its first decomposition (trial
+  attribute `first_ranks`) and the trained model's compression;
+- AB's fractions (`method.warmup_frac`, `ab_frac`, `rebound_frac`, `lr_rebound_frac`): AB's
+  schedule in steps (`schedule_steps`; fractions round to whole steps);
+- any other parameter: every objective's value.
+
+An inert parameter is searched in vain: its value in the best trial says nothing, and promoting it
+carries an untested value to the scaling runs.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from abtune.study import results
+from abtune.study.attrs import SPEC_ATTR
+from abtune.study.spec import DIRECTIONS, StudySpec, parse_study_spec
+
+FIRST_RANKS_ATTR, SCHEDULE_ATTR = results.DIAGNOSTIC_KEYS
+RANK_PARAMS = ("method.sigma_cutoff", "method.rank_cap")
+SCHEDULE_PARAMS = ("method.warmup_frac", "method.ab_frac", "method.rebound_frac", "method.lr_rebound_frac")
+
+
+@dataclass(frozen=True)
+class InertParameter:
+    name: str
+    values: tuple[Any, ...]  # the distinct values it took, sorted
+    what: str  # what stayed the same, in words
+
+    def describe(self) -> str:
+        taken = (f"{len(self.values)} values in [{_short(self.values[0])}, {_short(self.values[-1])}]"
+                 if all(isinstance(v, int | float) for v in self.values) else f"the values {', '.join(map(str, self.values))}")
+        return f"{self.name} changed nothing: it took {taken} but {self.what}"
+
+
+def inert_parameters(trials: Sequence[FrozenTrial], space: Sequence[str], objectives: Sequence[str]) -> list[InertParameter]:
+    """The searched parameters under which the search trials' results did not change (see the module)."""
+    searched = results.search_trials(trials)
+    inert = []
+    for name in space:
+        ran = [t for t in searched if name in t.params]
+        values = sorted({t.params[name] for t in ran}, key=_sortable)
+        if len(values) < 2:
+            continue
+        driven, what = _driven(name, objectives)
+        seen = [driven(t) for t in ran]
+        if any(value is None for value in seen):
+            continue  # trials from before abtune recorded the quantity: nothing to judge by
+        if len({_frozen(value) for value in seen}) == 1:
+            inert.append(InertParameter(name, tuple(values), what(ran[0])))
+    return inert
+
+
+def _driven(name: str, objectives: Sequence[str]) -> tuple[Callable[[FrozenTrial], Any], Callable[[FrozenTrial], str]]:
+    """How to read the quantity `name` drives from a trial, and how to say that it stayed the same."""
+    if name in RANK_PARAMS:
+        return (lambda t: (t.user_attrs[FIRST_RANKS_ATTR], round(float(t.user_attrs["compression"]), 4))
+                if FIRST_RANKS_ATTR in t.user_attrs and "compression" in t.user_attrs else None,
+                lambda t: _same_ranks(t))
+    if name in SCHEDULE_PARAMS:
+        return (lambda t: t.user_attrs.get(SCHEDULE_ATTR),
+                lambda t: f"every trial ran the same schedule in steps ({_schedule(t.user_attrs.get(SCHEDULE_ATTR))})")
+    return (lambda t: tuple(t.user_attrs[o] for o in objectives) if all(o in t.user_attrs for o in objectives) else None,
+            lambda t: f"every trial had the same {', '.join(objectives)}")
+
+
+def _same_ranks(trial: FrozenTrial) -> str:
+    ranks = trial.user_attrs.get(FIRST_RANKS_ATTR) or {}
+    factored = "factored nothing" if not ranks else f"factored the same {len(ranks)} weight(s) at the same ranks"
+    return f"every trial {factored} (compression {float(trial.user_attrs['compression']):.2f}:1)"
+
+
+def _schedule(steps: dict[str, int] | None) -> str:
+    if not steps:
+        return "none recorded"
+    return (f"warmup {steps['warmup_steps']}, AB {steps['ab_steps']} x{steps['ab_cycles']}, "
+            f"rebound {steps['rebound_steps']}, LR rebound {steps['lr_rebound_steps']}")
+
+
+def importances(trials: Sequence[FrozenTrial], objectives: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Optuna's parameter importances for each objective (read from the trials' result attributes).
+
+    Raises ValueError when there are too few search trials or no parameter that varies.
+    """
+    searched = [t for t in results.search_trials(trials) if t.params]
+    if len(searched) < 2:
+        raise ValueError(f"{len(searched)} completed search trial(s): importances need at least 2")
+    by_objective: dict[str, dict[str, float]] = {}
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "new study created in memory" line per objective
+    try:
+        for objective in objectives:
+            scored = [t for t in searched if _finite(t.user_attrs.get(objective))]
+            copy = optuna.create_study(direction=DIRECTIONS[objective])
+            copy.add_trials([optuna.trial.create_trial(params=t.params, distributions=t.distributions,
+                                                       value=float(t.user_attrs[objective])) for t in scored])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # experimental-feature notes of the evaluator
+                by_objective[objective] = dict(optuna.importance.get_param_importances(copy))
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    return by_objective
+
+
+def inert_in_study(study: optuna.Study) -> list[InertParameter]:
+    """The inert parameters of a stored study: its searched space and objectives when `abtune study create`
+    made it, else every parameter of its trials against top-1 and inter-node bytes."""
+    trials = study.get_trials(deepcopy=False)
+    raw = study.user_attrs.get(SPEC_ATTR)
+    if raw is not None:
+        spec = parse_study_spec(raw, f"study {study.study_name}")
+        return inert_parameters(trials, list(spec.space), shown_objectives(spec))
+    space = sorted({name for t in trials for name in t.params})
+    return inert_parameters(trials, space, ["top1", "inter_node_bytes"])
+
+
+def shown_objectives(spec: StudySpec) -> list[str]:
+    """The objectives a study's reports show: its own, or top-1 and inter-node bytes for a single objective."""
+    return list(spec.objectives) if spec.multi_objective else ["top1", "inter_node_bytes"]
+
+
+def analysis(trials: Sequence[FrozenTrial], space: Sequence[str], objectives: Sequence[str]) -> dict[str, Any]:
+    """Importances (or why there are none yet) and inert parameters, as JSON for an artifact."""
+    report: dict[str, Any] = {"objectives": list(objectives),
+                              "inert": [{"param": p.name, "values": list(p.values), "message": p.describe()}
+                                        for p in inert_parameters(trials, space, objectives)]}
+    try:
+        report["importances"] = importances(trials, objectives)
+    except (ValueError, RuntimeError) as error:  # too few trials, or no parameter that varies
+        report["importances"] = None
+        report["importances_missing"] = str(error).splitlines()[0][:200]
+    return report
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _sortable(value: Any) -> tuple[int, Any]:
+    return (0, value) if isinstance(value, int | float) else (1, str(value))
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable form of attribute values (dicts and lists, as JSON storages return them)."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    return value
