@@ -153,23 +153,48 @@ def write_outputs(rows: list[ComparisonRow], out_dir: Path) -> list[Path]:
     return [out_dir / CSV_FILE, out_dir / JSON_FILE, out_dir / PLOT_FILE]
 
 
+@dataclass(frozen=True)
+class PlotPoint:
+    method: str
+    x_mb: float
+    top1: float
+    label: str  # the method, and its trained-model compression when the model was compressed
+
+
+def plot_points(rows: list[ComparisonRow]) -> tuple[str, list[PlotPoint]]:
+    """The x axis's label and one point per finished method: training inter-node MB per rank (what a study
+    optimizes, where AB's saving shows), or training MB when the runs had one node and sent nothing across."""
+    done = [r for r in rows if r.error is None and r.final_top1 is not None and r.training_mb]
+    across = all(r.training_inter_node_mb for r in done)
+    label = ("training inter-node traffic per rank (MB, log scale)" if across
+             else "training traffic per rank (MB, log scale; one node: nothing crosses)")
+    points = []
+    for row in done:
+        compressed = row.compression is not None and row.compression > 1.005
+        text = f"{row.method} {row.compression:.1f}:1" if compressed else row.method
+        x = row.training_inter_node_mb if across else row.training_mb
+        points.append(PlotPoint(row.method, float(x), float(row.final_top1), text))  # type: ignore[arg-type]
+    return label, points
+
+
 def plot_comparison(rows: list[ComparisonRow], path: Path) -> None:
-    """Final top-1 against training traffic (log scale): up and to the left is better."""
+    """Final top-1 against training inter-node traffic (log scale), each point labelled with its method and
+    compression: up and to the left is better."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    done = [r for r in rows if r.error is None and r.training_mb]
-    figure, axes = plt.subplots(figsize=(6, 4))
-    for row in done:
-        axes.scatter(row.training_mb, row.final_top1, s=40)
-        axes.annotate(row.method, (row.training_mb, row.final_top1), textcoords="offset points", xytext=(5, 5))
+    xlabel, points = plot_points(rows)
+    figure, axes = plt.subplots(figsize=(6.5, 4.2))
+    for point in points:  # a legend, not labels beside the points: methods at one top-1 sit close together
+        axes.scatter(point.x_mb, point.top1, s=45, label=point.label)
     axes.set_xscale("log")
-    axes.set_xlabel("training traffic per rank (MB, log scale)")
+    axes.set_xlabel(xlabel)
     axes.set_ylabel("final validation top-1")
-    axes.set_title("accuracy vs traffic")
+    axes.set_title("accuracy vs inter-node traffic (legend: method, compression)")
     axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize="small", loc="best")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

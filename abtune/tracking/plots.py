@@ -105,7 +105,7 @@ def spectra(summary: dict[str, Any], cutoff: float | None, path: Path) -> Path |
 
 # --- studies --------------------------------------------------------------------------------
 def pareto_front(points: list[dict[str, Any]], path: Path) -> Path:
-    """Top-1 against inter-node bytes; each point: {number, top1, bytes, front, reference}."""
+    """Top-1 against inter-node bytes; each point: {number, top1, bytes, front, reference, compression}."""
     figure, axis = plt.subplots(figsize=(8, 5.5))
     others = [p for p in points if not p["front"] and not p["reference"]]
     front = sorted((p for p in points if p["front"]), key=lambda p: p["bytes"])
@@ -118,8 +118,9 @@ def pareto_front(points: list[dict[str, Any]], path: Path) -> Path:
             axis.scatter([p["bytes"] / 1e6 for p in marked], [p["top1"] for p in marked], marker=marker, s=160,
                          c="tab:red" if name == "ddp" else "tab:green", zorder=5, label=name)
     for p in front:
-        axis.annotate(str(p["number"]), (p["bytes"] / 1e6, p["top1"]), fontsize=7, xytext=(3, 3),
-                      textcoords="offset points")
+        compression = p.get("compression")
+        text = f"{p['number']} ({compression:.1f}:1)" if compression and compression > 1.005 else str(p["number"])
+        axis.annotate(text, (p["bytes"] / 1e6, p["top1"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
     spread = [p for p in points if p.get("top1_std") is not None]
     if spread:  # seed repeats: one standard deviation over the seeds either way
         axis.errorbar([p["bytes"] / 1e6 for p in spread], [p["top1"] for p in spread],
@@ -128,7 +129,7 @@ def pareto_front(points: list[dict[str, Any]], path: Path) -> Path:
                       fmt="none", ecolor="0.4", elinewidth=0.8, capsize=2, zorder=1, label="± 1 std over seeds")
     axis.set_xlabel("inter-node MB per rank")
     axis.set_ylabel("top-1")
-    axis.set_title("Pareto front (numbers: trial)")
+    axis.set_title("Pareto front (labels: trial, trained-model compression)")
     axis.legend(fontsize="small")
     return _save(figure, path)
 
