@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import create_trial
 
 from abtune.cli import main
 from abtune.errors import ConfigError
@@ -348,3 +350,19 @@ def test_a_study_of_sbc_searching_its_delay_is_created(tmp_path: Path, capsys: p
     assert [t.user_attrs["reference"] for t in trials_of(url)] == [DDP]
     stored = study_attrs(url)[SPEC_ATTR]
     assert (stored["base"]["method"]["name"], list(stored["space"])) == ("sbc", ["method.delay"])
+
+
+def test_best_speaks_of_a_traffic_budget_only_when_the_study_has_one(tmp_path: Path) -> None:
+    plain = write_study(tmp_path / "plain.yaml", name="plain")
+    run_cli("study", "create", str(plain), cwd=tmp_path)
+    assert run_cli("study", "best", "plain", cwd=tmp_path).stdout.strip() == "study plain has no completed search trial yet"
+
+    budget = write_study(tmp_path / "budget.yaml", name="budget", constraints={"max_inter_node_mb": 10}, sampler={"name": "tpe"},
+                         references={"paper_defaults": False, "ddp": False})
+    run_cli("study", "create", str(budget), cwd=tmp_path)
+    over = create_trial(params={"method.warmup_frac": 0.2}, distributions={"method.warmup_frac": FloatDistribution(0.1, 0.3)},
+                        value=0.9, user_attrs={"top1": 0.9, "inter_node_bytes": 50e6, "traffic_excess_mb": 40.0})
+    optuna.load_study(study_name="budget", storage=f"sqlite:///{tmp_path / 'optuna.db'}").add_trial(over)
+    assert run_cli("study", "best", "budget", cwd=tmp_path).stdout.strip() == (
+        "study budget has no completed search trial yet within the traffic budget of 10 inter-node MB per rank "
+        "(constraints.max_inter_node_mb)")

@@ -110,7 +110,7 @@ def print_best(storage: BaseStorage, name: str) -> None:
     console = _console()
     best = results.best_trial(trials)
     if best is None:
-        console.print(f"study {name} has no completed trial yet" + (" within the traffic budget" if trials else ""))
+        console.print(f"study {name} has no completed search trial yet" + _why_none(trials, spec))
         return
     console.print(trial_table("best configuration (highest final top-1)", [best], trials, spec))
     console.print("run it again: abtune train " + f"{best.user_attrs['run_dir']}/config.yaml --nproc {spec.layout.nproc}"
@@ -138,6 +138,14 @@ def print_importances(console: Console, analysis: dict[str, Any]) -> None:
         console.print(table)
     for inert in analysis["inert"]:
         console.print(f"warning: {inert['message']}")
+
+
+def _why_none(trials: Sequence[FrozenTrial], spec: StudySpec) -> str:
+    """Completed search trials exist but none is best: they all broke the traffic budget."""
+    budget = spec.constraints.max_inter_node_mb
+    if budget is not None and results.search_trials(trials):
+        return f" within the traffic budget of {budget:g} inter-node MB per rank (constraints.max_inter_node_mb)"
+    return ""
 
 
 def export_rows(storage: BaseStorage, name: str) -> list[dict[str, Any]]:
