@@ -50,7 +50,8 @@ AB = {"name": "ab"}
         ({"nodes": 0}, AB, "nodes: Input should be greater than or equal to 1 (got 0)"),
         ({"time_limit": 10}, AB, "time_limit: 10 minutes is too short to checkpoint and requeue"),
         ({"time_limit": "0:14:00"}, AB, "time_limit: 14 minutes is too short"),
-        ({"time_limit": "2h"}, AB, "time_limit: expected minutes or [D-]HH:MM:SS"),
+        ({"time_limit": "2h"}, AB, "time_limit: expected minutes or sbatch's [D-]HH:MM:SS (30, 30:00, 2:00:00, "
+                                   "1-12:00:00) (got '2h')"),  # the value once
         ({"mem": "lots"}, AB, "mem: String should match pattern"),
         ({"sbatch": {"time": "4:00:00"}}, AB, "sbatch: time is set by abtune; use the profile key time_limit"),
         ({"kind": "kubernetes"}, AB, "kind: expected one of local, debug, slurm (got 'kubernetes')"),
@@ -87,8 +88,14 @@ def test_nproc_is_refused_on_slurm(tmp_path: Path, tiny_config: Path) -> None:
     assert "--nproc and --ranks-per-node are for --launcher local; set nodes and tasks_per_node" in result.stderr
 
 
-def test_time_limits() -> None:
-    assert [parse_time_limit(v) for v in (90, "1:30:00", "1-00:00:00", "0:15:01")] == [90, 90, 1440, 16]
+def test_time_limits_in_every_format_sbatch_takes() -> None:
+    """Minutes quoted or not, minutes:seconds, hours:minutes:seconds, days-hours[:minutes[:seconds]]."""
+    values = (90, "30", "30:00", "30:30", "1:30:00", "1-00:00:00", "1-12", "1-12:30", "0:15:01")
+    assert [parse_time_limit(v) for v in values] == [90, 30, 30, 31, 90, 1440, 2160, 2190, 16]
+    for bad in ("2h", "1:2:3:4", "-5", "1-", ""):
+        with pytest.raises(ValueError, match="expected minutes or sbatch's"):
+            parse_time_limit(bad)
+    assert SlurmProfile(time_limit="30").time_limit_min == 30  # the profile's comment says minutes: quoted too
 
 
 def test_dry_run_prints_the_script_and_writes_nothing(tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ validated once, when it is loaded (unknown keys, ranges), and again against the 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Literal
 
@@ -32,9 +31,6 @@ PROJECT_DIR = Path("launchers")
 # At 10 minutes or less that bound is <= 0, so every preemption counts as a timeout; 15 minutes
 # leaves a 5-minute window in which a preempted job is requeued for free and time to reach a checkpoint.
 MIN_TIME_LIMIT_MIN = 15
-_TIME_PATTERN = re.compile(r"^(?:(?P<days>\d+)-)?(?P<hours>\d+):(?P<minutes>\d{2}):(?P<seconds>\d{2})$")
-
-
 # sbatch options the profile sets through its own keys ("" : abtune sets them itself)
 _TYPED_OPTIONS = {
     "partition": "partition", "account": "account", "qos": "qos", "nodes": "nodes", "ntasks-per-node": "tasks_per_node",
@@ -45,15 +41,22 @@ _TYPED_OPTIONS = {
 
 
 def parse_time_limit(value: int | str) -> int:
-    """Minutes from an int (minutes) or SLURM's `[D-]HH:MM:SS`, rounded up."""
+    """Minutes, rounded up, from an int (minutes) or any of sbatch's --time formats: "minutes",
+    "minutes:seconds", "hours:minutes:seconds", "days-hours", "days-hours:minutes", "days-hours:minutes:seconds"."""
     if isinstance(value, int):
         return value
-    match = _TIME_PATTERN.match(value.strip())
-    if match is None:
-        raise ValueError(f"expected minutes or [D-]HH:MM:SS such as 2:00:00, got {value!r}")
-    parts = {k: int(v or 0) for k, v in match.groupdict().items()}
-    seconds = ((parts["days"] * 24 + parts["hours"]) * 60 + parts["minutes"]) * 60 + parts["seconds"]
-    return -(-seconds // 60)
+    text = value.strip()
+    days, clock = text.split("-", 1) if "-" in text else (None, text)
+    fields = clock.split(":")
+    if not all(f.isdigit() for f in [*fields, *([days] if days is not None else [])]) or not 1 <= len(fields) <= 3:
+        raise ValueError("expected minutes or sbatch's [D-]HH:MM:SS (30, 30:00, 2:00:00, 1-12:00:00)")
+    numbers = [int(f) for f in fields]
+    if days is not None:  # days-hours[:minutes[:seconds]]
+        hours, minutes, seconds = (numbers + [0, 0])[:3]
+        hours += 24 * int(days)
+    else:  # minutes | minutes:seconds | hours:minutes:seconds
+        hours, minutes, seconds = {1: [0, numbers[0], 0], 2: [0, *numbers], 3: numbers}[len(numbers)]
+    return -(-((hours * 60 + minutes) * 60 + seconds) // 60)
 
 
 class FabricProfile(StrictModel):
