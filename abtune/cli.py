@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import os
 import shutil
 import sys
 import time
@@ -32,6 +33,7 @@ from abtune.tracking.uri import add_tracking_arguments
 from abtune.yamlfile import parse_yaml
 
 INTERRUPTED_EXIT = 130
+BROKEN_PIPE_EXIT = 1  # what rich, which prints our tables, exits with when the reader of stdout left
 
 
 def _overrides(pairs: list[str]) -> dict[str, Any]:
@@ -356,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
         for line in str(error).splitlines():
             print(f"abtune: error: {line}", file=sys.stderr)
         return error.exit_code
+    except BrokenPipeError:  # `abtune ... | head -1`: the reader left; what was done stays done, no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit would fail too
+        return BROKEN_PIPE_EXIT
 
 
 if __name__ == "__main__":

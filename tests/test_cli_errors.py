@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli, write_config
+from tests.conftest import abtune_command, run_cli, write_config
+from tests.study_helpers import write_study
 
 
 @pytest.mark.parametrize(
@@ -85,3 +88,19 @@ def test_bad_launcher_profile_and_set_value_give_one_line(tmp_path: Path, tiny_c
     assert (result.returncode, result.stderr) == (
         2, "abtune: error: --set train.steps:1:3: not valid YAML: expected ',' or ']', but got '<stream end>' "
            "(while parsing a flow sequence)\n")
+
+
+@pytest.mark.parametrize("args", [["config", "show", "studies/run_quickstart.yaml"], ["study", "list"]])
+def test_a_closed_output_pipe_ends_without_a_traceback(tmp_path: Path, args: list[str]) -> None:
+    """`abtune ... | head -1`: the reader is gone before abtune writes (plain print and rich tables alike)."""
+    root = Path(__file__).parent.parent
+    storage = ["--storage", f"sqlite:///{tmp_path / 'o.db'}"] if args[0] == "study" else []
+    if storage:
+        run_cli("study", "create", str(write_study(tmp_path / "s.yaml")), *storage)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    process = subprocess.Popen([*abtune_command(), *args, *storage], stdout=write_end, stderr=subprocess.PIPE,
+                               text=True, cwd=root)
+    os.close(write_end)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 1 and stderr == "", stderr
