@@ -424,7 +424,7 @@ def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
         for key in parents:
             child = node.setdefault(key, {})
             if not isinstance(child, dict):
-                raise ConfigError(f"override {dotted}: {key} is not a section")
+                raise ConfigError(f"override {dotted}: {key} is not a section (it holds {child!r})")
             node = child
         node[leaf] = value
     return result

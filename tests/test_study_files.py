@@ -366,3 +366,15 @@ def test_best_speaks_of_a_traffic_budget_only_when_the_study_has_one(tmp_path: P
     assert run_cli("study", "best", "budget", cwd=tmp_path).stdout.strip() == (
         "study budget has no completed search trial yet within the traffic budget of 10 inter-node MB per rank "
         "(constraints.max_inter_node_mb)")
+
+
+def test_a_bad_override_is_reported_against_the_study_file_and_a_bad_base_against_its_own(tmp_path: Path) -> None:
+    quickstart = str(ROOT / "studies" / "run_quickstart.yaml")
+    study = write_study(tmp_path / "s.yaml", base=quickstart, overrides={"train.steps": -5})
+    with pytest.raises(ConfigError) as bad_override:
+        load_study_spec(study)
+    assert str(bad_override.value) == f"{study}: overrides: train.steps: Input should be greater than or equal to 1 (got -5)"
+    (tmp_path / "base.yaml").write_text("name: b\ntrain: {steps: 0}\n")
+    study = write_study(tmp_path / "s.yaml", base="base.yaml", overrides={"train.local_batch_size": 8})
+    with pytest.raises(ConfigError, match=f"^{tmp_path / 'base.yaml'}: train.steps: Input should be greater"):
+        load_study_spec(study)

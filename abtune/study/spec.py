@@ -197,5 +197,23 @@ def _resolve_base(raw: dict[str, Any], path: Path) -> dict[str, Any]:
     overrides = raw.get("overrides") or {}
     if not isinstance(overrides, dict):
         raise ConfigError(f"{path}: overrides: expected a mapping of dotted keys, e.g. train.steps: 300")
-    config = parse_run_config(apply_overrides(base, overrides), source)
+    try:
+        merged = apply_overrides(base, overrides)
+    except ConfigError as error:
+        raise ConfigError(f"{path}: overrides: {error}") from None
+    try:
+        config = parse_run_config(merged, source)
+    except ConfigError:
+        if not overrides or not _valid_alone(base):
+            raise
+        # the base is fine on its own: the fault is in the overrides, which live in the study file
+        config = parse_run_config(merged, f"{path}: overrides")
     return config.model_dump(mode="json")
+
+
+def _valid_alone(base: dict[str, Any]) -> bool:
+    try:
+        parse_run_config(base)
+    except ConfigError:
+        return False
+    return True
