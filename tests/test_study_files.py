@@ -378,3 +378,23 @@ def test_a_bad_override_is_reported_against_the_study_file_and_a_bad_base_agains
     study = write_study(tmp_path / "s.yaml", base="base.yaml", overrides={"train.local_batch_size": 8})
     with pytest.raises(ConfigError, match=f"^{tmp_path / 'base.yaml'}: train.steps: Input should be greater"):
         load_study_spec(study)
+
+
+@pytest.mark.parametrize(
+    ("attrs", "expected"),
+    [
+        ({}, "--nproc 2 --ranks-per-node 1"),  # a study from before the launcher was recorded: local
+        ({"launcher": "local"}, "--nproc 2 --ranks-per-node 1"),
+        ({"launcher": "emulated"}, "--launcher emulated --nproc 2 --ranks-per-node 1"),
+        ({"launcher": "/p/mycluster.yaml", "slurm_job_id": "812_3"}, "--launcher /p/mycluster.yaml"),
+    ],
+)
+def test_best_says_how_to_run_the_best_trial_again_where_it_ran(tmp_path: Path, attrs: dict, expected: str) -> None:
+    study = write_study(tmp_path / "s.yaml", references={"paper_defaults": False, "ddp": False})
+    run_cli("study", "create", str(study), cwd=tmp_path)
+    trial = create_trial(params={"method.warmup_frac": 0.2}, distributions={"method.warmup_frac": FloatDistribution(0.1, 0.3)},
+                         value=0.9, user_attrs={"top1": 0.9, "inter_node_bytes": 5e6, "compression": 1.0,
+                                                "run_dir": "runs/studies/tiny/trials/0", **attrs})
+    optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'optuna.db'}").add_trial(trial)
+    out = run_cli("study", "best", "tiny", cwd=tmp_path).stdout
+    assert f"run it again: abtune train runs/studies/tiny/trials/0/config.yaml {expected}\n" in out

@@ -53,6 +53,7 @@ def test_parallel_study_with_pruning(tmp_path: Path, mlflow_db: Path) -> None:
     for trial in (t for t in trials if t.state == TrialState.COMPLETE):
         assert trial.values == [_summary(trial)["final"]["val_top1"]]
         assert trial.user_attrs["wall_seconds"] > trial.user_attrs["train_seconds"] > 0
+        assert trial.user_attrs["launcher"] == "local"  # what `study best` names to run it again
 
     pruned = [t for t in trials if t.state == TrialState.PRUNED]
     assert pruned, [(t.number, t.state, t.params, t.intermediate_values) for t in trials]

@@ -127,6 +127,7 @@ class Launcher(ABC):
 
     def __init__(self, profile: Any) -> None:
         self.profile = profile
+        self.source: str | None = None  # the `--launcher NAME|PATH` it was loaded from, to say how to run again
 
     # --- where the ranks go -------------------------------------------------------------------
     @abstractmethod

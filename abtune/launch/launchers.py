@@ -34,7 +34,9 @@ JOBS_DIR = slurm.JOBS_DIR
 
 def load_launcher(name_or_path: str) -> Launcher:
     """The launcher of a profile: `--launcher NAME|PATH` (see profiles.resolve_profile_path)."""
-    return launcher_for(load_profile(name_or_path))
+    launcher = launcher_for(load_profile(name_or_path))
+    launcher.source = name_or_path
+    return launcher
 
 
 def launcher_for(profile: Profile) -> Launcher:

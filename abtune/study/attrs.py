@@ -20,6 +20,7 @@ SEEDS_ATTR = "seeds"  # the seeds of a trial with repeats
 REUSED_SEEDS_ATTR = "reused_seeds"  # seeds whose finished runs an earlier attempt left
 SLURM_JOB_ATTR = "slurm_job_id"  # the SLURM job that trains the trial
 LOCAL_JOB_ATTR = "local_job"  # the local launch (host, process) that trains the trial
+LAUNCHER_ATTR = "launcher"  # the `--launcher NAME|PATH` the trial ran with
 
 # --- on a study ---
 SPEC_ATTR = "abtune.spec"  # the study file's definition as created
@@ -27,7 +28,7 @@ STUDY_DIR_ATTR = "abtune.study_dir"  # where the trials' run folders live
 CONFIRMATION_ATTR = "abtune.confirmation"  # written by `abtune study confirm`, one record per trial
 
 __all__ = [
-    "ATTEMPT_ATTR", "CONFIRMATION_ATTR", "FAIL_REASON_ATTR", "LOCAL_JOB_ATTR", "OVER_BUDGET_ATTR", "REFERENCE_ATTR",
+    "ATTEMPT_ATTR", "CONFIRMATION_ATTR", "FAIL_REASON_ATTR", "LAUNCHER_ATTR", "LOCAL_JOB_ATTR", "OVER_BUDGET_ATTR", "REFERENCE_ATTR",
     "RETRIED_ATTR", "RETRY_OF_ATTR", "REUSED_SEEDS_ATTR", "RUN_DIR_ATTR", "RUN_ID_ATTR", "SEEDS_ATTR",
     "SLURM_JOB_ATTR", "SPEC_ATTR", "STUDY_DIR_ATTR",
 ]

@@ -19,6 +19,7 @@ from abtune.study import capacity, importance, repeats, results, workers
 from abtune.study.attrs import (
     ATTEMPT_ATTR,
     FAIL_REASON_ATTR,
+    LAUNCHER_ATTR,
     LOCAL_JOB_ATTR,
     OVER_BUDGET_ATTR,
     REFERENCE_ATTR,
@@ -113,8 +114,7 @@ def print_best(storage: BaseStorage, name: str) -> None:
         console.print(f"study {name} has no completed search trial yet" + _why_none(trials, spec))
         return
     console.print(trial_table("best configuration (highest final top-1)", [best], trials, spec))
-    console.print("run it again: abtune train " + f"{best.user_attrs['run_dir']}/config.yaml --nproc {spec.layout.nproc}"
-                  f" --ranks-per-node {spec.layout.per_node}")
+    console.print(f"run it again: {rerun_command(best, spec)}")
     metrics = importance.shown_objectives(spec)
     front = results.pareto_front([t for t in results.search_trials(trials) if results.feasible(t)], metrics)
     console.print(trial_table(f"Pareto front ({', '.join(metrics)}): {len(front)} trial(s)", front, trials, spec))
@@ -138,6 +138,18 @@ def print_importances(console: Console, analysis: dict[str, Any]) -> None:
         console.print(table)
     for inert in analysis["inert"]:
         console.print(f"warning: {inert['message']}")
+
+
+def rerun_command(trial: FrozenTrial, spec: StudySpec) -> str:
+    """`abtune train` of the trial's config where it ran: its SLURM profile (which sets nodes and tasks), or
+    local processes in the study's layout (through the trial's local profile, e.g. the emulated fabric)."""
+    attrs = trial.user_attrs
+    command = f"abtune train {attrs[RUN_DIR_ATTR]}/config.yaml"
+    launcher = attrs.get(LAUNCHER_ATTR)
+    if attrs.get(SLURM_JOB_ATTR):
+        return f"{command} --launcher {launcher or 'slurm'}"
+    via = f" --launcher {launcher}" if launcher not in (None, "local") else ""
+    return f"{command}{via} --nproc {spec.layout.nproc} --ranks-per-node {spec.layout.per_node}"
 
 
 def _why_none(trials: Sequence[FrozenTrial], spec: StudySpec) -> str:

@@ -45,6 +45,7 @@ from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import importance, reattach, repeats, results, retries, stop, workers
 from abtune.study.attrs import (
     FAIL_REASON_ATTR,
+    LAUNCHER_ATTR,
     OVER_BUDGET_ATTR,
     REFERENCE_ATTR,
     RETRIED_ATTR,
@@ -259,6 +260,7 @@ class StudyRunner:
         run = self.prepare_run(config, run_dir, trial_hook_specs(self.spec, self.study.study_name, trial), run_id,
                                continues_checkpoint=adopted)
         trial.set_user_attr(RUN_DIR_ATTR, str(run_dir))
+        trial.set_user_attr(LAUNCHER_ATTR, self.launcher.source or self.launcher.kind)
         submit_trial(run, self.spec, trial_job_name(self.study.study_name, trial.number), self.trial_env)
         return run
 
