@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from abtune.launch.profiles import SlurmProfile
-from abtune.study.capacity import Node, nodes_left, pending_note
+from abtune.study.capacity import Node, nodes_left, pending_note, room_advice
 from abtune.study.launch import worker_profile
 
 TWO_BY_TWO = [Node("n1", 2), Node("n2", 2)]
@@ -52,3 +52,11 @@ def test_a_trial_pending_on_nodes_its_own_workers_hold_is_named() -> None:
         "they run (`worker: {partition: ...}` in the launcher profile keeps them apart)")
     assert pending_note(pending, {"g1", "g2"}, [worker]) == " (Resources)"  # workers on another partition
     assert pending_note({**pending, "reason": "Dependency"}, {"n1"}, [worker]) == " (Dependency)"
+
+
+def test_room_advice_names_only_what_works() -> None:
+    rerun = "abtune study run s --launcher c.yaml"
+    login = f"run the study from this login node instead: `{rerun}` (every trial a SLURM job, no worker job)"
+    assert room_advice(0, [], rerun) == login
+    assert room_advice(2, ["cpu"], rerun) == ("launch at most 2 worker(s); or put the workers on another partition "
+                                              f"(`worker: {{partition: cpu}}` in the launcher profile); or {login}")

@@ -74,25 +74,58 @@ def nodes_left(nodes: Sequence[Node], shared: set[str], need: int | None, worker
     return len(usable) - blocked
 
 
-def check_workers_leave_room(profile: SlurmProfile, worker: SlurmProfile, layout: Layout, workers: int) -> None:
-    """Refuse (one line) a launch whose workers can keep every trial from starting; silent when sinfo cannot tell."""
+def check_workers_leave_room(profile: SlurmProfile, worker: SlurmProfile, layout: Layout, workers: int,
+                             rerun: str) -> str | None:
+    """Refuse (one line) a partition the cluster does not have, or a launch whose workers can keep every trial
+    from starting, with advice that works (`rerun`: the `abtune study run ...` that drives the study from here
+    instead). Returns what could not be checked (sinfo missing or silent), else None."""
+    known = partitions()
+    if not known:
+        return "sinfo gave no partitions here: the partitions and the room workers leave trials were not checked"
+    for label, name in (("partition", profile.partition), ("worker.partition", worker.partition)):
+        if name is not None and name not in known:
+            raise ConfigError(f"{label}: {name} is not a partition of this cluster (sinfo lists "
+                              f"{', '.join(known)}); set one of them in the launcher profile")
     trial_nodes = partition_nodes(profile.partition)
     worker_nodes = partition_nodes(worker.partition)
     if trial_nodes is None or worker_nodes is None:
-        return
+        return "sinfo listed no nodes of the partitions: the room workers leave trials was not checked"
     shared = {n.name for n in trial_nodes} & {n.name for n in worker_nodes}
     exclusive = bool(profile.sbatch.get("exclusive"))
     need = None if exclusive else layout.ranks_per_node * (profile.cpus_per_task or 1)
     cpus = worker.cpus_per_task or 1
     if nodes_left(trial_nodes, shared, need, workers, cpus) >= layout.nodes:
-        return
+        return None
     where = profile.partition or "the default partition"
     asks = "whole nodes" if need is None else f"{need} CPU(s) on each"
+    fewer = next((w for w in range(workers - 1, 0, -1) if nodes_left(trial_nodes, shared, need, w, cpus) >= layout.nodes), 0)
+    elsewhere = sorted(p for p in partitions() if p != (profile.partition or default_partition()))
     raise ConfigError(
         f"{workers} worker(s) of {cpus} CPU(s) on the nodes of {where} can keep every trial from starting (a trial "
         f"asks {layout.nodes} node(s), {asks}; the partition has {len(trial_nodes)} node(s) of "
-        f"{'/'.join(sorted({str(n.cpus) for n in trial_nodes}))} CPUs): put the workers elsewhere "
-        "(`worker: {partition: ...}` in the launcher profile) or launch fewer workers")
+        f"{'/'.join(sorted({str(n.cpus) for n in trial_nodes}))} CPUs): {room_advice(fewer, elsewhere, rerun)}")
+
+
+def room_advice(fewer: int, elsewhere: Sequence[str], rerun: str) -> str:
+    """What works instead: fewer workers if some fit, another partition for them if the cluster has one, and
+    always the study driven from the login node (trials as SLURM jobs, no worker job)."""
+    ways = [f"launch at most {fewer} worker(s)"] if fewer else []
+    if elsewhere:
+        ways.append(f"put the workers on another partition (`worker: {{partition: {elsewhere[0]}}}` in the "
+                    "launcher profile)")
+    ways.append(f"run the study from this login node instead: `{rerun}` (every trial a SLURM job, no worker job)")
+    return "; or ".join(ways)
+
+
+def partitions() -> list[str]:
+    """The cluster's partition names (the default one without sinfo's `*`); empty when sinfo cannot tell."""
+    out = slurm_output("sinfo", "-h", "-o", "%P")
+    return sorted({line.strip().rstrip("*") for line in (out or "").splitlines() if line.strip()})
+
+
+def default_partition() -> str | None:
+    out = slurm_output("sinfo", "-h", "-o", "%P")
+    return next((line.strip()[:-1] for line in (out or "").splitlines() if line.strip().endswith("*")), None)
 
 
 def job_states(job_ids: Sequence[str]) -> dict[str, dict[str, str]]:

@@ -98,7 +98,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
     layout = launch.check_study_fits(spec, launcher, args.name)
     from abtune.study.capacity import check_workers_leave_room
 
-    check_workers_leave_room(profile, launch.worker_profile(profile), layout, min(args.workers, profile.array_parallelism))
+    unchecked = check_workers_leave_room(profile, launch.worker_profile(profile), layout,
+                                         min(args.workers, profile.array_parallelism),
+                                         f"abtune study run {args.name} --launcher {args.launcher}")
+    if unchecked is not None and args.dry_run:  # a real launch asks SLURM itself, and fails there if it must
+        print(f"abtune: note: {unchecked}", file=sys.stderr)
     if not launch.work_left(storage.get_all_trials(study_id, deepcopy=False), spec.trials):
         print(f"study {args.name} has spent its budget of {spec.trials} trials; nothing to launch "
               f"(see abtune study best {args.name})")

@@ -197,6 +197,19 @@ def test_study_stop_cancels_the_workers_then_the_trial_jobs(tmp_path: Path, prof
                       "--dry-run", cwd=tmp_path, check=False)
     assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
     assert "2 worker(s) of 3 CPU(s) on the nodes of debug can keep every trial from starting" in refused.stderr
+    one = run_cli("study", "launch", "tiny", "--workers", "1", "--launcher", str(blocking), "--storage", url,
+                  "--dry-run", cwd=tmp_path, check=False)  # one worker still blocks a node: no "fewer workers"
+    assert one.returncode == 2 and len(one.stderr.splitlines()) == 1, one.stderr
+    assert one.stderr.strip().endswith(  # the cluster has one partition: the login node is the way
+        f"CPUs): run the study from this login node instead: `abtune study run tiny --launcher {blocking}` "
+        "(every trial a SLURM job, no worker job)"), one.stderr
+    nowhere = tmp_path / "nowhere.yaml"
+    nowhere.write_text(yaml.safe_dump({**fields, "worker": {"partition": "cpu"}}))
+    missing = run_cli("study", "launch", "tiny", "--workers", "1", "--launcher", str(nowhere), "--storage", url,
+                      "--dry-run", cwd=tmp_path, check=False)
+    assert (missing.returncode, missing.stderr) == (2, "abtune: error: worker.partition: cpu is not a partition of "
+                                                       "this cluster (sinfo lists debug); set one of them in the "
+                                                       "launcher profile\n")
     profile.write_text(yaml.safe_dump({**fields, "worker": {"partition": "debug", "time_limit": "0:20:00"}}))
     launch = ("study", "launch", "tiny", "--workers", "2", "--launcher", str(profile), "--storage", url)
     dry = run_cli(*launch, "--dry-run", cwd=tmp_path).stdout
