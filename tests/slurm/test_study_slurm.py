@@ -150,8 +150,10 @@ def test_sbatch_refusal_is_one_line_and_loses_no_trial(tmp_path: Path, profile: 
     refused = "abtune: error: sbatch refused the job: invalid partition specified: nosuchpart\n"
 
     launch = run_cli("study", "launch", "tiny", "--workers", "2", "--launcher", str(bad), "--storage", url,
-                     cwd=tmp_path, check=False)
-    assert (launch.returncode, launch.stdout, launch.stderr) == (2, "", refused)
+                     cwd=tmp_path, check=False)  # `study launch` asks sinfo first: nothing reaches sbatch
+    assert (launch.returncode, launch.stdout, launch.stderr) == (
+        2, "", "abtune: error: partition: nosuchpart is not a partition of this cluster (sinfo lists debug); set one "
+               "of them in the launcher profile\n")
     assert trials_of(url) == []
 
     run = run_cli("study", "run", "tiny", "--launcher", str(bad), "--storage", url, cwd=tmp_path, check=False)
