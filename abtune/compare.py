@@ -177,9 +177,10 @@ def plot_points(rows: list[ComparisonRow]) -> tuple[str, list[PlotPoint]]:
     return label, points
 
 
-def plot_comparison(rows: list[ComparisonRow], path: Path) -> None:
-    """Final top-1 against training inter-node traffic (log scale), each point labelled with its method and
-    compression: up and to the left is better."""
+def plot_comparison(rows: list[ComparisonRow], path: Path) -> list[PlotPoint]:
+    """Final top-1 against training inter-node traffic (log scale), each point annotated with its method and,
+    when the trained model is compressed, its compression: up and to the left is better. Returns the points as
+    drawn (read back from the figure), so what lands on each axis can be checked."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -187,17 +188,27 @@ def plot_comparison(rows: list[ComparisonRow], path: Path) -> None:
 
     xlabel, points = plot_points(rows)
     figure, axes = plt.subplots(figsize=(6.5, 4.2))
-    for point in points:  # a legend, not labels beside the points: methods at one top-1 sit close together
-        axes.scatter(point.x_mb, point.top1, s=45, label=point.label)
+    drawn = []
+    for index, point in enumerate(points):
+        marker = axes.scatter(point.x_mb, point.top1, s=45, label=point.label)
+        # Beside the point, alternately above and below: methods at one top-1 often sit close together;
+        # the legend (same colours) still tells them apart where two labels touch.
+        axes.annotate(point.label, (point.x_mb, point.top1), xytext=(6, 5 if index % 2 == 0 else -11),
+                      textcoords="offset points", fontsize="small", color=marker.get_facecolor()[0])
+        (x, y), = marker.get_offsets().tolist()
+        drawn.append(PlotPoint(point.method, float(x), float(y), point.label))
     axes.set_xscale("log")
     axes.set_xlabel(xlabel)
     axes.set_ylabel("final validation top-1")
-    axes.set_title("accuracy vs inter-node traffic (legend: method, compression)")
+    axes.set_title("accuracy vs inter-node traffic (method, trained-model compression)")
     axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize="small", loc="best")
+    if points:
+        axes.legend(fontsize="small", loc="best")
+        axes.margins(x=0.15, y=0.1)  # room for the labels right of the rightmost point
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+    return drawn
 
 
 def print_table(rows: list[ComparisonRow]) -> None:

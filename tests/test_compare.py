@@ -76,7 +76,9 @@ def test_the_plot_puts_inter_node_traffic_on_x_and_labels_compression(tmp_path: 
     label, points = plot_points(rows)
     assert label.startswith("training inter-node traffic per rank")
     assert [(p.method, p.x_mb, p.label) for p in points] == [("ddp", 64.1, "ddp"), ("ab", 28.4, "ab 2.9:1")]
-    plot_comparison(rows, tmp_path / "compare.png")
+    drawn = plot_comparison(rows, tmp_path / "compare.png")  # the points as read back from the figure
+    assert [(p.method, p.x_mb, p.top1, p.label) for p in drawn] == [("ddp", 64.1, 0.96, "ddp"),
+                                                                    ("ab", 28.4, 0.95, "ab 2.9:1")]
     assert (tmp_path / "compare.png").read_bytes()[:4] == PNG_MAGIC
 
 
