@@ -17,7 +17,7 @@ from submitit.core.utils import UncompletedJobError
 
 from tests.slurm.test_launcher_slurm import preempt
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]  # slow too: `-m "not slow"` is the quick subset
 
 # The job's python cannot import this test module (tests/slurm is not on its sys.path):
 # ship the functions and classes below by value.

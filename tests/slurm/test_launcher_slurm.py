@@ -27,7 +27,7 @@ from abtune.rundir import prepare_run_dir
 from abtune.training.hooks import read_metrics
 from tests.conftest import abtune_command, run_cli, write_config
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]  # slow too: `-m "not slow"` is the quick subset
 
 JOB_TIMEOUT_S = 300
 

@@ -23,7 +23,7 @@ from tests.conftest import run_cli
 from tests.slurm.test_launcher_slurm import JOB_TIMEOUT_S, cluster_profile, preempt, sacct_states, wait_until
 from tests.study_helpers import TINY_BASE, running, signal_group, start_run, trials_of, wait_for, write_study
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]  # slow too: `-m "not slow"` is the quick subset
 
 FINISHED = {TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL}
 NO_REFERENCES = {"paper_defaults": False, "ddp": False}
