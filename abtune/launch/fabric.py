@@ -184,9 +184,12 @@ class Fabric:
         _ip("netns", "add", name)
         self.namespaces.append(name)
         # Names for the node addresses and no DNS server (none is reachable from here): torch looks up
-        # the names of its peers and would wait for a DNS timeout at every connection.
+        # the names of its peers and would wait for a DNS timeout at every connection. Its store accepts on
+        # a dual-stack socket, where a peer is ::ffff:ADDR: glibc finds that name only under that spelling
+        # (without it every rank printed "[c10d] The hostname of the client socket cannot be retrieved").
         (ETC_NETNS / name).mkdir(parents=True, exist_ok=True)
-        hosts = "".join(f"{self.address(n)} {self.tag}-n{n}\n" for n in range(self.spec.nodes))
+        hosts = "".join(f"{prefix}{self.address(n)} {self.tag}-n{n}\n"
+                        for n in range(self.spec.nodes) for prefix in ("", "::ffff:"))
         (ETC_NETNS / name / "hosts").write_text(f"127.0.0.1 localhost {socket.gethostname()}\n{hosts}")
         (ETC_NETNS / name / "resolv.conf").write_text("# no DNS inside an abtune fabric\n")
         # No IPv6 on the run's links: router solicitations and neighbour discovery would add bytes to the counters.
