@@ -53,7 +53,7 @@ AB_METHODS = ("ab", "ab-nogroups")
 
 
 @dataclass(frozen=True)
-class Result:
+class Run:
     table: str
     method: str
     ranks: int
@@ -61,6 +61,17 @@ class Result:
     local_batch: int
     seed: int
     cutoff: float | None
+
+    @property
+    def folder(self) -> str:
+        cutoff = "" if self.cutoff is None else f"-c{self.cutoff:g}"
+        return f"t{self.table}-n{self.ranks}-b{self.local_batch}-s{self.seed}-{self.method}{cutoff}"
+
+
+@dataclass(frozen=True)
+class Result(Run):
+    """A run and what it measured."""
+
     top1: float
     compression: float
     ecr: float | None
@@ -120,22 +131,6 @@ def table1_runs(args: argparse.Namespace, local: int) -> list[tuple[int, str, in
             raise SystemExit(f"--ranks {ranks}: the global batch {local * REFERENCE_RANKS} does not split evenly")
         runs += [(ranks, "constant local", local), (ranks, "constant global", local * REFERENCE_RANKS // ranks)]
     return runs
-
-
-@dataclass(frozen=True)
-class Run:
-    table: str
-    method: str
-    ranks: int
-    scaling: str
-    local_batch: int
-    seed: int
-    cutoff: float | None
-
-    @property
-    def folder(self) -> str:
-        cutoff = "" if self.cutoff is None else f"-c{self.cutoff:g}"
-        return f"t{self.table}-n{self.ranks}-b{self.local_batch}-s{self.seed}-{self.method}{cutoff}"
 
 
 def plan(args: argparse.Namespace, local: int) -> list[Run]:
