@@ -74,7 +74,7 @@ def print_status(storage: BaseStorage, name: str, url: str) -> None:
         seeds = best.user_attrs.get("top1_seeds")
         noise = f" ± {best.user_attrs['top1_std']:.4f} over {len(seeds)} seeds" if seeds else ""
         console.print(f"best so far: trial {best.number}, top-1 {best.user_attrs['top1']:.4f}{noise}")
-    for inert in importance.inert_parameters(trials, list(spec.space), spec.objectives):
+    for inert in importance.inert_parameters(trials, list(spec.space), importance.shown_objectives(spec)):
         console.print(f"warning: {inert.describe()}")
 
 

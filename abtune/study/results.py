@@ -40,7 +40,7 @@ def result_attrs(summary: RunSummary, wall_seconds: float) -> dict[str, Any]:
         "train_seconds": summary.train_seconds,
         "time_to_target": _time_to_target(summary),
         "wall_seconds": wall_seconds,
-        "first_ranks": summary.first_decomposition_ranks if summary.decompositions else None,
+        "first_ranks": summary.first_decomposition_ranks,
         "schedule_steps": summary.schedule,
     }
 

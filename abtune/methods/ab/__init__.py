@@ -104,6 +104,7 @@ class ABTraining(Method):
         factored_before = bool(self.decompositions[-2]["ranks"]) if len(self.decompositions) > 1 else None
         if factored_before is None or factored_before != bool(self.ranks):
             self.ctx.note(describe_decomposition(step, weights, self.config.sigma_cutoff, compression))
+
     @property
     def factored(self) -> list[lowrank.WeightRef]:
         """The weights factored in the current (or last) AB phase: the eligible ones the rank cap let through."""
