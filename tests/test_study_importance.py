@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import FrozenTrial, create_trial
 
-from abtune.study.importance import importances, inert_parameters
+from abtune.study.importance import analysis, importances, inert_parameters
 from tests.conftest import run_cli
 from tests.study_helpers import write_study
 
@@ -88,6 +89,27 @@ def test_importances_need_two_search_trials() -> None:
         importances(ACTIVE_CUTOFF[:1], OBJECTIVES)
 
 
+def test_importances_need_a_searched_parameter_that_took_two_values() -> None:
+    """Optuna would answer 0.5 and 0.5 here, as if both parameters mattered alike."""
+    twice = [_trial(0.2, 0.1, 0.95, 56e6, {"a": 30}, 2.85), _trial(0.2, 0.1, 0.96, 50e6, {"a": 30}, 2.85)]
+    with pytest.raises(ValueError, match="no searched parameter took two values"):
+        importances(twice, OBJECTIVES)
+    assert analysis(twice, list(SPACE), OBJECTIVES)["importances"] is None
+
+
+def test_an_objective_that_never_changed_ranks_no_parameter() -> None:
+    same_top1 = [_trial(w, c, 0.95, b, {"a": r}, 2.0) for w, c, b, r in
+                 [(0.2, 0.1, 56e6, 30), (0.12, 0.04, 50e6, 60), (0.25, 0.3, 60e6, 5)]]
+    result = analysis(same_top1, list(SPACE), OBJECTIVES)
+    assert list(result["importances"]) == ["inter_node_bytes"]
+    assert result["importances_skipped"] == {"top1": "every search trial had the same top1"}
+    flat = [_trial(w, c, 0.95, 56e6, {"a": 30}, 2.0) for w, c in [(0.2, 0.1), (0.12, 0.04)]]
+    result = analysis(flat, list(SPACE), OBJECTIVES)
+    assert result["importances"] is None
+    assert result["importances_missing"] == ("every search trial had the same top1; every search trial had the "
+                                             "same inter_node_bytes")
+
+
 # --- where a user reads it --------------------------------------------------------------------------
 
 
@@ -105,10 +127,21 @@ def _stored_study(tmp_path: Path, trials: list[FrozenTrial]) -> str:
 def test_study_best_shows_importances_and_warns_of_the_inert_cutoff(tmp_path: Path) -> None:
     url = _stored_study(tmp_path, INERT_CUTOFF)
     out = run_cli("study", "best", "tiny", "--storage", url, cwd=tmp_path).stdout
-    assert "parameter importances" in out and "method.warmup_frac" in out
+    assert "parameter importances (Optuna's default evaluator, per objective)" in out
+    rows = re.findall(r"^│ (method\.\w+(?: \(changed nothing\))?) +│ ([\d.]+) +│ ([\d.]+) +│$", out, re.MULTILINE)
+    assert sorted(r[0] for r in rows) == ["method.sigma_cutoff (changed nothing)", "method.warmup_frac"], out
+    for column in (1, 2):
+        assert sum(float(r[column]) for r in rows) == pytest.approx(1.0, abs=0.002)
     assert "warning: method.sigma_cutoff changed nothing: it took 4 values in [0.0104, 0.3]" in out
     status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert "warning: method.sigma_cutoff changed nothing" in status
+
+
+def test_study_best_with_one_trial_says_in_one_line_that_importances_need_more(tmp_path: Path) -> None:
+    url = _stored_study(tmp_path, INERT_CUTOFF[:1])
+    out = run_cli("study", "best", "tiny", "--storage", url, cwd=tmp_path).stdout
+    lines = [line for line in out.splitlines() if "importances" in line]
+    assert lines == ["parameter importances: not yet (1 completed search trial(s): importances need at least 2)"], out
 
 
 def test_promote_says_when_it_carries_an_inert_parameter(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ link of `bandwidth` each way and a one-way latency of `latency_ms` to every othe
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -44,9 +45,10 @@ from typing import TYPE_CHECKING
 
 from abtune.errors import ConfigError
 from abtune.launch.pids import process_alive
+from abtune.runfiles import METRICS_FILE
 
 if TYPE_CHECKING:
-    from abtune.launch.profiles import FabricProfile
+    from abtune.launch.profiles import FabricFault, FabricProfile
 
 PREFIX = "abtune-"
 NODE_LINK = "fab"  # the node's end of its link, in the node's namespace
@@ -71,6 +73,7 @@ class FabricSpec:
     bandwidth: str | None = None
     latency_ms: float = 0.0
     loss_pct: float = 0.0
+    netem_always: bool = False  # a netem qdisc even at 0 ms and 0% loss, so faults can change it later
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,12 @@ def parse_rate_bits(text: str) -> float:
     raise ValueError(f"expected a rate such as 1gbit, 100mbit or 500kbit, got {text!r}")
 
 
+def _kernel_hint(error: str) -> str:
+    if "netem" in error and "unknown" in error:
+        return " (this kernel has no netem: latency_ms, loss_pct and their faults cannot be emulated here)"
+    return ""
+
+
 def _ip(*args: str) -> None:
     _run(["ip", *args])
 
@@ -154,6 +163,9 @@ class Fabric:
                 fabric._add_namespace(name)
             fabric._wire()
             fabric._start_anchors()
+        except RuntimeError as error:  # ip or tc refused: the kernel lacks what the profile asks for
+            fabric.remove()
+            raise ConfigError(f"the emulated fabric could not be built: {error}{_kernel_hint(str(error))}") from None
         except BaseException:
             fabric.remove()
             raise
@@ -225,9 +237,9 @@ class Fabric:
         spec, tc = self.spec, ["tc", "-n", namespace, "qdisc", "add", "dev", device]
         parent = ["root"]
         netem = []
-        if delay and spec.latency_ms:
+        if delay and (spec.latency_ms or spec.netem_always):
             netem += ["delay", f"{spec.latency_ms}ms"]
-        if delay and spec.loss_pct:
+        if delay and (spec.loss_pct or spec.netem_always):
             netem += ["loss", f"{spec.loss_pct}%"]
         if netem:
             _run([*tc, "root", "handle", "1:", "netem", *netem])
@@ -237,6 +249,15 @@ class Fabric:
             burst = max(TBF_MIN_BURST_BYTES, int(rate_bytes * TBF_BURST_SECONDS))
             _run([*tc, *parent, "handle", "2:", "tbf", "rate", spec.bandwidth, "burst", str(burst),
                   "latency", f"{TBF_LATENCY_MS}ms"])
+
+    # --- faults --------------------------------------------------------------------------
+    def set_link(self, node: int, up: bool) -> None:
+        _ip("-n", self.node_namespace(node), "link", "set", NODE_LINK, "up" if up else "down")
+
+    def set_netem(self, node: int, latency_ms: float, loss_pct: float) -> None:
+        """The node's way out from now on (the fabric must have been made with `netem_always`)."""
+        _run(["tc", "-n", self.node_namespace(node), "qdisc", "change", "dev", NODE_LINK, "root", "handle", "1:",
+              "netem", "delay", f"{latency_ms}ms", "loss", f"{loss_pct}%"])
 
     # --- reading -----------------------------------------------------------------------
     def counters(self) -> list[LinkCounters]:
@@ -308,13 +329,34 @@ class NodeNetwork:
 class EmulatedNetwork(NodeNetwork):
     """The ranks of each node in the node's namespace of `fabric`; reads the links before and after."""
 
-    def __init__(self, fabric: Fabric) -> None:
+    def __init__(self, fabric: Fabric, faults: tuple[FabricFault, ...] = (), run_dir: Path | None = None) -> None:
         self.fabric = fabric
         self.start = fabric.counters()
         self._last: list[tuple[float, int]] | None = None
         self.peak_bits_per_s = 0.0
+        self.pending = sorted(faults, key=lambda f: f.at_step)
+        self.applied: list[dict[str, object]] = []
+        self._steps = StepWatcher(run_dir / METRICS_FILE) if run_dir is not None and faults else None
 
     def sample(self) -> None:
+        self._apply_due_faults()
+        self._sample_rate()
+
+    def _apply_due_faults(self) -> None:
+        if not self.pending or self._steps is None:
+            return
+        step = self._steps.latest()
+        while self.pending and step >= self.pending[0].at_step:
+            fault = self.pending.pop(0)
+            if fault.link is not None:
+                self.fabric.set_link(fault.node, fault.link == "up")
+            if fault.loss_pct is not None or fault.latency_ms is not None:
+                spec = self.fabric.spec
+                self.fabric.set_netem(fault.node, spec.latency_ms if fault.latency_ms is None else fault.latency_ms,
+                                      spec.loss_pct if fault.loss_pct is None else fault.loss_pct)
+            self.applied.append({**fault.model_dump(exclude_none=True), "seen_at_step": step, "time": time.time()})
+
+    def _sample_rate(self) -> None:
         """The fastest any node's link sent over one launcher poll: what `bandwidth` must bound."""
         now = [self._timed_tx(node) for node in range(self.fabric.spec.nodes)] if self.fabric.spec.nodes > 1 else []
         if self._last is not None:
@@ -349,7 +391,7 @@ class EmulatedNetwork(NodeNetwork):
         summary["traffic"]["measured_inter_node_bytes"]["link"] = {
             "bandwidth": self.fabric.spec.bandwidth, "latency_ms": self.fabric.spec.latency_ms,
             "loss_pct": self.fabric.spec.loss_pct, "namespaces": self.fabric.namespaces,
-            "peak_bits_per_s": self.peak_bits_per_s,
+            "peak_bits_per_s": self.peak_bits_per_s, "faults": self.applied,
             "peak_note": "the fastest a node's link sent over one launcher poll (headers included)"}
         write_summary(run_dir, summary)
 
@@ -360,13 +402,40 @@ def node_network(settings: FabricProfile | None, nodes: int, run_dir: Path) -> I
     if settings is None:
         yield NodeNetwork()
         return
-    fabric = Fabric.create(FabricSpec(nodes, settings.bandwidth, settings.latency_ms, settings.loss_pct))
+    for fault in settings.faults:
+        if fault.node >= nodes:
+            raise ConfigError(f"fabric.faults: node {fault.node} does not exist; this run has nodes 0-{nodes - 1}")
+    changes_netem = any(f.loss_pct is not None or f.latency_ms is not None for f in settings.faults)
+    fabric = Fabric.create(FabricSpec(nodes, settings.bandwidth, settings.latency_ms, settings.loss_pct,
+                                      netem_always=changes_netem))
     try:
-        network = EmulatedNetwork(fabric)
+        network = EmulatedNetwork(fabric, settings.faults, run_dir)
         yield network
         network.record(run_dir)
     finally:
         fabric.remove()
+
+
+class StepWatcher:
+    """The latest step in a run's metrics.jsonl (rank 0's log records), read incrementally."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._step = 0
+
+    def latest(self) -> int:
+        if not self.path.is_file():
+            return self._step
+        with self.path.open("rb") as stream:
+            stream.seek(self._offset)
+            chunk = stream.read()
+        complete = chunk[: chunk.rfind(b"\n") + 1]  # a line being written is read next time
+        self._offset += len(complete)
+        for line in complete.splitlines():
+            with contextlib.suppress(ValueError):
+                self._step = max(self._step, int(json.loads(line).get("step", 0)))
+        return self._step
 
 
 def remove_namespaces(names: list[str]) -> None:

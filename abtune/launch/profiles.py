@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from abtune.config import RunConfig, StrictModel, describe_validation_error
 from abtune.errors import ConfigError
@@ -67,6 +67,7 @@ class FabricProfile(StrictModel):
                                                     "null: unshaped")
     latency_ms: float = Field(0.0, ge=0, description="one-way delay between two nodes")
     loss_pct: float = Field(0.0, ge=0, lt=100, description="packets lost on each node's way out")
+    faults: tuple[FabricFault, ...] = Field((), description="changes to a node's link at a given step (tests, drills)")
 
     @field_validator("bandwidth")
     @classmethod
@@ -76,6 +77,23 @@ class FabricProfile(StrictModel):
         if value is not None and parse_rate_bits(value) <= 0:
             raise ValueError(f"expected a positive rate, got {value!r}")
         return value
+
+
+class FabricFault(StrictModel):
+    """A change to one node's link once the run has reached `at_step` (as rank 0's log records say, every
+    `train.log_every` steps): the link down or up again, or its loss and one-way latency from then on."""
+
+    at_step: int = Field(ge=1)
+    node: int = Field(0, ge=0, description="the simulated node whose link changes")
+    link: Literal["down", "up"] | None = None
+    loss_pct: float | None = Field(None, ge=0, lt=100)
+    latency_ms: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _changes_something(self) -> FabricFault:
+        if self.link is None and self.loss_pct is None and self.latency_ms is None:
+            raise ValueError("a fault changes something: give link (down|up), loss_pct or latency_ms")
+        return self
 
 
 class LocalProfile(StrictModel):

@@ -2,6 +2,9 @@
 
 Importances are Optuna's own (`optuna.importance.get_param_importances`, its default evaluator), one
 set per objective, over the completed search trials (the paper-defaults reference included, DDP not).
+They need two such trials and a searched parameter that took two values; an objective that was the
+same in every trial (or finite in fewer than two) gets none: Optuna would share it out equally, as
+if every parameter mattered alike.
 
 A searched parameter is **inert** when it took at least two distinct values among those trials and
 the quantity it drives was the same in every one of them:
@@ -93,18 +96,24 @@ def _schedule(steps: dict[str, int] | None) -> str:
 
 
 def importances(trials: Sequence[FrozenTrial], objectives: Sequence[str]) -> dict[str, dict[str, float]]:
-    """Optuna's parameter importances for each objective (read from the trials' result attributes).
+    """Optuna's parameter importances for each objective (read from the trials' result attributes); an
+    objective `unranked` gives a reason for is left out.
 
-    Raises ValueError when there are too few search trials or no parameter that varies.
+    Raises ValueError when there are too few search trials or no searched parameter took two values.
     """
-    searched = [t for t in results.search_trials(trials) if t.params]
+    searched = _with_params(trials)
     if len(searched) < 2:
         raise ValueError(f"{len(searched)} completed search trial(s): importances need at least 2")
+    names = {name for t in searched for name in t.params}
+    if not any(len({_frozen(t.params[n]) for t in searched if n in t.params}) > 1 for n in names):
+        raise ValueError(f"no searched parameter took two values in the {len(searched)} completed search trials")
     by_objective: dict[str, dict[str, float]] = {}
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "new study created in memory" line per objective
     try:
         for objective in objectives:
+            if unranked(trials, objective) is not None:
+                continue
             scored = [t for t in searched if _finite(t.user_attrs.get(objective))]
             copy = optuna.create_study(direction=DIRECTIONS[objective])
             copy.add_trials([optuna.trial.create_trial(params=t.params, distributions=t.distributions,
@@ -115,6 +124,20 @@ def importances(trials: Sequence[FrozenTrial], objectives: Sequence[str]) -> dic
     finally:
         optuna.logging.set_verbosity(verbosity)
     return by_objective
+
+
+def unranked(trials: Sequence[FrozenTrial], objective: str) -> str | None:
+    """Why the search trials rank no parameter for `objective` (None: they can)."""
+    values = [float(t.user_attrs[objective]) for t in _with_params(trials) if _finite(t.user_attrs.get(objective))]
+    if len(values) < 2:
+        return f"{len(values)} search trial(s) with a finite {objective}"
+    if len(set(values)) == 1:
+        return f"every search trial had the same {objective}"
+    return None
+
+
+def _with_params(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    return [t for t in results.search_trials(trials) if t.params]
 
 
 def inert_in_study(study: optuna.Study) -> list[InertParameter]:
@@ -140,10 +163,16 @@ def analysis(trials: Sequence[FrozenTrial], space: Sequence[str], objectives: Se
                               "inert": [{"param": p.name, "values": list(p.values), "message": p.describe()}
                                         for p in inert_parameters(trials, space, objectives)]}
     try:
-        report["importances"] = importances(trials, objectives)
+        report["importances"] = importances(trials, objectives) or None
     except (ValueError, RuntimeError) as error:  # too few trials, or no parameter that varies
         report["importances"] = None
         report["importances_missing"] = str(error).splitlines()[0][:200]
+        return report
+    skipped = {o: reason for o in objectives if (reason := unranked(trials, o)) is not None}
+    if skipped:
+        report["importances_skipped"] = skipped  # objectives left out of the importances, and why
+    if report["importances"] is None:
+        report["importances_missing"] = "; ".join(skipped.values())
     return report
 
 

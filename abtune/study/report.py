@@ -133,9 +133,13 @@ def print_importances(console: Console, analysis: dict[str, Any]) -> None:
         objectives = list(values)
         table = Table("parameter", *objectives, title="parameter importances (Optuna's default evaluator, per objective)")
         params = sorted({p for by in values.values() for p in by}, key=lambda p: -max(by.get(p, 0.0) for by in values.values()))
+        inert = {i["param"] for i in analysis["inert"]}  # Optuna may credit one with what a correlated parameter did
         for param in params:
-            table.add_row(param, *(f"{values[o].get(param, 0.0):.3f}" for o in objectives))
+            table.add_row(param + (" (changed nothing)" if param in inert else ""),
+                          *(f"{values[o].get(param, 0.0):.3f}" for o in objectives))
         console.print(table)
+        for objective, reason in analysis.get("importances_skipped", {}).items():
+            console.print(f"parameter importances for {objective}: none ({reason})")
     for inert in analysis["inert"]:
         console.print(f"warning: {inert['message']}")
 
