@@ -12,6 +12,8 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import FrozenTrial, create_trial
 
+from abtune.runfiles import RunSummary
+from abtune.study import repeats, results
 from abtune.study.importance import analysis, importances, inert_parameters
 from tests.conftest import run_cli
 from tests.study_helpers import write_study
@@ -41,6 +43,25 @@ ACTIVE_CUTOFF = [_trial(0.2, 0.1, 0.95, 56e6, {"a": 30, "b": 11}, 2.85),
                  _trial(0.12, 0.04, 0.96, 50e6, {"a": 60}, 1.1),
                  _trial(0.25, 0.3, 0.94, 60e6, {"a": 5, "b": 7}, 6.1),
                  _trial(0.18, 0.05, 0.95, 55e6, {}, 1.0)]
+
+
+def _summary(**extra: Any) -> RunSummary:
+    return RunSummary({"final": {"val_top1": 0.9}, "best_top1": 0.9, "steps_done": 300, "stopped_early": None,
+                       "timing": {"train_seconds": 1.0}, "traffic": {"training_inter_node_bytes": 400.0},
+                       "compression": {"trained_model_ratio": 1.0, "ecr_percent": 0.0}, **extra})
+
+
+def test_a_trial_records_the_first_ranks_and_the_schedule_in_steps() -> None:
+    """What the runner stores on a trial (results.result_attrs), and what the inert check reads."""
+    decompositions = [{"step": 60, "ranks": {"blocks.0.attn.qkv.weight": 12}}, {"step": 90, "ranks": {}}]
+    attrs = results.result_attrs(_summary(decompositions=decompositions, schedule=SCHEDULE), 1.0)
+    assert (attrs["first_ranks"], attrs["schedule_steps"]) == ({"blocks.0.attn.qkv.weight": 12}, SCHEDULE)
+    nothing = results.result_attrs(_summary(decompositions=[{"step": 60, "ranks": {}}], schedule=SCHEDULE), 1.0)
+    assert nothing["first_ranks"] == {}  # decomposed, factored nothing
+    ddp = results.result_attrs(_summary(), 1.0)
+    assert (ddp["first_ranks"], ddp["schedule_steps"]) == (None, None)  # never decomposes, no AB schedule
+    seeds = repeats.aggregate({0: attrs, 1000: {**attrs, "top1": 0.8}}, 2.0)  # a trial with seed repeats
+    assert (seeds["first_ranks"], seeds["schedule_steps"]) == (attrs["first_ranks"], SCHEDULE)
 
 
 def test_a_cutoff_under_which_nothing_was_factored_is_inert() -> None:
@@ -151,5 +172,5 @@ def test_promote_says_when_it_carries_an_inert_parameter(tmp_path: Path) -> None
                      "--scaling", "local", "--dry-run", cwd=tmp_path, check=False)
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stderr.splitlines() if "changed nothing" in line]
-    assert lines == ["abtune: warning: promote: method.sigma_cutoff=0.0104 changed nothing in study tiny (every trial factored "
-                     "nothing (compression 1.00:1)): its value in the scaling runs is untested"], result.stderr
+    assert lines == ["abtune: warning: promote: method.sigma_cutoff=0.0104 changed nothing in study tiny: every trial "
+                     "factored nothing (compression 1.00:1); its value in the scaling runs is untested"], result.stderr

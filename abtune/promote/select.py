@@ -147,8 +147,8 @@ def inert_carried(study: optuna.Study, promoted: list[Promoted]) -> list[str]:
         for key, value in item.overrides.items():
             if key in inert:
                 shown = f"{value:.4g}" if isinstance(value, float) else str(value)
-                lines.append(f"promote: {key}={shown} changed nothing in study {study.study_name} "
-                             f"({inert[key].what}): its value in the scaling runs is untested")
+                lines.append(f"promote: {key}={shown} changed nothing in study {study.study_name}: "
+                             f"{inert[key].what}; its value in the scaling runs is untested")
     return lines
 
 
