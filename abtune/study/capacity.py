@@ -79,7 +79,7 @@ def check_workers_leave_room(profile: SlurmProfile, worker: SlurmProfile, layout
     """Refuse (one line) a partition the cluster does not have, or a launch whose workers can keep every trial
     from starting, with advice that works (`rerun`: the `abtune study run ...` that drives the study from here
     instead). Returns what could not be checked (sinfo missing or silent), else None."""
-    known = partitions()
+    known, default = partitions()
     if not known:
         return "sinfo gave no partitions here: the partitions and the room workers leave trials were not checked"
     for label, name in (("partition", profile.partition), ("worker.partition", worker.partition)):
@@ -99,7 +99,7 @@ def check_workers_leave_room(profile: SlurmProfile, worker: SlurmProfile, layout
     where = profile.partition or "the default partition"
     asks = "whole nodes" if need is None else f"{need} CPU(s) on each"
     fewer = next((w for w in range(workers - 1, 0, -1) if nodes_left(trial_nodes, shared, need, w, cpus) >= layout.nodes), 0)
-    elsewhere = sorted(p for p in partitions() if p != (profile.partition or default_partition()))
+    elsewhere = [p for p in known if p != (profile.partition or default)]
     raise ConfigError(
         f"{workers} worker(s) of {cpus} CPU(s) on the nodes of {where} can keep every trial from starting (a trial "
         f"asks {layout.nodes} node(s), {asks}; the partition has {len(trial_nodes)} node(s) of "
@@ -117,15 +117,12 @@ def room_advice(fewer: int, elsewhere: Sequence[str], rerun: str) -> str:
     return "; or ".join(ways)
 
 
-def partitions() -> list[str]:
-    """The cluster's partition names (the default one without sinfo's `*`); empty when sinfo cannot tell."""
-    out = slurm_output("sinfo", "-h", "-o", "%P")
-    return sorted({line.strip().rstrip("*") for line in (out or "").splitlines() if line.strip()})
-
-
-def default_partition() -> str | None:
-    out = slurm_output("sinfo", "-h", "-o", "%P")
-    return next((line.strip()[:-1] for line in (out or "").splitlines() if line.strip().endswith("*")), None)
+def partitions() -> tuple[list[str], str | None]:
+    """The cluster's partition names (sorted, without sinfo's `*`) and its default one, from one sinfo call;
+    no names when sinfo cannot tell."""
+    listed = [line.strip() for line in (slurm_output("sinfo", "-h", "-o", "%P") or "").splitlines() if line.strip()]
+    default = next((name[:-1] for name in listed if name.endswith("*")), None)
+    return sorted({name.rstrip("*") for name in listed}), default
 
 
 def job_states(job_ids: Sequence[str]) -> dict[str, dict[str, str]]:

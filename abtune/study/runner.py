@@ -144,6 +144,8 @@ class StudyRunner:
         return not self.stopping
 
     def _update_study_artifacts(self) -> None:
+        if self.parent_run is None:  # tracking off: no run to put the plots on, nothing to compute
+            return
         trials = self.all_trials()
         analysis = importance.analysis(trials, list(self.spec.space), importance.shown_objectives(self.spec))
         self.tracking.update_study_artifacts(self.parent_run, self.study, analysis)
