@@ -230,6 +230,8 @@ def test_a_link_taken_down_mid_run_fails_it_in_one_line_and_leaves_nothing(tmp_p
     ({"at_step": 5}, "a fault changes something: give link (down|up), loss_pct or latency_ms"),
     ({"at_step": 0, "link": "down"}, "at_step: Input should be greater than or equal to 1"),
     ({"at_step": 5, "link": "sideways"}, "link: Input should be 'down' or 'up'"),
+    ({"at_step": 5, "nod": 1, "link": "down"},  # the keys of the section the typo sits in, not the profile's
+     "fabric.faults.0.nod: unknown key (valid keys of fabric.faults.0: at_step, node, link, loss_pct, latency_ms)"),
 ])
 def test_a_bad_fault_is_refused_in_one_line(tmp_path: Path, fault: dict[str, Any], expected: str) -> None:
     config = write_config(tmp_path / "run.yaml")

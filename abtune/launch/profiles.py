@@ -10,9 +10,9 @@ validated once, when it is loaded (unknown keys, ranges), and again against the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from abtune.config import RunConfig, StrictModel, describe_validation_error
 from abtune.errors import ConfigError
@@ -59,6 +59,23 @@ def parse_time_limit(value: int | str) -> int:
     return -(-((hours * 60 + minutes) * 60 + seconds) // 60)
 
 
+class FabricFault(StrictModel):
+    """A change to one node's link once the run has reached `at_step` (as rank 0's log records say, every
+    `train.log_every` steps): the link down or up again, or its loss and one-way latency from then on."""
+
+    at_step: int = Field(ge=1)
+    node: int = Field(0, ge=0, description="the simulated node whose link changes")
+    link: Literal["down", "up"] | None = None
+    loss_pct: float | None = Field(None, ge=0, lt=100)
+    latency_ms: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _changes_something(self) -> FabricFault:
+        if self.link is None and self.loss_pct is None and self.latency_ms is None:
+            raise ValueError("a fault changes something: give link (down|up), loss_pct or latency_ms")
+        return self
+
+
 class FabricProfile(StrictModel):
     """An emulated interconnect between the simulated nodes (`abtune/launch/fabric.py`): each node in a
     network namespace of its own, joined by links shaped with `tc`. Needs root (or CAP_NET_ADMIN) and iproute2."""
@@ -77,23 +94,6 @@ class FabricProfile(StrictModel):
         if value is not None and parse_rate_bits(value) <= 0:
             raise ValueError(f"expected a positive rate, got {value!r}")
         return value
-
-
-class FabricFault(StrictModel):
-    """A change to one node's link once the run has reached `at_step` (as rank 0's log records say, every
-    `train.log_every` steps): the link down or up again, or its loss and one-way latency from then on."""
-
-    at_step: int = Field(ge=1)
-    node: int = Field(0, ge=0, description="the simulated node whose link changes")
-    link: Literal["down", "up"] | None = None
-    loss_pct: float | None = Field(None, ge=0, lt=100)
-    latency_ms: float | None = Field(None, ge=0)
-
-    @model_validator(mode="after")
-    def _changes_something(self) -> FabricFault:
-        if self.link is None and self.loss_pct is None and self.latency_ms is None:
-            raise ValueError("a fault changes something: give link (down|up), loss_pct or latency_ms")
-        return self
 
 
 class LocalProfile(StrictModel):
@@ -208,10 +208,38 @@ def load_profile(name_or_path: str) -> Profile:
     try:
         return schema.model_validate(raw)
     except ValidationError as error:
-        valid = f"valid keys of a {raw['kind']} profile: {', '.join(schema.model_fields)}"
-        message = describe_validation_error(error, str(path))
-        raise ConfigError(message.replace("(check the spelling; see `abtune config show` for valid keys)",
-                                          f"({valid})")) from None
+        raise ConfigError(_with_valid_keys(error, str(path), schema, raw["kind"])) from None
+
+
+def _with_valid_keys(error: ValidationError, source: str, schema: type[BaseModel], kind: str) -> str:
+    """describe_validation_error, each unknown key answered with the keys of the section it sits in."""
+    lines = describe_validation_error(error, source).splitlines()
+    hint = "(check the spelling; see `abtune config show` for valid keys)"
+    for index, item in enumerate(error.errors()):
+        if item["type"] == "extra_forbidden":
+            section = _section(schema, item["loc"][:-1])
+            if section is None:
+                continue
+            where = f"a {kind} profile" if len(item["loc"]) == 1 else f"{'.'.join(map(str, item['loc'][:-1]))}"
+            lines[index] = lines[index].replace(hint, f"(valid keys of {where}: {', '.join(section.model_fields)})")
+    return "\n".join(lines)
+
+
+def _section(schema: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The model of the section at `loc` (names of fields, indices of their tuple items); None: not a model."""
+    section: type[BaseModel] | None = schema
+    for key in loc:
+        if isinstance(key, int) or section is None:
+            continue  # an item of a tuple of sections: the same model
+        annotation = section.model_fields[key].annotation
+        section = next((t for t in (annotation, *_arguments(annotation))
+                        if isinstance(t, type) and issubclass(t, BaseModel)), None)
+    return section
+
+
+def _arguments(annotation: object) -> tuple[object, ...]:
+    """The types inside `X | None` and `tuple[X, ...]`, one level deep."""
+    return tuple(a for arg in get_args(annotation) for a in (arg, *get_args(arg)))
 
 
 def check_fits(config: RunConfig, layout: Layout) -> None:
