@@ -28,7 +28,8 @@ too, so a CPU run finds the mistake.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -150,6 +151,10 @@ class CommMeter:
         self.rank = rank
         self.phase = "setup"
         self._tallies: dict[tuple[str, str, str, str], Tally] = defaultdict(Tally)
+        # What a hung rank waits in (read by abtune/training/hang.py from its own thread): the blocking
+        # collective under way, else the last one issued (DDP's gradient buckets are asynchronous).
+        self.waiting_in: str | None = None
+        self.last_issued: str | None = None
 
     def group(self, name: str, ranks: tuple[int, ...], handle: Any = None) -> CommGroup:
         return CommGroup(name, ranks, self.topology.spans_nodes(ranks), handle)
@@ -165,6 +170,7 @@ class CommMeter:
         group_mean = sum(self.topology.inter_node_bytes(r, op, payload_bytes, group.ranks, root)
                          for r in group.ranks) / group.size
         self._tallies[(self.phase, group.name, group.locality, op.value)].add(payload_bytes, wire, inter, group_mean)
+        self.last_issued = f"{op.value} over group '{group.name}' of {group.size} ranks in phase {self.phase}"
 
     def check_device(self, what: str, group: CommGroup, *tensors: torch.Tensor) -> None:
         """Refuse tensors that are not on the run's device (see the module's docstring)."""
@@ -175,21 +181,33 @@ class CommMeter:
     def all_reduce(self, tensor: torch.Tensor, group: CommGroup, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM) -> None:
         self.check_device(Op.ALL_REDUCE, group, tensor)
         self.record(Op.ALL_REDUCE, tensor.nbytes, group)
-        dist.all_reduce(tensor, op=op, group=group.handle)
+        with self._waiting():
+            dist.all_reduce(tensor, op=op, group=group.handle)
 
     def broadcast(self, tensor: torch.Tensor, src: int, group: CommGroup) -> None:
         self.check_device(Op.BROADCAST, group, tensor)
         self.record(Op.BROADCAST, tensor.nbytes, group, src)
-        dist.broadcast(tensor, src=src, group=group.handle)
+        with self._waiting():
+            dist.broadcast(tensor, src=src, group=group.handle)
 
     def all_gather(self, output: torch.Tensor, tensor: torch.Tensor, group: CommGroup) -> None:
         self.check_device(Op.ALL_GATHER, group, output, tensor)
         self.record(Op.ALL_GATHER, output.nbytes, group)
-        dist.all_gather_single(output, tensor, group=group.handle)
+        with self._waiting():
+            dist.all_gather_single(output, tensor, group=group.handle)
 
     def barrier(self, group: CommGroup) -> None:
         self.record(Op.BARRIER, 0, group)
-        dist.barrier(group=group.handle)
+        with self._waiting():
+            dist.barrier(group=group.handle)
+
+    @contextmanager
+    def _waiting(self) -> Iterator[None]:
+        self.waiting_in = self.last_issued
+        try:
+            yield
+        finally:
+            self.waiting_in = None
 
     # --- reading --------------------------------------------------------------------------
     def rows(self) -> list[dict[str, Any]]:

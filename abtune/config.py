@@ -89,6 +89,23 @@ class DataConfig(StrictModel):
         return self
 
 
+class HangConfig(StrictModel):
+    """When a rank that makes no progress ends its run (abtune/training/hang.py)."""
+
+    enabled: bool = True
+    factor: float = Field(10.0, gt=1.0, description="hung when a step, evaluation or checkpoint runs this many "
+                          "times longer than the longest of its kind so far")
+    floor_s: float = Field(120.0, gt=0.0, description="never hung sooner than this many seconds")
+    untimed_s: float = Field(900.0, gt=0.0, description="the bound for work with no time of its kind yet: set-up, "
+                             "the first step, evaluation and checkpoint, and the end of the run")
+
+    @model_validator(mode="after")
+    def _untimed_not_below_floor(self) -> HangConfig:
+        if self.untimed_s < self.floor_s:
+            raise ValueError(f"untimed_s ({self.untimed_s:g}) must be at least floor_s ({self.floor_s:g})")
+        return self
+
+
 class TrainConfig(StrictModel):
     steps: int = Field(300, ge=1, description="optimizer steps in the whole run")
     local_batch_size: int = Field(32, ge=1, description="samples per rank per step")
@@ -98,6 +115,7 @@ class TrainConfig(StrictModel):
     keep_checkpoints: int = Field(2, ge=1)
     grad_clip: float | None = Field(None, gt=0.0)
     pg_timeout_s: int = Field(600, ge=10, description="seconds a collective may wait before the run fails")
+    hang: HangConfig = Field(default_factory=HangConfig, description="a rank without progress ends the run sooner")
     precision: Literal["fp32", "bf16", "fp16"] = Field(
         "fp32", description="forward passes under autocast; bf16 is recommended on Ampere and newer GPUs"
     )

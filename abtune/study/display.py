@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from abtune.study import results
-from abtune.study.attrs import FAIL_REASON_ATTR
+from abtune.study.attrs import FAIL_REASON_ATTR, RETRIED_ATTR
 from abtune.study.spec import StudySpec
 
 MEGA = 1e6
@@ -40,6 +40,13 @@ def trial_row(trial: FrozenTrial) -> list[str]:
     seconds = f"{attrs['wall_seconds']:.0f}" if "wall_seconds" in attrs else "-"
     note = attrs.get(FAIL_REASON_ATTR, "") if trial.state == TrialState.FAIL else results.label(trial)
     return [str(trial.number), trial.state.name, top1, inter, seconds, note]
+
+
+def finished_line(trial: FrozenTrial, row: list[str]) -> str:
+    if trial.state == TrialState.FAIL:  # no figures to show: the cause, and whether it runs again
+        retried = ", retried" if trial.user_attrs.get(RETRIED_ATTR) else ""
+        return f"trial {trial.number} FAIL{retried}: {row[-1]}"
+    return "trial {} {}: top1 {} inter-node MB {} wall {} s {}".format(*row).rstrip()
 
 
 class RunDisplay:
@@ -90,7 +97,7 @@ class RunDisplay:
         row = trial_row(trial)
         self.rows.append(row)
         if not self.live_mode:
-            self.console.print("trial {} {}: top1 {} inter-node MB {} wall {} s {}".format(*row).rstrip())
+            self.console.print(finished_line(trial, row))
         self.refresh(trials)
 
     def note(self, text: str) -> None:

@@ -1,7 +1,9 @@
 """Failed trials that run again: a retry is a WAITING trial with the same parameters.
 
-Kinds: `stale` (its worker died; `retries.stale` times), `failed` (its run failed;
-`retries.failed` times) and `interrupted` (Ctrl-C; always, and not counted as an attempt). The
+Kinds: `stale` (its worker died; `retries.stale` times), `hung` (its ranks stopped making
+progress, abtune/training/hang.py: a dead link or a frozen node, likely gone on the next try;
+`retries.hung` times), `failed` (its run failed otherwise; `retries.failed` times) and
+`interrupted` (Ctrl-C; always, and not counted as an attempt). The
 failed trial keeps its FAIL state and `fail_reason`, gets `retried: true` and leaves the budget
 to its retry, whose `retry_of` names it (the runner resumes from its checkpoint).
 """
@@ -16,12 +18,18 @@ from optuna.trial import FrozenTrial, TrialState
 from abtune.study import workers
 from abtune.study.attrs import ATTEMPT_ATTR, FAIL_REASON_ATTR, REFERENCE_ATTR, RETRIED_ATTR, RETRY_OF_ATTR
 from abtune.study.spec import StudySpec
+from abtune.training.hang import is_hang
 
-STALE, FAILED, INTERRUPTED = "stale", "failed", "interrupted"
+STALE, HUNG, FAILED, INTERRUPTED = "stale", "hung", "failed", "interrupted"
+
+
+def failure_kind(reason: str | None) -> str:
+    """A failed run's kind of retry, from its one line."""
+    return HUNG if is_hang(reason) else FAILED
 
 
 def allowed(spec: StudySpec, trial: FrozenTrial, kind: str | None) -> bool:
-    limits = {STALE: spec.retries.stale, FAILED: spec.retries.failed, INTERRUPTED: None}
+    limits = {STALE: spec.retries.stale, HUNG: spec.retries.hung, FAILED: spec.retries.failed, INTERRUPTED: None}
     if kind not in limits:
         return False
     limit = limits[kind]

@@ -281,7 +281,8 @@ class StudyRunner:
             self._fail(active, INTERRUPTED, kind=retries.INTERRUPTED)
             return
         if not outcome.ok:
-            self._fail(active, outcome.reason or f"the job exited with code {outcome.exit_code}", kind=retries.FAILED)
+            reason = outcome.reason or f"the job exited with code {outcome.exit_code}"
+            self._fail(active, reason, kind=retries.failure_kind(reason))
             return
         assert active.run_dir is not None
         attrs = repeats.trial_attrs(active.run_dir, active.trial.user_attrs.get(SEEDS_ATTR),

@@ -112,6 +112,8 @@ class References(StrictModel):
 class Retries(StrictModel):
     stale: int = Field(2, ge=0, description="re-runs of a trial whose worker died (crash, kill, lost node)")
     failed: int = Field(0, ge=0, description="re-runs of a trial whose training failed (NaN loss, dead rank)")
+    hung: int = Field(1, ge=0, description="re-runs of a trial whose ranks stopped making progress (a dead link, "
+                      "a frozen node; train.hang), from its checkpoint")
     stale_after_s: int = Field(120, ge=5, description="a trial of another host is stale after this heartbeat age")
 
 

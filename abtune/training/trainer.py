@@ -32,6 +32,7 @@ from abtune.training.checkpoint import (
     set_rng_state,
 )
 from abtune.training.evaluate import Evaluation, evaluate
+from abtune.training.hang import HangDetector
 from abtune.training.hooks import MetricsFile, TrainingHook, build_hooks, configured_hook_specs
 from abtune.training.lr import scheduled_lr
 from abtune.training.precision import Precision
@@ -70,6 +71,8 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.topology, self.meter = discover_topology(env)
         self.world = self.meter.world()
+        self.hang = HangDetector(config.train.hang, f"rank {env.rank} (node {env.node_rank})",
+                                 lambda: self.meter.waiting_in, lambda: self.meter.last_issued)
         train_set, val_set, self.data_info = build_datasets(config.data, config.seed)
         self.train_loader, self.val_loader, self.sampler = build_loaders(
             train_set, val_set, config.train.local_batch_size, env.rank, env.world_size, config.seed,
@@ -102,6 +105,7 @@ class Trainer:
         self._open_hooks(resumed_at=self.state.step if checkpoint is not None else None)
         try:
             self._loop()
+            self.hang.ending(self.state.step, self.method.phase)
             self.method.finish()
             if self.state.stopped_early is None:
                 self._evaluate()
@@ -117,9 +121,10 @@ class Trainer:
             while self.state.step < self.config.train.steps and self.state.stopped_early is None:
                 step = self.state.step
                 started = time.perf_counter()
-                self.method.begin_step(step)
-                loss = self._train_step(step, *next(batches))
-                self.method.end_step(step)
+                with self.hang.doing("step", step, self.method.phase):
+                    self.method.begin_step(step)
+                    loss = self._train_step(step, *next(batches))
+                    self.method.end_step(step)
                 self.state.step += 1
                 seconds = time.perf_counter() - started
                 self.state.train_seconds += seconds
@@ -163,6 +168,10 @@ class Trainer:
             self.state.batch_in_epoch = 0
 
     def _evaluate(self) -> Evaluation:
+        with self.hang.doing("evaluation", self.state.step, self.method.phase):
+            return self._evaluate_now()
+
+    def _evaluate_now(self) -> Evaluation:
         module = self.method.eval_module()  # outside autocast: merging AB's factors stays fp32
         with self.precision.autocast():
             result = evaluate(module, self.val_loader, self.env.device, self.meter, self.world)
@@ -234,6 +243,10 @@ class Trainer:
         return every > 0 and self.state.step % every == 0 and self.state.step < self.config.train.steps
 
     def _save(self) -> None:
+        with self.hang.doing("checkpoint", self.state.step, self.method.phase):
+            self._save_now()
+
+    def _save_now(self) -> None:
         self.checkpointer.save(
             self.state.step,
             {
@@ -262,6 +275,7 @@ class Trainer:
 
     # --- the summary ----------------------------------------------------------------------
     def _report(self) -> dict[str, Any] | None:
+        self.hang.ending(self.state.step, self.method.phase)  # rank 0's trackers may upload for a while
         summary = build_summary(self)
         if self.env.is_main:
             write_summary(self.run_dir, summary)

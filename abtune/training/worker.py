@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from abtune.config import load_run_config
-from abtune.errors import AbtuneError
+from abtune.errors import AbtuneError, TrainingFailed
 from abtune.launch.runlock import join_run
 from abtune.runfiles import CONFIG_FILE, FAILURES_DIR
 
@@ -59,12 +59,15 @@ def run_rank(run_dir: Path, resume: bool) -> None:
     config = load_run_config(run_dir / CONFIG_FILE)
     rank = int(os.environ.get("RANK", "0"))
     held = None
+    trainer = None
     try:
         if rank == 0:
             held = join_run(run_dir)  # a resume is refused while this rank lives, even if its launcher dies
         env = init_distributed(config.train.pg_timeout_s)  # may refuse: a task without a GPU of its own
         with strict_device.strict_devices(strict_device.requested()):
-            Trainer(config, run_dir, env).train(resume=resume)
+            trainer = Trainer(config, run_dir, env)
+            trainer.hang.start(lambda message: end_hung_rank(run_dir, rank, message))
+            trainer.train(resume=resume)
         finish_together()
     except AbtuneError as error:
         record_failure(run_dir, rank, str(error))
@@ -74,9 +77,20 @@ def run_rank(run_dir: Path, resume: bool) -> None:
                        deliberate=False)
         raise
     finally:
+        if trainer is not None:
+            trainer.hang.stop()
         shutdown()
         if held is not None:
             held.close()
+
+
+def end_hung_rank(run_dir: Path, rank: int, message: str) -> NoReturn:
+    """From the hang detector's thread: the main thread is blocked in C++ and cannot be interrupted, so
+    the process ends here (abtune/training/hang.py)."""
+    record_failure(run_dir, rank, message)
+    if not os.environ.get(QUIET_VARIABLE):
+        print(f"abtune worker: {message}", file=sys.stderr)
+    exit_without_finalizing(TrainingFailed.exit_code)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -175,6 +175,50 @@ def test_failed_rank_ends_the_job_with_its_cause(tmp_path: Path, profile: Path) 
                                             lines[0]), result.stderr
 
 
+def _task_pid(job_id: str, task: int) -> int | None:
+    """The process of one task of a job on this machine's slurmd nodes, by the environment slurmd started it with."""
+    wanted = {f"SLURM_JOB_ID={job_id}".encode(), f"SLURM_PROCID={task}".encode()}
+    for proc in Path("/proc").iterdir():
+        try:
+            environ = set((proc / "environ").read_bytes().split(b"\0"))
+            command = (proc / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if proc.name.isdigit() and wanted <= environ and b"submitit.core._submit" in command:
+            return int(proc.name)
+    return None
+
+
+def test_a_frozen_rank_gets_its_job_ended_by_a_peer_not_its_time_limit(tmp_path: Path, profile: Path) -> None:
+    """A rank frozen mid-run (SIGSTOP, as a hung GPU or a stalled node) leaves its peer waiting in DDP's all-reduce;
+    the peer's hang detector ends its task at its 3 s floor, srun ends the job, and the one line names the rank
+    that waited, well before the job's hour or the process group's 600 s."""
+    config = write_config(tmp_path / "long.yaml", train={"steps": 100000, "eval_every": 100000, "log_every": 10,
+                                                         "hang": {"floor_s": 3, "untimed_s": 120}})
+    two_ranks = tmp_path / "two.yaml"
+    two_ranks.write_text(profile.read_text().replace("tasks_per_node: 2", "tasks_per_node: 1"))
+    run_dir = prepared_run(config, tmp_path / "run")
+    job = load_launcher(str(two_ranks)).submit(run_dir, Layout(2, 1))
+    assert isinstance(job, SlurmJob)
+    wait_until(lambda: any(r["kind"] == "log" for r in read_metrics(run_dir)) if (run_dir / "metrics.jsonl").exists()
+               else False, JOB_TIMEOUT_S, "the run to train")
+    pid = _task_pid(job.job_id, 1)
+    assert pid is not None, "rank 1's process"
+    os.kill(pid, signal.SIGSTOP)
+    frozen = time.monotonic()
+    try:
+        outcome = job.wait(poll_s=0.5)
+    finally:
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, signal.SIGCONT)
+    assert not outcome.ok and outcome.reason is not None
+    assert re.fullmatch(r"SLURM job \d+ FAILED: rank 0 \(node 0\) made no progress for \d+ s in step \d+ \(phase "
+                        r"train\), not in a collective \(the last it issued: all_reduce over group 'world' .*",
+                        outcome.reason), outcome.reason
+    assert time.monotonic() - frozen < 120
+    wait_until(lambda: not in_queue(job.job_id), 60, "the job to leave the queue")
+
+
 def test_interrupted_job_resumes_from_its_checkpoint(tmp_path: Path, profile: Path) -> None:
     """Interrupted twice, then completes: first preempted the way submitit sees it (rank 0 calls
     checkpoint() and requeues), then requeued by SLURM itself (`scontrol requeue`: the job restarts
