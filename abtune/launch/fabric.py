@@ -21,9 +21,12 @@ fabric, in a session of its own) removes it if the launcher dies without doing s
 pipe only the launcher holds. Removing a namespace also kills what still runs in it (a rank left behind)
 and so frees its links and qdiscs. As a last resort, `Fabric.create` reaps fabrics whose launcher is gone.
 
-Shaping (iproute2 `tc`): each node's egress gets netem (`latency_ms`, `loss_pct`) and tbf (`bandwidth`);
-behind a bridge, the bridge's port towards each node gets the same tbf, so every node has a full-duplex
-link of `bandwidth` each way and a one-way latency of `latency_ms` to every other node.
+Shaping (iproute2 `tc`): each node's egress gets netem (`latency_ms`) and tbf (`bandwidth`); behind a
+bridge, the bridge's port towards each node gets the same tbf, so every node has a full-duplex link of
+`bandwidth` each way and a one-way latency of `latency_ms` to every other node. Loss (`loss_pct`) is
+an iptables rule in each node's namespace that drops that share of the packets reaching the node on
+its link, at random (`-m statistic`): one loss point between any two nodes, as netem's on the way out
+would be, and it needs no netem (which some kernels, this project's sandbox among them, lack).
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ class FabricSpec:
     bandwidth: str | None = None
     latency_ms: float = 0.0
     loss_pct: float = 0.0
-    netem_always: bool = False  # a netem qdisc even at 0 ms and 0% loss, so faults can change it later
+    netem_always: bool = False  # a netem qdisc even at 0 ms, so faults can change the latency later
 
 
 @dataclass(frozen=True)
@@ -84,16 +87,18 @@ class LinkCounters:
     rx_packets: int
 
 
-def missing_requirements() -> list[str]:
-    """What keeps this process from building a fabric, in words (empty: nothing)."""
+def missing_requirements(loss: bool = False) -> list[str]:
+    """What keeps this process from building a fabric (`loss`: one that loses packets), in words (empty: nothing)."""
     missing = [f"the `{tool}` command (apt-get install -y iproute2)" for tool in ("ip", "tc") if not shutil.which(tool)]
+    if loss and not shutil.which("iptables"):
+        missing.append("the `iptables` command for loss_pct (apt-get install -y iptables)")
     if not _has_net_admin():
         missing.insert(0, "root or CAP_NET_ADMIN (run as root, or grant the capability)")
     return missing
 
 
-def check_requirements() -> None:
-    missing = missing_requirements()
+def check_requirements(loss: bool = False) -> None:
+    missing = missing_requirements(loss)
     if missing:
         raise ConfigError(f"the emulated interconnect needs {' and '.join(missing)}; "
                           "or use --launcher local (loopback, no link to measure)")
@@ -123,7 +128,7 @@ def parse_rate_bits(text: str) -> float:
 
 def _kernel_hint(error: str) -> str:
     if "netem" in error and "unknown" in error:
-        return " (this kernel has no netem: latency_ms, loss_pct and their faults cannot be emulated here)"
+        return " (this kernel has no netem: latency_ms and its faults cannot be emulated here; loss_pct can)"
     return ""
 
 
@@ -150,8 +155,9 @@ class Fabric:
     _watch_fd: int | None = field(default=None, repr=False)
 
     @classmethod
-    def create(cls, spec: FabricSpec) -> Fabric:
-        check_requirements()
+    def create(cls, spec: FabricSpec, loss_faults: bool = False) -> Fabric:
+        """`loss_faults`: faults will change the loss later (iptables is needed then, too)."""
+        check_requirements(loss=spec.loss_pct > 0 or loss_faults)
         reap_orphans()
         fabric = cls(spec, f"{PREFIX}{os.getpid()}-{secrets.token_hex(3)}")
         names = [fabric.node_namespace(i) for i in range(spec.nodes)]
@@ -231,18 +237,15 @@ class Fabric:
             _ip("-n", namespace, "addr", "add", f"{self.address(node)}/{PREFIX_LEN}", "dev", NODE_LINK)
             _ip("-n", namespace, "link", "set", NODE_LINK, "up")
             self._shape(namespace, NODE_LINK, delay=True)
+            if self.spec.loss_pct:
+                self.set_loss(node, self.spec.loss_pct)
 
     def _shape(self, namespace: str, device: str, delay: bool) -> None:
-        """netem (latency, loss) at the root when asked for, tbf (rate) below it or at the root."""
+        """netem (latency) at the root when asked for, tbf (rate) below it or at the root."""
         spec, tc = self.spec, ["tc", "-n", namespace, "qdisc", "add", "dev", device]
         parent = ["root"]
-        netem = []
         if delay and (spec.latency_ms or spec.netem_always):
-            netem += ["delay", f"{spec.latency_ms}ms"]
-        if delay and (spec.loss_pct or spec.netem_always):
-            netem += ["loss", f"{spec.loss_pct}%"]
-        if netem:
-            _run([*tc, "root", "handle", "1:", "netem", *netem])
+            _run([*tc, "root", "handle", "1:", "netem", "delay", f"{spec.latency_ms}ms"])
             parent = ["parent", "1:"]
         if spec.bandwidth is not None:
             rate_bytes = parse_rate_bits(spec.bandwidth) / 8
@@ -254,10 +257,18 @@ class Fabric:
     def set_link(self, node: int, up: bool) -> None:
         _ip("-n", self.node_namespace(node), "link", "set", NODE_LINK, "up" if up else "down")
 
-    def set_netem(self, node: int, latency_ms: float, loss_pct: float) -> None:
+    def set_latency(self, node: int, latency_ms: float) -> None:
         """The node's way out from now on (the fabric must have been made with `netem_always`)."""
         _run(["tc", "-n", self.node_namespace(node), "qdisc", "change", "dev", NODE_LINK, "root", "handle", "1:",
-              "netem", "delay", f"{latency_ms}ms", "loss", f"{loss_pct}%"])
+              "netem", "delay", f"{latency_ms}ms"])
+
+    def set_loss(self, node: int, loss_pct: float) -> None:
+        """From now on, drop `loss_pct` % of the packets that reach `node` on its link, at random."""
+        iptables = ["ip", "netns", "exec", self.node_namespace(node), "iptables", "-w"]
+        _run([*iptables, "-F", "INPUT"])  # the namespace's own table: only this rule is ever in it
+        if loss_pct > 0:
+            _run([*iptables, "-A", "INPUT", "-i", NODE_LINK, "-m", "statistic", "--mode", "random",
+                  "--probability", f"{loss_pct / 100:.6f}", "-j", "DROP"])
 
     # --- reading -----------------------------------------------------------------------
     def counters(self) -> list[LinkCounters]:
@@ -275,6 +286,17 @@ class Fabric:
                 fields = [int(n) for n in numbers.split()]
                 return LinkCounters(tx_bytes=fields[8], rx_bytes=fields[0], tx_packets=fields[9], rx_packets=fields[1])
         raise RuntimeError(f"no link {NODE_LINK} in namespace {self.node_namespace(node)}")
+
+    def retransmitted_segments(self) -> list[int]:
+        """TCP segments each node's kernel sent again (RetransSegs in the node's /proc/net/snmp): what loss costs."""
+        if self.spec.nodes < 2:
+            return [0]
+        counts = []
+        for anchor in self._anchors:
+            header, values = (line.split()[1:] for line in Path(f"/proc/{anchor.pid}/net/snmp").read_text()
+                              .splitlines() if line.startswith("Tcp:"))
+            counts.append(int(values[header.index("RetransSegs")]))
+        return counts
 
     def _start_anchors(self) -> None:
         """One idle process per node namespace, to read the node's counters through."""
@@ -332,6 +354,7 @@ class EmulatedNetwork(NodeNetwork):
     def __init__(self, fabric: Fabric, faults: tuple[FabricFault, ...] = (), run_dir: Path | None = None) -> None:
         self.fabric = fabric
         self.start = fabric.counters()
+        self.start_retransmits = fabric.retransmitted_segments()
         self._last: list[tuple[float, int]] | None = None
         self.peak_bits_per_s = 0.0
         self.pending = sorted(faults, key=lambda f: f.at_step)
@@ -350,10 +373,10 @@ class EmulatedNetwork(NodeNetwork):
             fault = self.pending.pop(0)
             if fault.link is not None:
                 self.fabric.set_link(fault.node, fault.link == "up")
-            if fault.loss_pct is not None or fault.latency_ms is not None:
-                spec = self.fabric.spec
-                self.fabric.set_netem(fault.node, spec.latency_ms if fault.latency_ms is None else fault.latency_ms,
-                                      spec.loss_pct if fault.loss_pct is None else fault.loss_pct)
+            if fault.latency_ms is not None:
+                self.fabric.set_latency(fault.node, fault.latency_ms)
+            if fault.loss_pct is not None:
+                self.fabric.set_loss(fault.node, fault.loss_pct)
             self.applied.append({**fault.model_dump(exclude_none=True), "seen_at_step": step, "time": time.time()})
 
     def _sample_rate(self) -> None:
@@ -384,6 +407,7 @@ class EmulatedNetwork(NodeNetwork):
         if found is None:
             return
         end = self.fabric.counters()
+        retransmits = [e - s for s, e in zip(self.start_retransmits, self.fabric.retransmitted_segments(), strict=True)]
         summary = found.raw
         add_measured_traffic(summary, [e.tx_bytes - s.tx_bytes for s, e in zip(self.start, end, strict=True)],
                              [e.rx_bytes - s.rx_bytes for s, e in zip(self.start, end, strict=True)],
@@ -392,24 +416,28 @@ class EmulatedNetwork(NodeNetwork):
             "bandwidth": self.fabric.spec.bandwidth, "latency_ms": self.fabric.spec.latency_ms,
             "loss_pct": self.fabric.spec.loss_pct, "namespaces": self.fabric.namespaces,
             "peak_bits_per_s": self.peak_bits_per_s, "faults": self.applied,
+            "tcp_retransmitted_segments": retransmits,
             "peak_note": "the fastest a node's link sent over one launcher poll (headers included)"}
         write_summary(run_dir, summary)
 
 
 @contextlib.contextmanager
-def node_network(settings: FabricProfile | None, nodes: int, run_dir: Path) -> Iterator[NodeNetwork]:
-    """The loopback without `settings`; else a fabric of its own for this run, removed however the run ends."""
+def node_network(settings: FabricProfile | None, nodes: int, run_dir: Path, resume: bool = False) -> Iterator[NodeNetwork]:
+    """The loopback without `settings`; else a fabric of its own for this run, removed however the run ends.
+
+    Faults are events of a run that starts from step 0: a run resumed from a checkpoint (a study's
+    retry, `--resume`) replays none, so a drill's trial fails once and its retry finds the link back."""
     if settings is None:
         yield NodeNetwork()
         return
     for fault in settings.faults:
         if fault.node >= nodes:
             raise ConfigError(f"fabric.faults: node {fault.node} does not exist; this run has nodes 0-{nodes - 1}")
-    changes_netem = any(f.loss_pct is not None or f.latency_ms is not None for f in settings.faults)
     fabric = Fabric.create(FabricSpec(nodes, settings.bandwidth, settings.latency_ms, settings.loss_pct,
-                                      netem_always=changes_netem))
+                                      netem_always=any(f.latency_ms is not None for f in settings.faults)),
+                           loss_faults=settings.loses_packets)
     try:
-        network = EmulatedNetwork(fabric, settings.faults, run_dir)
+        network = EmulatedNetwork(fabric, () if resume else settings.faults, run_dir)
         yield network
         network.record(run_dir)
     finally:

@@ -133,7 +133,7 @@ class LocalLauncher(Launcher):
         if self.profile.fabric is not None:
             from abtune.launch.fabric import check_requirements
 
-            check_requirements()
+            check_requirements(loss=self.profile.fabric.loses_packets)
 
     def submit(self, run_dir: Path, layout: Layout, *, resume: bool = False, job_name: str | None = None,
                timeout_min: int = DEFAULT_TIMEOUT_MIN, env: dict[str, str] | None = None) -> Job:

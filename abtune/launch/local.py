@@ -70,7 +70,7 @@ def launch(run_dir: Path, nproc: int, ranks_per_node: int, resume: bool = False,
     """Start every rank, wait for all of them, raise TrainingFailed if any fails. With `fabric`, each
     simulated node's ranks run in a network namespace of their own, behind an emulated link."""
     check_layout(nproc, ranks_per_node)
-    with node_network(fabric, nproc // ranks_per_node, run_dir) as network:
+    with node_network(fabric, nproc // ranks_per_node, run_dir, resume) as network:
         _run_ranks(run_dir, nproc, ranks_per_node, resume, network)
 
 

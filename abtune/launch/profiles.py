@@ -83,7 +83,8 @@ class FabricProfile(StrictModel):
     bandwidth: str | None = Field(None, description="each node's link rate in tc's units (1gbit, 100mbit); "
                                                     "null: unshaped")
     latency_ms: float = Field(0.0, ge=0, description="one-way delay between two nodes")
-    loss_pct: float = Field(0.0, ge=0, lt=100, description="packets lost on each node's way out")
+    loss_pct: float = Field(0.0, ge=0, lt=100, description="share of the packets reaching each node that are "
+                            "lost (an iptables rule in the node's namespace)")
     faults: tuple[FabricFault, ...] = Field((), description="changes to a node's link at a given step (tests, drills)")
 
     @field_validator("bandwidth")
@@ -94,6 +95,11 @@ class FabricProfile(StrictModel):
         if value is not None and parse_rate_bits(value) <= 0:
             raise ValueError(f"expected a positive rate, got {value!r}")
         return value
+
+    @property
+    def loses_packets(self) -> bool:
+        """From the start or after a fault (iptables is needed)."""
+        return self.loss_pct > 0 or any(f.loss_pct is not None for f in self.faults)
 
 
 class LocalProfile(StrictModel):

@@ -66,7 +66,8 @@ def run_rank(run_dir: Path, resume: bool) -> None:
         env = init_distributed(config.train.pg_timeout_s)  # may refuse: a task without a GPU of its own
         with strict_device.strict_devices(strict_device.requested()):
             trainer = Trainer(config, run_dir, env)
-            trainer.hang.start(lambda message: end_hung_rank(run_dir, rank, message))
+            if env.world_size > 1:  # one rank waits for no peer; and the debug launcher's breakpoints may take hours
+                trainer.hang.start(lambda message: end_hung_rank(run_dir, rank, message))
             trainer.train(resume=resume)
         finish_together()
     except AbtuneError as error:
