@@ -7,10 +7,12 @@ them from a warm server, fabric.py emulates an interconnect, slurm.py writes and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -67,6 +69,10 @@ class LocalJob(Job):
     def poll(self) -> RunOutcome | None:
         if not self._job.done():
             return None
+        if not self._job.paths.result_pickle.exists():
+            # The controller has ended, so its task has written all it will: submitit would wait 15 s
+            # for a result that a cancelled or killed job never writes (a study stop waited 15 s a trial).
+            return _without_result(self.job_id)
         return _result(self._job)
 
     def cancel(self) -> None:
@@ -102,7 +108,7 @@ class LocalJobHere(Job):
         if not self.ended():
             return None
         if not self.has_result():  # submitit would wait for a result that a killed controller never writes
-            return RunOutcome(False, f"local job {self.job_id} ended without a result (killed or cancelled)", 1)
+            return _without_result(self.job_id)
         return _result(self._job)
 
     def cancel(self) -> None:
@@ -140,7 +146,7 @@ class LocalLauncher(Launcher):
         """A child process that starts the ranks; its logs go to RUN_DIR/jobs/."""
         executor = submitit.LocalExecutor(folder=run_dir / JOBS_DIR)
         executor.update_parameters(timeout_min=timeout_min, tasks_per_node=1, nodes=1)
-        with exported(env):
+        with exported(env), _stderr_to(run_dir / JOBS_DIR / CONTROLLER_ERRORS):
             job = executor.submit(run_local_ranks, str(run_dir), layout.world_size, layout.ranks_per_node, resume,
                                   self.profile.fabric)
         return LocalJob(job, run_dir)
@@ -148,6 +154,26 @@ class LocalLauncher(Launcher):
     def run(self, run_dir: Path, layout: Layout, *, resume: bool = False, out: TextIO = sys.stdout) -> RunOutcome:
         """The ranks are this process's children: Ctrl-C reaches them, and no controller sits between."""
         return run_local_ranks(str(run_dir), layout.world_size, layout.ranks_per_node, resume, self.profile.fabric)
+
+
+CONTROLLER_ERRORS = "controller.err"
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """This process's stderr goes to `path` while submitit starts a job's controller, which inherits it.
+    The controller writes only when it is stopped (a KeyboardInterrupt traceback on every cancel and
+    every Ctrl-C of a terminal) or breaks: that belongs with the job's logs, not in the user's output."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with path.open("ab") as errors:
+            os.dup2(errors.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 # --- one rank in this process ----------------------------------------------------------------------
@@ -296,6 +322,10 @@ def _result(job: submitit.Job[RunOutcome]) -> RunOutcome:
     except (submitit.core.utils.FailedJobError, submitit.core.utils.UncompletedJobError) as error:
         # the job's own process died (killed, timeout): its body could not report
         return RunOutcome(False, f"job {job.job_id} ended abnormally: {_last_line(str(error))}", 1)
+
+
+def _without_result(job_id: str) -> RunOutcome:
+    return RunOutcome(False, f"local job {job_id} ended without a result (cancelled or killed)", 1)
 
 
 def _last_line(text: str) -> str:

@@ -28,6 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from abtune.launch.base import Job
 from abtune.study import reattach, retries, workers
+from abtune.study.attrs import FAIL_REASON_ATTR, RETRY_OF_ATTR
 from abtune.study.capacity import slurm_output
 from abtune.study.spec import StudySpec
 
@@ -117,13 +118,29 @@ def stop_study(storage: BaseStorage, name: str, spec: StudySpec, mode: str,
         followed = mode != LET_FINISH and any(follower_alive(t, spec.retries.stale_after_s) for t in running())
         return followed or bool(queued(worker_jobs))
 
+    was_running = {t.number: t._trial_id for t in running()}
     _wait_until(lambda: not busy(), wait_s)
     study = optuna.load_study(study_name=name, storage=storage)
     left = running()
     for trial in left:
         say(_stop_trial(study, trial, spec, mode))
-    if not left:
+    still = {t.number for t in left}
+    for number, trial_id in sorted(was_running.items()):
+        if number not in still:
+            say(_fate(storage, study_id, storage.get_trial(trial_id)))
+    if not was_running and not left:
         say("no trial is running")
+
+
+def _fate(storage: BaseStorage, study_id: int, trial: FrozenTrial) -> str:
+    """What became of a trial its own worker stopped (or that ended) while the stop waited."""
+    if trial.state != TrialState.FAIL:
+        return f"trial {trial.number}: finished meanwhile ({trial.state.name})"
+    reason = trial.user_attrs.get(FAIL_REASON_ATTR, "failed")
+    retry = next((t.number for t in storage.get_all_trials(study_id, deepcopy=False)
+                  if t.user_attrs.get(RETRY_OF_ATTR) == trial.number), None)
+    again = f", re-enqueued as trial {retry}" if retry is not None else ""
+    return f"trial {trial.number}: its worker stopped it ({reason}): failed{again}"
 
 
 def _stop_trial(study: optuna.Study, trial: FrozenTrial, spec: StudySpec, mode: str) -> str:
