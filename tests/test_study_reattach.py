@@ -9,11 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
+from mlflow import MlflowClient
 from optuna.trial import FrozenTrial, TrialState
 
 from abtune.launch.pids import process_alive
 from abtune.study.reattach import LOCAL_JOB_ATTR
 from abtune.study.stop import STOPPED
+from abtune.tracking._base import RUN_ID_ATTR
 from abtune.training.hooks import read_metrics
 from tests.conftest import abtune_command, run_cli
 from tests.study_helpers import TINY_BASE, running, trials_of, wait_for, write_study
@@ -117,11 +119,14 @@ def test_study_stop_local(tmp_path: Path) -> None:
     os.kill(runner.pid, signal.SIGKILL)  # its trials' jobs live on, followed by nobody
     runner.wait(timeout=60)
     out = run_cli(*stop, "--fail", cwd=tmp_path).stdout
+    tracking = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     for trial in second:
         job = trial.user_attrs[LOCAL_JOB_ATTR]
         assert f"trial {trial.number}: local job {job['pid']} cancelled, failed\n" in out, out
         assert not process_alive(job)
         assert trials_of(url)[trial.number].user_attrs["fail_reason"] == STOPPED
+        # the dead runner cannot close its trials' MLflow runs: the stop does (they stayed RUNNING, issue 21)
+        assert tracking.get_run(trial.user_attrs[RUN_ID_ATTR]).info.status == "FAILED"
     assert not running(url) and not [t for t in trials_of(url) if t.state == TrialState.WAITING]
 
     runner = _start(tmp_path, url, "third.log")

@@ -7,10 +7,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from abtune.errors import ConfigError
+from abtune.errors import AbtuneError, ConfigError
 from abtune.redact import redact
 from abtune.tracking.uri import add_tracking_arguments
+
+if TYPE_CHECKING:
+    from abtune.tracking import Tracking
 
 INTERRUPTED_EXIT = 130
 
@@ -142,8 +146,21 @@ def cmd_stop(args: argparse.Namespace) -> int:
     storage, url = _storage(args)
     study_id = require_study(storage, args.name, url)
     mode = stop.LET_FINISH if args.let_trials_finish else stop.FAIL if args.fail else stop.REQUEUE
-    stop.stop_study(storage, args.name, stored_spec(storage, study_id), mode, say=lambda line: print(line, flush=True))
+    stop.stop_study(storage, args.name, stored_spec(storage, study_id), mode, say=lambda line: print(line, flush=True),
+                    tracking=_tracking_for_stop(args))
     return 0
+
+
+def _tracking_for_stop(args: argparse.Namespace) -> Tracking:
+    """The store of the trials' MLflow runs, to close those the stop itself ends; a store it cannot reach
+    costs a warning, not the stop."""
+    from abtune.tracking import Tracking, open_tracking
+
+    try:
+        return open_tracking(args.tracking_uri, enabled=not args.no_tracking)
+    except AbtuneError as error:
+        print(f"abtune: warning: {error}; MLflow runs of trials this stop ends stay RUNNING there", file=sys.stderr)
+        return Tracking()
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -265,6 +282,7 @@ def register_study_commands(commands: argparse._SubParsersAction) -> None:
     stop.add_argument("--let-trials-finish", action="store_true",
                       help="leave running trials to finish; their workers or the next `study run` tell them")
     stop.add_argument("--fail", action="store_true", help="fail the stopped trials instead of re-enqueuing them")
+    add_tracking_arguments(stop)
     add("status", cmd_status, "trial counts, running trials, best so far")
     add("best", cmd_best, "best configuration and Pareto front, with deltas vs the reference trials")
     export = add("export", cmd_export, "every trial as CSV or JSON")

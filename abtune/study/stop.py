@@ -28,9 +28,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from abtune.launch.base import Job
 from abtune.study import reattach, retries, workers
-from abtune.study.attrs import FAIL_REASON_ATTR, RETRY_OF_ATTR
+from abtune.study.attrs import FAIL_REASON_ATTR, RETRY_OF_ATTR, RUN_ID_ATTR
 from abtune.study.capacity import slurm_output
 from abtune.study.spec import StudySpec
+from abtune.tracking import Tracking
 
 STOP_ATTR = "abtune:stop"
 WORKER_JOBS_ATTR = "abtune:worker_jobs"
@@ -101,8 +102,10 @@ def follower_alive(trial: FrozenTrial, stale_after_s: float) -> bool:
 
 
 def stop_study(storage: BaseStorage, name: str, spec: StudySpec, mode: str,
-               say: Callable[[str], None], wait_s: float = WAIT_S) -> None:
-    """Stop every worker of the study, then deal with its RUNNING trials as `mode` says; `say` each step."""
+               say: Callable[[str], None], wait_s: float = WAIT_S, tracking: Tracking | None = None) -> None:
+    """Stop every worker of the study, then deal with its RUNNING trials as `mode` says; `say` each step.
+    `tracking`: the store of the trials' MLflow runs; those of trials the stop ends itself are closed
+    there (a live worker closes its own)."""
     study_id = storage.get_study_id_from_name(name)
     request_stop(storage, study_id, mode)
     say(f"study {name}: asked its workers to start no new trial")
@@ -123,7 +126,7 @@ def stop_study(storage: BaseStorage, name: str, spec: StudySpec, mode: str,
     study = optuna.load_study(study_name=name, storage=storage)
     left = running()
     for trial in left:
-        say(_stop_trial(study, trial, spec, mode))
+        say(_stop_trial(study, trial, spec, mode, tracking or Tracking()))
     still = {t.number for t in left}
     for number, trial_id in sorted(was_running.items()):
         if number not in still:
@@ -143,7 +146,7 @@ def _fate(storage: BaseStorage, study_id: int, trial: FrozenTrial) -> str:
     return f"trial {trial.number}: its worker stopped it ({reason}): failed{again}"
 
 
-def _stop_trial(study: optuna.Study, trial: FrozenTrial, spec: StudySpec, mode: str) -> str:
+def _stop_trial(study: optuna.Study, trial: FrozenTrial, spec: StudySpec, mode: str, tracking: Tracking) -> str:
     owner = trial.system_attrs.get(workers.WORKER_ATTR)
     if follower_alive(trial, spec.retries.stale_after_s):
         verb = "follows it to its end" if mode == LET_FINISH else "did not stop in time; it still follows it"
@@ -158,6 +161,8 @@ def _stop_trial(study: optuna.Study, trial: FrozenTrial, spec: StudySpec, mode: 
     retry = None if mode == FAIL else retries.INTERRUPTED
     if not retries.fail_unfollowed(study, trial, STOPPED, retry):
         return f"trial {trial.number}: finished meanwhile"
+    # as a worker ends the runs of the trials it stops: killed when the trial runs again, else failed
+    tracking.finish_run(trial.user_attrs.get(RUN_ID_ATTR), None, "FAILED" if retry is None else "KILLED")
     what = f"{job.describe()} cancelled, " if job else ""
     return f"trial {trial.number}: {what}" + ("failed" if retry is None else "failed and re-enqueued")
 
