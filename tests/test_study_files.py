@@ -115,6 +115,8 @@ def test_create_enqueues_references_and_refuses_a_different_definition(
     assert waiting[0].system_attrs["fixed_params"] == {k: GUIDELINE[k] for k in ("method.warmup_frac", "method.sigma_cutoff")}
     stored = study_attrs(url)[SPEC_ATTR]
     assert stored["base"]["train"]["steps"] == 30 and stored["trials"] == 4
+    # optuna-dashboard labels its axes and selectors with these (it showed "0" and "1", issue 21)
+    assert optuna.load_study(study_name="tiny", storage=open_storage(url)).metric_names == ["top1"]
 
     code, out, _ = _abtune(capsys, "study", "create", str(study), "--storage", url)
     assert code == 0 and "already exists" in out and len(trials_of(url)) == 2

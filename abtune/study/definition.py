@@ -88,6 +88,8 @@ def open_search_study(storage: BaseStorage, name: str, seed_offset: int = 0) -> 
     study_id = storage.get_study_id_from_name(name)
     spec = stored_spec(storage, study_id)
     study = SearchStudy(name, storage, sampler=build_sampler(spec, seed_offset), pruner=build_pruner(spec))
+    if study.metric_names is None:  # a study created before abtune named its objectives
+        study.set_metric_names(list(spec.objectives))
     return study, spec
 
 
