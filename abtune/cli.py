@@ -253,7 +253,7 @@ def cmd_report_scaling(args: argparse.Namespace) -> int:
 
 def _discard_unstarted(run_dir: Path) -> None:
     """Nothing ran: remove what prepare_run_dir and submitit made, so the same --run-dir works next time."""
-    from abtune.launch.runlock import LOCK_FILE
+    from abtune.runlock import LOCK_FILE
 
     for made in (CONFIG_FILE, HOOKS_FILE, LOCK_FILE):
         (run_dir / made).unlink(missing_ok=True)
@@ -263,7 +263,7 @@ def _discard_unstarted(run_dir: Path) -> None:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from abtune.tracking.ui import choose_stores, serve
+    from abtune.ui import choose_stores, serve
 
     return serve(*choose_stores(args.tracking_uri, args.storage), args.host)
 

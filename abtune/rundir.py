@@ -14,8 +14,8 @@ import yaml
 
 from abtune.config import RunConfig, flatten, load_run_config
 from abtune.errors import ConfigError
-from abtune.launch.runlock import claim_run
 from abtune.runfiles import CONFIG_FILE, FAILURES_DIR
+from abtune.runlock import claim_run
 
 DEFAULT_RUNS_DIR = Path("runs")
 

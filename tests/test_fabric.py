@@ -22,7 +22,8 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from abtune.launch.fabric import fabric_namespaces, missing_requirements, parse_rate_bits
+from abtune.launch.fabric import fabric_namespaces, missing_requirements
+from abtune.launch.profiles import parse_rate_bits
 from tests.conftest import abtune_command, run_cli, write_config
 from tests.study_helpers import TINY_BASE, trials_of, write_study
 

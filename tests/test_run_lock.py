@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from abtune.errors import ConfigError
-from abtune.launch.runlock import LOCK_FILE, claim_run
+from abtune.runlock import LOCK_FILE, claim_run
 from abtune.training.hooks import hook_spec, read_metrics, write_hook_specs
 from tests.conftest import abtune_command, run_cli, with_checkout_on_path, write_config
 from tests.test_tracking_e2e import gate
 
 HOST = socket.gethostname()
 WAIT_S = 300  # a safety net for a hung run, never a pass/fail criterion
-HOLD = "import sys; from abtune.launch.runlock import join_run; held = join_run(__import__('pathlib').Path(sys.argv[1])); " \
+HOLD = "import sys; from abtune.runlock import join_run; held = join_run(__import__('pathlib').Path(sys.argv[1])); " \
        "print('held', flush=True); sys.stdin.read()"
 
 

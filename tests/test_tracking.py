@@ -193,7 +193,7 @@ def test_abtune_ui_refuses_a_store_that_does_not_exist(tmp_path: Path) -> None:
 def test_abtune_ui_without_options_serves_the_default_stores_found_here(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from abtune.study.storage import STORAGE_VARIABLE
-    from abtune.tracking.ui import choose_stores
+    from abtune.ui import choose_stores
 
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", STORAGE_VARIABLE)}
     result = run_cli("ui", cwd=tmp_path, env=env, check=False)

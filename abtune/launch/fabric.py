@@ -44,14 +44,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from abtune.errors import ConfigError
 from abtune.launch.pids import process_alive
+from abtune.launch.profiles import FabricFault, FabricProfile, parse_rate_bits
 from abtune.runfiles import METRICS_FILE
-
-if TYPE_CHECKING:
-    from abtune.launch.profiles import FabricFault, FabricProfile
 
 PREFIX = "abtune-"
 NODE_LINK = "fab"  # the node's end of its link, in the node's namespace
@@ -110,20 +107,6 @@ def _has_net_admin() -> bool:
         if line.startswith("CapEff:"):
             return bool(int(line.split()[1], 16) >> cap_net_admin & 1)
     return os.geteuid() == 0
-
-
-def parse_rate_bits(text: str) -> float:
-    """tc's rate syntax (`1gbit`, `100mbit`, `500kbit`, `10mbps` = bytes) in bits per second."""
-    units = {"tbit": 1e12, "gbit": 1e9, "mbit": 1e6, "kbit": 1e3, "bit": 1.0,
-             "tbps": 8e12, "gbps": 8e9, "mbps": 8e6, "kbps": 8e3, "bps": 8.0}
-    lowered = text.strip().lower()
-    for unit, factor in units.items():
-        if lowered.endswith(unit):
-            try:
-                return float(lowered[: -len(unit)]) * factor
-            except ValueError:
-                break
-    raise ValueError(f"expected a rate such as 1gbit, 100mbit or 500kbit, got {text!r}")
 
 
 def _kernel_hint(error: str) -> str:

@@ -59,6 +59,20 @@ def parse_time_limit(value: int | str) -> int:
     return -(-((hours * 60 + minutes) * 60 + seconds) // 60)
 
 
+def parse_rate_bits(text: str) -> float:
+    """tc's rate syntax (`1gbit`, `100mbit`, `500kbit`, `10mbps` = bytes) in bits per second."""
+    units = {"tbit": 1e12, "gbit": 1e9, "mbit": 1e6, "kbit": 1e3, "bit": 1.0,
+             "tbps": 8e12, "gbps": 8e9, "mbps": 8e6, "kbps": 8e3, "bps": 8.0}
+    lowered = text.strip().lower()
+    for unit, factor in units.items():
+        if lowered.endswith(unit):
+            try:
+                return float(lowered[: -len(unit)]) * factor
+            except ValueError:
+                break
+    raise ValueError(f"expected a rate such as 1gbit, 100mbit or 500kbit, got {text!r}")
+
+
 class FabricFault(StrictModel):
     """A change to one node's link once the run has reached `at_step` (as rank 0's log records say, every
     `train.log_every` steps): the link down or up again, or its loss and one-way latency from then on."""
@@ -90,8 +104,6 @@ class FabricProfile(StrictModel):
     @field_validator("bandwidth")
     @classmethod
     def _a_rate(cls, value: str | None) -> str | None:
-        from abtune.launch.fabric import parse_rate_bits
-
         if value is not None and parse_rate_bits(value) <= 0:
             raise ValueError(f"expected a positive rate, got {value!r}")
         return value

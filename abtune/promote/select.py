@@ -13,22 +13,17 @@ those configurations only, by their confirmed means, and shows their intervals.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import optuna
-from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from abtune.config import METHOD_CONFIGS
 from abtune.errors import ConfigError
-from abtune.study.attrs import CONFIRMATION_ATTR, REFERENCE_ATTR, RUN_ID_ATTR, SEEDS_ATTR
-from abtune.study.definition import DDP
+from abtune.study.attrs import CONFIRMATION_ATTR, RUN_ID_ATTR, SEEDS_ATTR
 from abtune.study.importance import inert_in_study
+from abtune.study.ranking import Rule, beats, chosen_trials, promotable, rank_front, top_single
 
-Rule = Literal["best-accuracy", "least-traffic", "knee"]
-RULES: tuple[Rule, ...] = ("best-accuracy", "least-traffic", "knee")
 PROMOTED_KEYS = ("method.name", "method.warmup_frac", "method.ab_frac", "method.rebound_frac",
                  "method.lr_rebound_frac", "method.sigma_cutoff", "method.sync_mode")
 
@@ -67,28 +62,14 @@ def promoted_from_study(study: optuna.Study, top: int, rule: Rule = "best-accura
                           "configuration(s) (ddp excluded); ask for fewer or confirm more with "
                           f"`abtune study confirm {study.study_name} --top {top}`")
     if len(study.directions) == 1:
-        chosen = _top_single(confirmed, study.direction, top, study.study_name)
+        chosen = top_single(confirmed, study.direction, top, study.study_name)
     else:
-        front = [t for t in confirmed if not any(_beats(o, t, study.directions) for o in confirmed)]
+        front = [t for t in confirmed if not any(beats(o, t, study.directions) for o in confirmed)]
         chosen = rank_front(front, list(study.directions), rule)[:top]
         if len(chosen) < top:
             raise ConfigError(f"--top {top}: the confirmed Pareto front of study '{study.study_name}' holds only "
                               f"{len(chosen)} configuration(s); ask for fewer")
     return [promote_trial(study.study_name, t, _interval_text(study, t.number)) for t in chosen]
-
-
-def chosen_trials(study: optuna.Study, top: int, rule: Rule = "best-accuracy") -> list[FrozenTrial]:
-    """The top K finished trials of the search by `rule` (what is promoted without a confirmation)."""
-    if top < 1:
-        raise ConfigError(f"--top must be at least 1, got {top}")
-    finished = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if _promotable(t)]
-    if not finished:
-        counts = _state_counts(study)
-        raise ConfigError(f"study '{study.study_name}' has no finished trials ({counts}); "
-                          "run the study first or choose another one")
-    if len(study.directions) == 1:
-        return _top_single(finished, study.direction, top, study.study_name)
-    return _top_pareto(study, finished, top, rule)
 
 
 def confirmed_trials(study: optuna.Study) -> list[FrozenTrial]:
@@ -97,7 +78,7 @@ def confirmed_trials(study: optuna.Study) -> list[FrozenTrial]:
     chosen = []
     for trial in study.get_trials(deepcopy=True, states=(TrialState.COMPLETE,)):
         record = attrs.get(f"{CONFIRMATION_ATTR}.trial_{trial.number}")
-        if record is not None and _promotable(trial):
+        if record is not None and promotable(trial):
             trial.values = list(record["values"])
             chosen.append(trial)
     return chosen
@@ -119,18 +100,6 @@ def _interval_text(study: optuna.Study, number: int) -> str:
     return f"top-1 {top1['mean']:.4f} [{top1['low']:.4f}, {top1['high']:.4f}] over {len(top1['values'])} seeds"
 
 
-def _beats(a: FrozenTrial, b: FrozenTrial, directions: list[StudyDirection]) -> bool:
-    signs = [1.0 if d == StudyDirection.MAXIMIZE else -1.0 for d in directions]
-    pairs = [(s * x, s * y) for s, x, y in zip(signs, a.values, b.values, strict=True)]
-    return all(x >= y for x, y in pairs) and any(x > y for x, y in pairs)
-
-
-def _promotable(trial: FrozenTrial) -> bool:
-    """Not the ddp reference, and an AB configuration (a study may also try other methods)."""
-    searched = trial.params.get("method.name")  # unsearched: the study's base method, promotable or refused later
-    return trial.user_attrs.get(REFERENCE_ATTR) != DDP and (searched is None or METHOD_CONFIGS[searched].promotable)
-
-
 def promote_trial(study_name: str, trial: FrozenTrial, confirmed: str | None = None) -> Promoted:
     carried = {k: v for k, v in trial.params.items() if k in PROMOTED_KEYS}
     dropped = tuple(sorted(k for k in trial.params if k not in PROMOTED_KEYS))
@@ -150,56 +119,6 @@ def inert_carried(study: optuna.Study, promoted: list[Promoted]) -> list[str]:
                 lines.append(f"promote: {key}={shown} changed nothing in study {study.study_name}: "
                              f"{inert[key].what}; its value in the scaling runs is untested")
     return lines
-
-
-def _state_counts(study: optuna.Study) -> str:
-    trials = study.get_trials(deepcopy=False)
-    if not trials:
-        return "it has no trials at all"
-    states = sorted({t.state.name for t in trials})
-    return ", ".join(f"{sum(t.state.name == s for t in trials)} {s.lower()}" for s in states)
-
-
-def _top_single(trials: list[FrozenTrial], direction: StudyDirection, top: int, name: str) -> list[FrozenTrial]:
-    if top > len(trials):
-        raise ConfigError(f"--top {top}: study '{name}' has only {len(trials)} finished trial(s) "
-                          "(ddp trials excluded); ask for fewer")
-    reverse = direction == StudyDirection.MAXIMIZE
-    return sorted(trials, key=lambda t: (t.value, -t.number if reverse else t.number), reverse=reverse)[:top]
-
-
-def _top_pareto(study: optuna.Study, finished: list[FrozenTrial], top: int, rule: Rule) -> list[FrozenTrial]:
-    numbers = {t.number for t in finished}
-    front = [t for t in study.best_trials if t.number in numbers]
-    if top > len(front):
-        raise ConfigError(f"--top {top}: the Pareto front of study '{study.study_name}' holds only "
-                          f"{len(front)} trial(s); ask for fewer")
-    return rank_front(front, list(study.directions), rule)[:top]
-
-
-def rank_front(front: list[FrozenTrial], directions: list[StudyDirection], rule: Rule) -> list[FrozenTrial]:
-    """best-accuracy: by the first maximized objective; least-traffic: by the first minimized one;
-    knee: by distance to the ideal point once every objective is scaled to [0, 1] over the front."""
-    if rule == "knee":
-        return sorted(front, key=lambda t: (_distance_to_ideal(t, front, directions), t.number))
-    wanted = StudyDirection.MAXIMIZE if rule == "best-accuracy" else StudyDirection.MINIMIZE
-    if wanted not in directions:
-        raise ConfigError(f"--rule {rule}: the study has no {wanted.name.lower()}d objective; "
-                          f"choose one of {', '.join(RULES)}")
-    index = directions.index(wanted)
-    sign = -1.0 if wanted == StudyDirection.MAXIMIZE else 1.0
-    return sorted(front, key=lambda t: (sign * t.values[index], t.number))
-
-
-def _distance_to_ideal(trial: FrozenTrial, front: list[FrozenTrial], directions: list[StudyDirection]) -> float:
-    total = 0.0
-    for i, direction in enumerate(directions):
-        values = [t.values[i] for t in front]
-        low, high = min(values), max(values)
-        scaled = 0.0 if high == low else (trial.values[i] - low) / (high - low)
-        shortfall = 1.0 - scaled if direction == StudyDirection.MAXIMIZE else scaled
-        total += shortfall**2
-    return math.sqrt(total)
 
 
 def load_study(name: str, url: str) -> optuna.Study:

@@ -31,12 +31,12 @@ from optuna.trial import FrozenTrial
 from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.launch.base import Launcher
-from abtune.promote.select import Rule, chosen_trials
 from abtune.runfiles import read_summary, summary_path
 from abtune.runs import Run
 from abtune.study import results, stats
 from abtune.study.attrs import CONFIRMATION_ATTR, REFERENCE_ATTR
 from abtune.study.definition import DDP, PAPER_DEFAULTS, stored_spec, stored_study_dir
+from abtune.study.ranking import Rule, chosen_trials
 from abtune.study.repeats import repeat_seed, seed_dir
 from abtune.study.space import ddp_reference_config
 from abtune.study.spec import DIRECTIONS, StudySpec

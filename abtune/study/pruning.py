@@ -19,9 +19,8 @@ import optuna
 
 from abtune.errors import ConfigError
 from abtune.study.definition import SearchStudy, build_pruner, stored_spec
-from abtune.study.repeats import eval_curve
 from abtune.study.storage import open_storage, quiet_optuna
-from abtune.training.hooks import TrainingHook
+from abtune.training.hooks import TrainingHook, evaluation_curve
 
 STUDY_STORAGE_VARIABLE = "ABTUNE_STUDY_STORAGE"
 PRUNED = "pruned"
@@ -31,7 +30,7 @@ class PruningHook(TrainingHook):
     def __init__(self, study: optuna.Study, trial_id: int, prune: bool, earlier: list[str] | None = None) -> None:
         self.trial = optuna.trial.Trial(study, trial_id)
         self.prune = prune
-        self.earlier = None if earlier is None else [eval_curve(Path(d)) for d in earlier]
+        self.earlier = None if earlier is None else [evaluation_curve(Path(d)) for d in earlier]
 
     def on_evaluation(self, row: dict[str, Any]) -> str | None:
         value, step = float(row["val_top1"]), int(row["step"])

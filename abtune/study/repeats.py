@@ -36,7 +36,8 @@ from abtune.runfiles import SUMMARY_FILE, read_summary, summary_path
 from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import results, stats
 from abtune.study.attrs import RETRY_OF_ATTR, REUSED_SEEDS_ATTR, RUN_DIR_ATTR, SEEDS_ATTR
-from abtune.training.hooks import read_metrics
+from abtune.study.trials import adopt_checkpoint, trial_hook_specs
+from abtune.training.hooks import evaluation_curve
 
 SEED_STRIDE = 1000
 SPREAD_KEYS = ("top1", "best_top1", "inter_node_bytes", "compression", "train_seconds", "time_to_target")
@@ -96,13 +97,9 @@ def spread_metrics(attrs: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if isinstance(v, int | float) and math.isfinite(v)}
 
 
-def eval_curve(run_dir: Path) -> dict[int, float]:
-    return {int(r["step"]): float(r["val_top1"]) for r in read_metrics(run_dir) if r.get("kind") == "evaluation"}
-
-
 def mean_curve(run_dirs: Sequence[Path]) -> dict[int, float]:
     """The mean validation top-1 at every step all runs evaluated."""
-    curves = [eval_curve(d) for d in run_dirs]
+    curves = [evaluation_curve(d) for d in run_dirs]
     steps = set.intersection(*(set(c) for c in curves)) if curves else set()
     return {step: stats.mean([c[step] for c in curves]) for step in sorted(steps)}
 
@@ -196,8 +193,6 @@ class RepeatedJob(Job):
 def start_trial(runner: Any, trial: Any, config: RunConfig, run_id: str | None) -> Run:
     """Prepare `trials/N/` and its seeds, take over what a retried trial finished, start the first seeds:
     the trial's run, whose job is its seeds'."""
-    from abtune.study.trials import trial_hook_specs  # trials -> pruning -> this module
-
     trial_dir = runner.study_dir / "trials" / str(trial.number)
     prepare_run_dir(config, trial_dir, resume=False)
     seeds = [repeat_seed(config.seed, i) for i in range(runner.spec.repeats)]
@@ -228,8 +223,6 @@ def start_trial(runner: Any, trial: Any, config: RunConfig, run_id: str | None) 
 
 
 def _take_over(previous_dir: Path, runs: list[SeedRun], trial: Any) -> None:
-    from abtune.study.trials import adopt_checkpoint
-
     reused = []
     for run in runs:
         source = seed_dir(previous_dir, run.seed)

@@ -82,6 +82,11 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def evaluation_curve(run_dir: Path) -> dict[int, float]:
+    """Validation top-1 by step, from the run's evaluation records."""
+    return {int(r["step"]): float(r["val_top1"]) for r in read_metrics(run_dir) if r.get("kind") == "evaluation"}
+
+
 def _step_of(line: str) -> float:
     try:
         return float(json.loads(line).get("step", math.inf))

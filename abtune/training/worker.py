@@ -25,8 +25,8 @@ from typing import NoReturn
 
 from abtune.config import load_run_config
 from abtune.errors import AbtuneError, TrainingFailed
-from abtune.launch.runlock import join_run
 from abtune.runfiles import CONFIG_FILE, FAILURES_DIR
+from abtune.runlock import join_run
 
 QUIET_VARIABLE = "ABTUNE_LAUNCHED"  # set by a launcher that reports failures itself
 

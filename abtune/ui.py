@@ -2,6 +2,7 @@
 
 Without options it serves the default stores of the working directory (`./mlflow.db`, `./optuna.db`)
 that exist and says which it found; a store named by a flag or an environment variable must exist.
+It sits above tracking/ and study/, whose stores it serves side by side.
 """
 
 from __future__ import annotations
@@ -17,15 +18,15 @@ from types import FrameType
 
 from abtune.errors import ConfigError
 from abtune.redact import redact
+from abtune.study.storage import STORAGE_VARIABLE, absolute_url, resolve_storage_url, storage_file
 from abtune.tracking import servers, view
+from abtune.tracking.uri import URI_VARIABLE, resolve_tracking_uri
 
 EXPERIMENT_LINKS = 10  # the most recently updated experiments abtune lists with their direct links
 
 
 def choose_stores(tracking_flag: str | None, storage_flag: str | None) -> tuple[str | None, str | None]:
     """The MLflow store and the Optuna storage to serve; a default one only if its file is here."""
-    from abtune.study.storage import STORAGE_VARIABLE, absolute_url, resolve_storage_url, storage_file
-    from abtune.tracking.uri import URI_VARIABLE, resolve_tracking_uri
 
     tracking = _existing(resolve_tracking_uri(tracking_flag), asked=bool(tracking_flag or os.environ.get(URI_VARIABLE)),
                          what="MLflow store", flag="--tracking-uri")

@@ -1,0 +1,113 @@
+"""The import graph: every arrow points down the layers of DESIGN.md, and no modules import each other in a circle.
+
+Drawn from the source with `ast`: every `import abtune...` and `from abtune... import` in a module, at its top
+or inside a function (a lazy import is still an arrow), except under `if TYPE_CHECKING:` (annotations only).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent / "abtune"
+
+# Higher imports lower. Modules not named here are leaves (config, errors, runfiles, runlock, yamlfile, ...):
+# every layer may read them, and they import only other leaves.
+LAYERS = {
+    "abtune.cli": 10,
+    "abtune.ui": 9, "abtune.compare": 9, "abtune.promote": 9,
+    "abtune.study": 8,
+    "abtune.runs": 7, "abtune.rundir": 7,
+    "abtune.launch": 6,
+    "abtune.tracking": 5.5,  # called by the runs and the study; the training loop reaches it through a hook spec
+    "abtune.training": 5,
+    "abtune.methods": 4,
+    "abtune.dist": 3.5, "abtune.comm": 3,
+    "abtune.models": 2, "abtune.data": 2,
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def imports(module: str) -> set[str]:
+    tree = ast.parse(MODULES[module].read_text())
+    annotations_only = {id(n) for node in ast.walk(tree)
+                        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                        for n in ast.walk(node)}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in annotations_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            submodules = [f"{node.module}.{alias.name}" for alias in node.names]
+            found.update([m for m in submodules if m in MODULES] or [node.module])
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {m for m in found if m in MODULES and m != module}
+
+
+def layer(module: str) -> float:
+    unit = ".".join(module.split(".")[:2])
+    return LAYERS.get(unit, 1)
+
+
+GRAPH = {module: imports(module) for module in MODULES}
+
+
+def test_every_arrow_points_down_or_stays_in_its_layer() -> None:
+    upward = sorted(f"{a} -> {b}" for a, targets in GRAPH.items() for b in targets if layer(b) > layer(a))
+    assert not upward, upward
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while (top := stack.pop()) != node:
+                component.append(top)
+            if component:
+                found.append(sorted([node, *component]))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_modules_and_no_packages_import_each_other_in_a_circle() -> None:
+    assert not _circles(GRAPH)
+    packages: dict[str, set[str]] = defaultdict(set)
+    for a, targets in GRAPH.items():
+        for b in targets:
+            unit_a, unit_b = (".".join(m.split(".")[:2]) for m in (a, b))
+            if unit_a != unit_b:
+                packages[unit_a].add(unit_b)
+    assert not _circles(packages)
+
+
+def test_the_checker_sees_a_circle_and_an_upward_arrow() -> None:
+    """A test that cannot fail is a defect: the same checks on a made-up graph."""
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert layer("abtune.training.worker") < layer("abtune.launch.local") < layer("abtune.study.runner")
+    assert "abtune.training.hooks" in GRAPH["abtune.tracking.hook"]  # lazy and top-level imports are both seen
