@@ -109,3 +109,16 @@ def test_the_run_report_reads_the_typed_summary(ab_run: Path, capsys: pytest.Cap
     print_summary(summary, ab_run)
     shown = capsys.readouterr().out
     assert f"{summary.final_top1:.4f}" in shown and "schedule (steps)" in shown and SUMMARY_FILE in shown
+
+
+def test_every_objective_reads_its_figure_from_a_real_summary(ab_run: Path) -> None:
+    from abtune.objectives import OBJECTIVES
+
+    raw = json.loads((ab_run / SUMMARY_FILE).read_text())
+    summary = read_summary(ab_run)
+    read = {name: objective.read(summary) for name, objective in OBJECTIVES.items()}
+    assert read == {"top1": raw["final"]["val_top1"],
+                    "inter_node_bytes": raw["traffic"]["training_inter_node_bytes"],
+                    "compression": raw["compression"]["trained_model_ratio"],
+                    "train_seconds": raw["timing"]["train_seconds"],
+                    "time_to_target": float("inf")}  # no train.target_top1: never reached, worst when minimized

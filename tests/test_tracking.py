@@ -139,7 +139,9 @@ def _study(storage: str) -> optuna.Study:
 def test_a_study_has_one_parent_run_with_its_front_importances_and_history(store: str, tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     study = _study(storage)
-    points = {p["number"]: p for p in study_points(study)}
+    y, x, points = study_points(study)
+    assert (y.name, x.name) == ("top1", "inter_node_bytes")
+    points = {p["number"]: p for p in points}
     assert [n for n, p in sorted(points.items()) if p["front"]] == [0, 1, 2, 3, 5]
     assert points[0]["reference"] == "ddp" and points[1]["reference"] == "paper-defaults"
 

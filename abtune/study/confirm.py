@@ -31,6 +31,7 @@ from optuna.trial import FrozenTrial
 from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.launch.base import Launcher
+from abtune.objectives import OBJECTIVES
 from abtune.runfiles import read_summary, summary_path
 from abtune.runs import Run
 from abtune.study import results, stats
@@ -39,14 +40,12 @@ from abtune.study.definition import DDP, PAPER_DEFAULTS, stored_spec, stored_stu
 from abtune.study.ranking import Rule, chosen_trials
 from abtune.study.repeats import repeat_seed, seed_dir
 from abtune.study.space import ddp_reference_config
-from abtune.study.spec import DIRECTIONS, StudySpec
+from abtune.study.spec import StudySpec
 from abtune.tracking import Tracking
 
 CONFIRM_DIR = "confirm"
 POLL_S = 0.5
 LABELS = {PAPER_DEFAULTS: "paper defaults", DDP: "DDP"}
-UNITS = {"inter_node_bytes": ("MB", 1e6, 3), "top1": ("", 1.0, 4), "compression": ("x", 1.0, 2),
-         "train_seconds": ("s", 1.0, 1), "time_to_target": ("s", 1.0, 1)}
 
 
 @dataclass
@@ -194,10 +193,10 @@ def confirm(storage: Any, name: str, top: int, seeds_count: int, rule: Rule, lau
 
 # --- showing it -------------------------------------------------------------------------------------
 def _number(metric: str, value: float, signed: bool = False) -> str:
-    unit, scale, digits = UNITS.get(metric, ("", 1.0, 4))
+    objective = OBJECTIVES[metric]
     if not math.isfinite(value):
         return str(value)
-    return f"{value / scale:{'+' if signed else ''}.{digits}f}"
+    return f"{value / objective.scale:{'+' if signed else ''}.{objective.digits}f}"
 
 
 def _versus(metric: str, test: dict[str, Any] | None) -> str:
@@ -214,8 +213,9 @@ def markdown_table(name: str, records: list[dict[str, Any]], metrics: list[str],
              f"({', '.join(map(str, seeds))})",
              f"Test: {stats.TEST_NAME}; * = significant (p < {stats.ALPHA:.2f}); difference = row - reference.", ""]
     for metric in metrics:
-        unit = UNITS.get(metric, ("", 1.0, 4))[0]
-        lines += [f"### {metric}{f' ({unit})' if unit else ''}, {DIRECTIONS[metric]}", "",
+        objective = OBJECTIVES[metric]
+        unit = f" ({objective.unit})" if objective.unit else ""
+        lines += [f"### {metric}{unit}, {objective.direction}", "",
                   "| configuration | mean ± std | 95% interval | vs paper defaults | vs DDP |",
                   "| --- | --- | --- | --- | --- |"]
         for entry in records:
@@ -237,5 +237,5 @@ def write_files(out: Path, table: str, records: list[dict[str, Any]], metrics: l
     paths[0].write_text(table)
     paths[1].write_text(json.dumps(records, indent=2) + "\n")
     rows = [{"name": r["name"], **{m: r["metrics"][m] for m in metrics}} for r in records]
-    confirmation_intervals(rows, metrics, {m: UNITS.get(m, ("", 1.0, 4))[:2] for m in metrics}, paths[2])
+    confirmation_intervals(rows, [OBJECTIVES[m] for m in metrics], paths[2])
     return paths

@@ -7,6 +7,7 @@ and the pruning hook inside a trial, rebuild the same sampler and pruner without
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +90,15 @@ def open_search_study(storage: BaseStorage, name: str, seed_offset: int = 0) -> 
     spec = stored_spec(storage, study_id)
     study = SearchStudy(name, storage, sampler=build_sampler(spec, seed_offset), pruner=build_pruner(spec))
     if study.metric_names is None:  # a study created before abtune named its objectives
-        study.set_metric_names(list(spec.objectives))
+        name_objectives(study, spec)
     return study, spec
+
+
+def name_objectives(study: optuna.Study, spec: StudySpec) -> None:
+    """Optuna's metric names: optuna-dashboard labels its axes and selectors with them ("0", "1" without)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # stable since 3.2, still marked so
+        study.set_metric_names(list(spec.objectives))
 
 
 def seed_offset(trials: list[FrozenTrial]) -> int:

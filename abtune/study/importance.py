@@ -30,9 +30,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from abtune.objectives import OBJECTIVES
 from abtune.study import results
 from abtune.study.attrs import SPEC_ATTR
-from abtune.study.spec import DIRECTIONS, StudySpec, parse_study_spec
+from abtune.study.spec import StudySpec, parse_study_spec
 
 FIRST_RANKS_ATTR, SCHEDULE_ATTR = results.DIAGNOSTIC_KEYS
 RANK_PARAMS = ("method.sigma_cutoff", "method.rank_cap")
@@ -115,7 +116,7 @@ def importances(trials: Sequence[FrozenTrial], objectives: Sequence[str]) -> dic
             if unranked(trials, objective) is not None:
                 continue
             scored = [t for t in searched if _finite(t.user_attrs.get(objective))]
-            copy = optuna.create_study(direction=DIRECTIONS[objective])
+            copy = optuna.create_study(direction=OBJECTIVES[objective].direction)
             copy.add_trials([optuna.trial.create_trial(params=t.params, distributions=t.distributions,
                                                        value=float(t.user_attrs[objective])) for t in scored])
             with warnings.catch_warnings():

@@ -21,6 +21,7 @@ from abtune.study.definition import (
     PAPER_DEFAULTS,
     build_pruner,
     build_sampler,
+    name_objectives,
     stored_study_dir,
 )
 from abtune.study.space import build_distributions, paper_default_params
@@ -77,7 +78,7 @@ def create(path: Path, name: str | None, url: str, force: bool) -> tuple[str, bo
         delete(storage, name)
     study_dir = Path(spec.study_dir or DEFAULT_STUDIES_DIR / name).resolve()
     study = optuna.create_study(study_name=name, storage=storage, directions=spec.directions)
-    study.set_metric_names(list(spec.objectives))  # optuna-dashboard's axes read "top1", not "0"
+    name_objectives(study, spec)
     stored = spec.model_dump(mode="json")
     stored["storage"] = redact(stored["storage"]) if stored["storage"] else None
     study.set_user_attr(SPEC_ATTR, stored)

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from abtune.errors import ConfigError
+from abtune.objectives import OBJECTIVES
 from abtune.study import capacity, importance, repeats, results, workers
 from abtune.study.attrs import (
     ATTEMPT_ATTR,
@@ -87,17 +88,25 @@ def _delta(value: float, reference: FrozenTrial | None, key: str, ratio: bool) -
     return f"{value - base:+.4f}"
 
 
+SHOWN_ALWAYS = ("top1", "inter_node_bytes", "compression")  # with their deltas against the references
+
+
 def trial_table(title: str, trials: Sequence[FrozenTrial], all_trials: Sequence[FrozenTrial],
                 spec: StudySpec) -> Table:
+    """The fixed columns (top-1 vs the paper defaults, inter-node MB vs DDP, compression), then every other
+    objective the study optimizes, then the searched parameters."""
     ddp, paper = results.reference(all_trials, DDP), results.reference(all_trials, PAPER_DEFAULTS)
-    table = Table("trial", "top1", "vs paper", "inter MB", "vs DDP", "compr", *spec.space, "note", title=title)
+    more = [OBJECTIVES[m] for m in spec.objectives if m not in SHOWN_ALWAYS]
+    table = Table("trial", "top1", "vs paper", "inter MB", "vs DDP", "compr", *(o.label for o in more), *spec.space,
+                  "note", title=title)
     for trial in trials:
         a = trial.user_attrs
         params = [_format(trial.params.get(p, "-")) for p in spec.space]
         table.add_row(str(trial.number), with_spread(f"{a['top1']:.4f}", a, "top1"),
                       _delta(a["top1"], paper, "top1", ratio=False),
-                      with_spread(f"{a['inter_node_bytes'] / MEGA:.2f}", a, "inter_node_bytes", MEGA), _delta(a["inter_node_bytes"], ddp, "inter_node_bytes", True),
-                      f"{a['compression']:.2f}", *params, results.label(trial))
+                      with_spread(f"{a['inter_node_bytes'] / MEGA:.2f}", a, "inter_node_bytes", MEGA),
+                      _delta(a["inter_node_bytes"], ddp, "inter_node_bytes", True),
+                      f"{a['compression']:.2f}", *(o.show(a.get(o.name)) for o in more), *params, results.label(trial))
     return table
 
 

@@ -1,10 +1,8 @@
 """What a trial's run produced, in the study's terms; the budget; the Pareto front.
 
-Objectives: `top1` is the final validation top-1, `inter_node_bytes` the inter-node wire bytes per
-rank of the training phases (mean over ranks; evaluation, set-up and checkpoint traffic excluded, so
-`train.eval_every` does not leak into the search), `compression` the compression of the model being
-trained as the AB paper reports it (AB: at the end of the last AB phase; 1.0 for DDP). `ecr` is
-equation 4's estimated communication reduction (%) from that compression, recorded, not optimized.
+Every objective of abtune/objectives.py is stored on the trial under its name, optimized or not.
+Beside them: `best_top1`, `ecr` (equation 4's estimated communication reduction (%) from the
+compression, recorded, not optimized), the steps done, whether it stopped early, its wall seconds.
 """
 
 from __future__ import annotations
@@ -14,13 +12,13 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.objectives import OBJECTIVES
 from abtune.runfiles import RunSummary
 from abtune.study.attrs import OVER_BUDGET_ATTR, REFERENCE_ATTR, RETRIED_ATTR, RETRY_OF_ATTR
 from abtune.study.definition import DDP, PAPER_DEFAULTS
-from abtune.study.spec import DIRECTIONS
 
-RESULT_KEYS = ("top1", "best_top1", "inter_node_bytes", "compression", "ecr", "steps_done", "stopped_early",
-               "train_seconds", "time_to_target", "wall_seconds")
+RECORDED_KEYS = ("best_top1", "ecr", "steps_done", "stopped_early", "wall_seconds")
+RESULT_KEYS = (*OBJECTIVES, *RECORDED_KEYS)
 # What AB decided, for telling a searched parameter that changed nothing (study.importance): the ranks of
 # the first decomposition ({} when nothing was factored, None for a method that never decomposes) and
 # AB's schedule in steps. Stored on the trial, not exported as columns.
@@ -30,25 +28,15 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 def result_attrs(summary: RunSummary, wall_seconds: float) -> dict[str, Any]:
     return {
-        "top1": float(summary.final_top1),  # type: ignore[arg-type]  # a finished run evaluated at its end
+        **{name: objective.read(summary) for name, objective in OBJECTIVES.items()},
         "best_top1": summary.best_top1,
-        "inter_node_bytes": summary.training_inter_node_bytes,
-        "compression": summary.compression,
         "ecr": summary.ecr_percent,
         "steps_done": summary.steps_done,
         "stopped_early": summary.stopped_early,
-        "train_seconds": summary.train_seconds,
-        "time_to_target": _time_to_target(summary),
         "wall_seconds": wall_seconds,
         "first_ranks": summary.first_decomposition_ranks,
         "schedule_steps": summary.schedule,
     }
-
-
-def _time_to_target(summary: RunSummary) -> float:
-    """A trial that never reached train.target_top1 took forever, as an objective to minimize."""
-    seconds = summary.time_to_target_seconds
-    return float("inf") if seconds is None else float(seconds)
 
 
 
@@ -84,9 +72,9 @@ def feasible(trial: FrozenTrial) -> bool:
 
 
 def pareto_front(trials: Sequence[FrozenTrial], metrics: Sequence[str]) -> list[FrozenTrial]:
-    """Trials no other trial beats on every metric (directions from spec.DIRECTIONS), best top-1 first."""
+    """Trials no other trial beats on every metric (directions from abtune/objectives.py), best top-1 first."""
     def key(trial: FrozenTrial) -> list[float]:
-        return [trial.user_attrs[m] * (1 if DIRECTIONS[m] == "maximize" else -1) for m in metrics]
+        return [trial.user_attrs[m] * (1 if OBJECTIVES[m].maximize else -1) for m in metrics]
 
     scored = [(t, key(t)) for t in trials if all(m in t.user_attrs for m in metrics)]
     front = [t for t, k in scored if not any(_dominates(other, k) for _, other in scored)]

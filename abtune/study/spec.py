@@ -14,11 +14,9 @@ from pydantic import Field, ValidationError, model_validator
 
 from abtune.config import StrictModel, apply_overrides, describe_validation_error, parse_run_config
 from abtune.errors import ConfigError
+from abtune.objectives import OBJECTIVES, ObjectiveName
 from abtune.yamlfile import read_yaml
 
-Metric = Literal["top1", "inter_node_bytes", "compression", "train_seconds", "time_to_target"]
-DIRECTIONS: dict[str, str] = {"top1": "maximize", "inter_node_bytes": "minimize", "compression": "maximize",
-                              "train_seconds": "minimize", "time_to_target": "minimize"}
 SamplerName = Literal["tpe", "random", "nsgaii", "nsgaiii", "gp", "qmc", "cmaes"]
 PrunerName = Literal["none", "median", "hyperband"]
 CONSTRAINED_SAMPLERS = ("tpe", "nsgaii", "nsgaiii", "gp")
@@ -123,7 +121,7 @@ class StudySpec(StrictModel):
     base: dict[str, Any] = Field(description="the run config every trial starts from (resolved)")
     layout: Layout = Layout()
     space: dict[str, Dimension] = Field(default_factory=lambda: {k: Dimension(**v) for k, v in DEFAULT_SPACE.items()})
-    objectives: list[Metric] = Field(default_factory=lambda: ["top1"], min_length=1)
+    objectives: list[ObjectiveName] = Field(default_factory=lambda: ["top1"], min_length=1)
     constraints: Constraints = Constraints()
     sampler: SamplerSpec = SamplerSpec()
     pruner: PrunerSpec = PrunerSpec()
@@ -141,7 +139,7 @@ class StudySpec(StrictModel):
 
     @property
     def directions(self) -> list[str]:
-        return [DIRECTIONS[m] for m in self.objectives]
+        return [OBJECTIVES[m].direction for m in self.objectives]
 
     def definition(self) -> dict[str, Any]:
         """What makes two studies the same: everything but where it is stored."""
@@ -175,12 +173,21 @@ def _inconsistency(spec: StudySpec) -> str | None:
                 "set pruner: none, or keep only objectives: [top1]")
     if spec.constraints.max_inter_node_mb is not None and spec.sampler.name not in CONSTRAINED_SAMPLERS:
         return f"sampler: {spec.sampler.name} ignores constraints; use one of {', '.join(CONSTRAINED_SAMPLERS)}"
-    if "time_to_target" in spec.objectives and spec.base.get("train", {}).get("target_top1") is None:
-        return "objectives: time_to_target needs train.target_top1 in the base config (e.g. target_top1: 0.9)"
-    needs_nodes = "inter_node_bytes" in spec.objectives or spec.constraints.max_inter_node_mb is not None
+    for objective in (OBJECTIVES[m] for m in spec.objectives):
+        key = objective.needs_base_key
+        if key is not None and _dotted(spec.base, key) is None:
+            return f"objectives: {objective.name} needs {key} in the base config"
+    needs_nodes = any(OBJECTIVES[m].needs_multi_node for m in spec.objectives) \
+        or spec.constraints.max_inter_node_mb is not None
     if needs_nodes and not spec.layout.multi_node:
         return "layout: inter-node traffic needs more than one node: set layout.ranks_per_node below nproc"
     return None
+
+
+def _dotted(config: dict[str, Any], key: str) -> Any:
+    for part in key.split("."):
+        config = config.get(part) if isinstance(config, dict) else None
+    return config
 
 
 def _resolve_base(raw: dict[str, Any], path: Path) -> dict[str, Any]:

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+if TYPE_CHECKING:
+    from abtune.objectives import Objective
 
 PHASE_COLORS = {"warmup": "0.85", "ab": "tab:orange", "rebound": "tab:cyan", "train": "0.95"}
 DPI = 110
@@ -104,54 +107,55 @@ def spectra(summary: dict[str, Any], cutoff: float | None, path: Path) -> Path |
 
 
 # --- studies --------------------------------------------------------------------------------
-def pareto_front(points: list[dict[str, Any]], path: Path) -> Path:
-    """Top-1 against inter-node bytes; each point: {number, top1, bytes, front, reference, compression}."""
+def pareto_front(points: list[dict[str, Any]], y: Objective, x: Objective, path: Path) -> Path:
+    """`y` against `x`; each point: {number, y, x, front, reference, compression, y_std, x_std}."""
     figure, axis = plt.subplots(figsize=(8, 5.5))
     others = [p for p in points if not p["front"] and not p["reference"]]
-    front = sorted((p for p in points if p["front"]), key=lambda p: p["bytes"])
-    axis.scatter([p["bytes"] / 1e6 for p in others], [p["top1"] for p in others], c="0.6", s=20, label="trials")
-    axis.plot([p["bytes"] / 1e6 for p in front], [p["top1"] for p in front], "o-", c="tab:blue",
+    front = sorted((p for p in points if p["front"]), key=lambda p: p["x"])
+    axis.scatter([p["x"] / x.scale for p in others], [p["y"] / y.scale for p in others], c="0.6", s=20, label="trials")
+    axis.plot([p["x"] / x.scale for p in front], [p["y"] / y.scale for p in front], "o-", c="tab:blue",
               label="Pareto front")
     for marker, name in (("*", "ddp"), ("D", "paper-defaults")):
         marked = [p for p in points if p["reference"] == name]
         if marked:
-            axis.scatter([p["bytes"] / 1e6 for p in marked], [p["top1"] for p in marked], marker=marker, s=160,
-                         c="tab:red" if name == "ddp" else "tab:green", zorder=5, label=name)
+            axis.scatter([p["x"] / x.scale for p in marked], [p["y"] / y.scale for p in marked], marker=marker,
+                         s=160, c="tab:red" if name == "ddp" else "tab:green", zorder=5, label=name)
     for p in front:
         compression = p.get("compression")
         text = f"{p['number']} ({compression:.1f}:1)" if compression and compression > 1.005 else str(p["number"])
-        axis.annotate(text, (p["bytes"] / 1e6, p["top1"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    spread = [p for p in points if p.get("top1_std") is not None]
+        axis.annotate(text, (p["x"] / x.scale, p["y"] / y.scale), fontsize=7, xytext=(3, 3),
+                      textcoords="offset points")
+    spread = [p for p in points if p.get("y_std") is not None]
     if spread:  # seed repeats: one standard deviation over the seeds either way
-        axis.errorbar([p["bytes"] / 1e6 for p in spread], [p["top1"] for p in spread],
-                      yerr=[_finite(p["top1_std"]) for p in spread],
-                      xerr=[_finite(p.get("bytes_std")) / 1e6 for p in spread],
+        axis.errorbar([p["x"] / x.scale for p in spread], [p["y"] / y.scale for p in spread],
+                      yerr=[_finite(p["y_std"]) / y.scale for p in spread],
+                      xerr=[_finite(p.get("x_std")) / x.scale for p in spread],
                       fmt="none", ecolor="0.4", elinewidth=0.8, capsize=2, zorder=1, label="± 1 std over seeds")
-    axis.set_xlabel("inter-node MB per rank")
-    axis.set_ylabel("top-1")
+    axis.set_xlabel(f"{x.label} ({x.direction})")
+    axis.set_ylabel(f"{y.label} ({y.direction})")
     axis.set_title("Pareto front (labels: trial, trained-model compression)")
     axis.legend(fontsize="small")
     return _save(figure, path)
 
 
-def confirmation_intervals(rows: list[dict[str, Any]], metrics: list[str], units: dict[str, tuple[str, float]],
-                           path: Path) -> Path:
-    """Per metric: each configuration's mean with its 95% interval (bar) and its seeds' values (dots).
+def confirmation_intervals(rows: list[dict[str, Any]], objectives: list[Objective], path: Path) -> Path:
+    """Per objective: each configuration's mean with its 95% interval (bar) and its seeds' values (dots).
 
-    rows: {name, METRIC: {mean, low, high, values}}; units: METRIC -> (unit, scale the values are divided by).
+    rows: {name, OBJECTIVE NAME: {mean, low, high, values}}.
     """
-    figure, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 1.2 + 0.6 * len(rows)), squeeze=False)
+    figure, axes = plt.subplots(1, len(objectives), figsize=(5.5 * len(objectives), 1.2 + 0.6 * len(rows)),
+                                squeeze=False)
     names = [r["name"] for r in rows][::-1]
-    for axis, metric in zip(axes[0], metrics, strict=True):
-        unit, scale = units[metric]
+    for axis, objective in zip(axes[0], objectives, strict=True):
+        scale = objective.scale
         for y, row in enumerate(rows[::-1]):
-            m = row[metric]
+            m = row[objective.name]
             bounded = math.isfinite(m["low"]) and math.isfinite(m["high"])  # no interval for one seed
             error = [[(m["mean"] - m["low"]) / scale], [(m["high"] - m["mean"]) / scale]] if bounded else None
             axis.errorbar([m["mean"] / scale], [y], xerr=error, fmt="o", c="tab:blue", capsize=4)
             axis.scatter([v / scale for v in m["values"]], [y] * len(m["values"]), s=12, c="0.5", zorder=3)
         axis.set_yticks(range(len(names)), names, fontsize=8)
-        axis.set_xlabel(f"{metric}{f' ({unit})' if unit else ''}")
+        axis.set_xlabel(f"{objective.label} ({objective.direction})")
         axis.grid(True, axis="x", alpha=0.3)
     axes[0][0].set_title("mean and 95% interval (dots: seeds)", fontsize=9, loc="left")
     return _save(figure, path)
@@ -172,22 +176,23 @@ def importances(by_objective: dict[str, dict[str, float]], path: Path) -> Path:
     return _save(figure, path)
 
 
-def optimization_history(points: list[dict[str, Any]], path: Path) -> Path:
-    """Top-1 and inter-node bytes per trial number, with the best top-1 so far."""
+def optimization_history(points: list[dict[str, Any]], y: Objective, x: Objective, path: Path) -> Path:
+    """`y` and `x` per trial number, with the best `y` so far."""
     ordered = sorted(points, key=lambda p: p["number"])
     figure, top = plt.subplots(figsize=(9, 4.5))
     numbers = [p["number"] for p in ordered]
-    top.plot(numbers, [p["top1"] for p in ordered], "o", c="tab:blue", label="top-1")
-    best, running = [], float("-inf")
+    top.plot(numbers, [p["y"] / y.scale for p in ordered], "o", c="tab:blue", label=y.label)
+    best, running = [], None
     for p in ordered:
-        running = max(running, p["top1"])
+        value = p["y"] / y.scale
+        running = value if running is None else (max if y.maximize else min)(running, value)
         best.append(running)
-    top.step(numbers, best, where="post", c="tab:blue", alpha=0.6, label="best top-1 so far")
+    top.step(numbers, best, where="post", c="tab:blue", alpha=0.6, label=f"best {y.label} so far")
     top.set_xlabel("trial")
-    top.set_ylabel("top-1", color="tab:blue")
+    top.set_ylabel(y.label, color="tab:blue")
     right = top.twinx()
-    right.plot(numbers, [p["bytes"] / 1e6 for p in ordered], "x", c="tab:red", label="inter-node MB")
-    right.set_ylabel("inter-node MB per rank", color="tab:red")
+    right.plot(numbers, [p["x"] / x.scale for p in ordered], "x", c="tab:red", label=x.label)
+    right.set_ylabel(x.label, color="tab:red")
     top.legend(loc="lower left", fontsize="small")
     right.legend(loc="lower right", fontsize="small")
     return _save(figure, path)

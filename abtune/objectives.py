@@ -1,0 +1,75 @@
+"""What a study can optimize: one definition per objective, read by every part that names one.
+
+An objective says how it is read from a finished run's summary, which way is better, and how it is
+shown (column and axis label, unit, scale, digits). The study file's `objectives:` accepts exactly
+these names; the trial stores each value under its name (`trial.user_attrs[name]`, for every
+objective, optimized or not, so a study can be compared on any of them later); confirmation tables,
+`study best`, Pareto plots and Optuna's metric names all take their words from here.
+
+A leaf module (it reads only the run folder's contract): the study, the tracking plots and the
+reports import it, and it imports none of them. Adding an objective is one new entry in OBJECTIVES
+(see the README's "Adding an objective").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from abtune.runfiles import RunSummary
+
+Direction = Literal["maximize", "minimize"]
+
+
+@dataclass(frozen=True)
+class Objective:
+    name: str  # in the study file, as the trial attribute, as Optuna's metric name
+    direction: Direction
+    read: Callable[[RunSummary], float]  # from a finished run's summary.json
+    label: str  # a column or an axis, with its unit
+    unit: str = ""  # after a shown value: MB, s, x
+    scale: float = 1.0  # shown = value / scale
+    digits: int = 4
+    needs_multi_node: bool = False  # meaningless when every rank is on one node
+    needs_base_key: str | None = None  # a dotted key of the study's base run config that must be set
+    description: str = ""
+
+    @property
+    def maximize(self) -> bool:
+        return self.direction == "maximize"
+
+    def show(self, value: float | None) -> str:
+        if value is None:
+            return "-"
+        if math.isinf(value):
+            return "never"
+        return f"{value / self.scale:.{self.digits}f}"
+
+
+def _time_to_target(summary: RunSummary) -> float:
+    """A run that never reached train.target_top1 took forever, as an objective to minimize."""
+    seconds = summary.time_to_target_seconds
+    return math.inf if seconds is None else float(seconds)
+
+
+OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
+    Objective("top1", "maximize", lambda s: float(s.final_top1), "top-1",  # type: ignore[arg-type]
+              description="the final validation top-1"),
+    Objective("inter_node_bytes", "minimize", lambda s: s.training_inter_node_bytes, "inter-node MB", "MB", 1e6, 2,
+              needs_multi_node=True,
+              description="inter-node wire bytes per rank of the training phases (mean over ranks; evaluation, "
+                          "set-up and checkpoint traffic excluded, so train.eval_every does not leak into the search)"),
+    Objective("compression", "maximize", lambda s: s.compression, "compression", "x", 1.0, 2,
+              description="the compression of the model being trained as the AB paper reports it (AB: at the end "
+                          "of the last AB phase; 1.0 for DDP)"),
+    Objective("train_seconds", "minimize", lambda s: s.train_seconds, "train s", "s", 1.0, 1,
+              description="training seconds (steps only: start-up, evaluations and checkpoints excluded)"),
+    Objective("time_to_target", "minimize", _time_to_target, "s to target", "s", 1.0, 1,
+              needs_base_key="train.target_top1",
+              description="training seconds until the first evaluation at or above train.target_top1 "
+                          "(infinite when never reached)"),
+)}
+
+ObjectiveName = Literal[tuple(OBJECTIVES)]  # type: ignore[valid-type]  # the study file's `objectives:` accepts these
