@@ -137,3 +137,72 @@ def test_study_stop_local(tmp_path: Path) -> None:
     trials = trials_of(url)
     assert trials[-1].number == last[0].number and trials[-1].state == TrialState.COMPLETE
     assert len(trials) == 5 and not running(url)
+
+
+# --- repeated trials (repeats: 2) -----------------------------------------------------------------------
+def _seed_steps(trial: FrozenTrial, seed: int) -> list[int]:
+    return [r["step"] for r in read_metrics(Path(trial.user_attrs["run_dir"]) / f"seed_{seed}") if r["kind"] == "log"]
+
+
+def _seeds_mid_training(url: str) -> FrozenTrial | None:
+    """The running trial once both of its seeds have a recorded job and have trained."""
+    for trial in running(url):
+        seeds, jobs = trial.user_attrs.get("seeds", []), trial.user_attrs.get("seed_jobs", {})
+        if len(seeds) == len(jobs) == 2 and all(_seed_steps(trial, s) for s in seeds):
+            return trial
+    return None
+
+
+def _repeated_study_killed_mid_trial(tmp_path: Path, tracking: str) -> tuple[str, FrozenTrial]:
+    """A `repeats: 2` study whose runner was SIGKILLed while both seeds of its trial trained (they train on)."""
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    study = write_study(tmp_path / "s.yaml", trials=1, repeats=2, base={**TINY_BASE, "train": TRAIN},
+                        references={"paper_defaults": False, "ddp": False})
+    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    with (tmp_path / "first.log").open("w") as log:
+        first = subprocess.Popen([*abtune_command(), "study", "run", "tiny", "--storage", url, "--tracking-uri",
+                                  tracking], cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    trial = wait_for(lambda: _seeds_mid_training(url), 300, "both seeds of a trial training")
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(timeout=60)
+    assert all(process_alive(entry["record"]) for entry in trial.user_attrs["seed_jobs"].values())
+    return url, trial
+
+
+def _mlflow_statuses(tracking: str) -> dict[str, str]:
+    client = MlflowClient(tracking)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    return {run.info.run_name: run.info.status for run in runs}
+
+
+def test_a_killed_runner_s_repeated_trial_is_re_attached_seed_by_seed(tmp_path: Path, mlflow_db: Path) -> None:
+    """Issue 21: the restarted runner failed such a trial as stale and its retry trained both seeds again while the
+    abandoned ones finished on their own. Now it follows the seeds' jobs: each seed trains once, every step once."""
+    tracking = f"sqlite:///{mlflow_db}"
+    url, trial = _repeated_study_killed_mid_trial(tmp_path, tracking)
+    jobs = trial.user_attrs["seed_jobs"]
+    out = run_cli("study", "run", "tiny", "--storage", url, "--tracking-uri", tracking, cwd=tmp_path).stdout
+    assert f"trial {trial.number}: re-attached seed by seed (seed 0: following local job {jobs['0']['record']['pid']}" \
+           in out or f"trial {trial.number}: re-attached seed by seed (seed 0: finished" in out, out
+    (done,) = trials_of(url)  # no FAIL, no retry
+    assert done.number == trial.number and done.state == TrialState.COMPLETE and "retry_of" not in done.user_attrs
+    for seed in done.user_attrs["seeds"]:
+        assert _seed_steps(done, seed) == list(range(20, TRAIN["steps"] + 1, 20))  # one training: each step once
+        assert len(list((Path(done.user_attrs["run_dir"]) / f"seed_{seed}" / "jobs").glob("*_result.pkl"))) == 1
+    assert not any(process_alive(entry["record"]) for entry in jobs.values())
+    assert set(_mlflow_statuses(tracking).values()) == {"FINISHED"}, _mlflow_statuses(tracking)
+
+
+def test_study_stop_cancels_every_seed_of_a_dead_runner_s_repeated_trial(tmp_path: Path, mlflow_db: Path) -> None:
+    """`study stop` once could not reach such seeds: they trained on with no runner. Now it cancels them, fails the
+    trial, and closes the trial's and the seeds' MLflow runs."""
+    tracking = f"sqlite:///{mlflow_db}"
+    url, trial = _repeated_study_killed_mid_trial(tmp_path, tracking)
+    jobs = trial.user_attrs["seed_jobs"]
+    out = run_cli("study", "stop", "tiny", "--fail", "--storage", url, "--tracking-uri", tracking, cwd=tmp_path).stdout
+    pids = ", ".join(f"local job {jobs[str(s)]['record']['pid']}" for s in sorted(int(s) for s in jobs))
+    assert f"trial {trial.number}: {pids} cancelled, failed\n" in out, out
+    assert not any(process_alive(entry["record"]) for entry in jobs.values())
+    assert not running(url) and trials_of(url)[trial.number].state == TrialState.FAIL
+    statuses = _mlflow_statuses(tracking)
+    assert "RUNNING" not in statuses.values() and statuses[f"trial-{trial.number}"] == "FAILED", statuses

@@ -305,6 +305,9 @@ class SlurmLauncher(Launcher):
 _LAUNCHERS: dict[str, type[Launcher]] = {"local": LocalLauncher, "debug": DebugLauncher, "slurm": SlurmLauncher}
 
 
+JOB_KINDS = (LocalJob.kind, SlurmJob.kind)  # the jobs another process can follow (reattach); debug jobs are not
+
+
 def reattach(kind: str, record: Any, run_dir: Path) -> Job | None:
     """The job another process submitted, to follow from here; None when it cannot be (a local job on
     another host, or one that is gone without a result)."""

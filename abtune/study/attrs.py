@@ -18,6 +18,7 @@ FAIL_REASON_ATTR = "fail_reason"  # one line: why the trial failed
 RUN_DIR_ATTR = "run_dir"  # the trial's run folder
 SEEDS_ATTR = "seeds"  # the seeds of a trial with repeats
 REUSED_SEEDS_ATTR = "reused_seeds"  # seeds whose finished runs an earlier attempt left
+SEED_JOBS_ATTR = "seed_jobs"  # {seed: {kind, record, run_id}}: each seed's job, for a later runner to follow
 SLURM_JOB_ATTR = "slurm_job_id"  # the SLURM job that trains the trial
 LOCAL_JOB_ATTR = "local_job"  # the local launch (host, process) that trains the trial
 LAUNCHER_ATTR = "launcher"  # the `--launcher NAME|PATH` the trial ran with
@@ -29,6 +30,6 @@ CONFIRMATION_ATTR = "abtune.confirmation"  # written by `abtune study confirm`, 
 
 __all__ = [
     "ATTEMPT_ATTR", "CONFIRMATION_ATTR", "FAIL_REASON_ATTR", "LAUNCHER_ATTR", "LOCAL_JOB_ATTR", "OVER_BUDGET_ATTR", "REFERENCE_ATTR",
-    "RETRIED_ATTR", "RETRY_OF_ATTR", "REUSED_SEEDS_ATTR", "RUN_DIR_ATTR", "RUN_ID_ATTR", "SEEDS_ATTR",
+    "RETRIED_ATTR", "RETRY_OF_ATTR", "REUSED_SEEDS_ATTR", "RUN_DIR_ATTR", "RUN_ID_ATTR", "SEEDS_ATTR", "SEED_JOBS_ATTR",
     "SLURM_JOB_ATTR", "SPEC_ATTR", "STUDY_DIR_ATTR",
 ]

@@ -17,7 +17,9 @@ from optuna.trial import FrozenTrial
 
 from abtune.launch.base import Job
 from abtune.launch.launchers import reattach
-from abtune.study.attrs import LOCAL_JOB_ATTR, RUN_DIR_ATTR, SLURM_JOB_ATTR
+from abtune.launch.outcome import RunOutcome
+from abtune.study.attrs import LOCAL_JOB_ATTR, RUN_DIR_ATTR, SEED_JOBS_ATTR, SLURM_JOB_ATTR
+from abtune.study.repeats import seed_dir
 
 JOB_ATTRS = {"local": LOCAL_JOB_ATTR, "slurm": SLURM_JOB_ATTR}  # by Job.kind; debug jobs are not recorded
 
@@ -30,11 +32,46 @@ def record_job(trial: object, job: Job) -> None:
 
 
 def job_to_follow(trial: FrozenTrial) -> Job | None:
-    """The job a dead worker's RUNNING trial still has; None when there is none to follow from here."""
+    """The job a dead worker's RUNNING trial still has; None when there is none to follow from here.
+    A repeated trial's are its seeds' live jobs, as one (what `study stop` cancels)."""
     run_dir = trial.user_attrs.get(RUN_DIR_ATTR)
     if not run_dir:
         return None
+    seeds = trial.user_attrs.get(SEED_JOBS_ATTR)
+    if seeds:
+        jobs = [job for seed, entry in sorted(seeds.items())
+                if (job := reattach(entry["kind"], entry["record"], seed_dir(Path(run_dir), int(seed)))) is not None]
+        live = [job for job in jobs if not job.gone()]
+        return SeedJobs(live, Path(run_dir)) if live else None
     for kind, attr in JOB_ATTRS.items():
         if trial.user_attrs.get(attr):
             return reattach(kind, trial.user_attrs[attr], Path(run_dir))
     return None
+
+
+class SeedJobs(Job):
+    """The live seed jobs of a repeated trial another runner started, as one job to cancel."""
+
+    kind = "seeds"
+    label = "seed jobs"
+
+    def __init__(self, jobs: list[Job], run_dir: Path) -> None:
+        super().__init__(" ".join(job.job_id for job in jobs), run_dir)
+        self.jobs = jobs
+
+    def poll(self) -> RunOutcome | None:
+        outcomes = [job.poll() for job in self.jobs]
+        if any(outcome is None for outcome in outcomes):
+            return None
+        failed = [outcome for outcome in outcomes if outcome is not None and not outcome.ok]
+        return failed[0] if failed else RunOutcome(True)
+
+    def cancel(self) -> None:
+        for job in self.jobs:
+            job.cancel()
+
+    def gone(self) -> bool:
+        return all(job.gone() for job in self.jobs)
+
+    def describe(self) -> str:
+        return ", ".join(job.describe() for job in self.jobs)

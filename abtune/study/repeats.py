@@ -13,9 +13,15 @@ are done its intermediate values are the mean curve; its objective values are th
 sample std and each seed's value are user attrs (`top1`, `top1_std`, `top1_seeds`, ...) and
 metrics of its MLflow run, whose child runs are the seeds.
 
-A retry (Ctrl-C, a dead worker, a failed run) takes over what the trial it replaces finished: a seed
-folder holding summary.json is copied, not run again (`reused_seeds`); a seed with a complete
-checkpoint resumes from it.
+A retry (Ctrl-C, a failed run) takes over what the trial it replaces finished: a seed folder holding
+summary.json is copied, not run again (`reused_seeds`); a seed with a complete checkpoint resumes
+from it.
+
+Every seed's job is recorded on the trial as it starts (`seed_jobs`: kind, launcher record, MLflow
+child run). A runner that finds a trial its dead predecessor left RUNNING re-attaches it seed by seed
+(`resume_trial`): a finished seed is kept, a seed whose job still runs (or ended with a result) is
+followed, and only a seed whose job is gone is started again, from its own newest checkpoint.
+`abtune study stop` cancels every live seed job of such a trial (`SeedJobs`).
 """
 
 from __future__ import annotations
@@ -28,15 +34,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from abtune.config import RunConfig
+from abtune.config import RunConfig, load_run_config
 from abtune.launch.base import Job
+from abtune.launch.launchers import JOB_KINDS, reattach
 from abtune.launch.outcome import RunOutcome
 from abtune.rundir import prepare_run_dir
-from abtune.runfiles import SUMMARY_FILE, read_summary, summary_path
+from abtune.runfiles import CONFIG_FILE, SUMMARY_FILE, read_summary, summary_path
 from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import results, stats
-from abtune.study.attrs import RETRY_OF_ATTR, REUSED_SEEDS_ATTR, RUN_DIR_ATTR, SEEDS_ATTR
+from abtune.study.attrs import RETRY_OF_ATTR, REUSED_SEEDS_ATTR, RUN_DIR_ATTR, SEED_JOBS_ATTR, SEEDS_ATTR
 from abtune.study.trials import adopt_checkpoint, trial_hook_specs
+from abtune.training.checkpoint import COMPLETE_MARK
 from abtune.training.hooks import evaluation_curve
 
 SEED_STRIDE = 1000
@@ -202,9 +210,49 @@ def start_trial(runner: Any, trial: Any, config: RunConfig, run_id: str | None) 
     previous = trial.user_attrs.get(RETRY_OF_ATTR)
     if previous is not None:
         _take_over(runner.study_dir / "trials" / str(previous), runs, trial)
+    return _repeated_run(runner, trial, config, run_id, trial_dir, runs, {})
+
+
+def is_repeated(trial: Any) -> bool:
+    """A trial of seed repeats whose folder exists (its runner got as far as preparing it)."""
+    return len(trial.user_attrs.get(SEEDS_ATTR) or []) > 1 and bool(trial.user_attrs.get(RUN_DIR_ATTR))
+
+
+def resume_trial(runner: Any, trial: Any, run_id: str | None) -> tuple[Run, list[str]]:
+    """A repeated trial whose runner died, re-attached seed by seed (see the module's docstring); with
+    what became of each seed, in words."""
+    trial_dir = Path(trial.user_attrs[RUN_DIR_ATTR])
+    config = load_run_config(trial_dir / CONFIG_FILE)  # the configuration with repeat 0's seed
+    recorded: dict[str, dict[str, Any]] = dict(trial.user_attrs.get(SEED_JOBS_ATTR, {}))
+    runs, notes = [], []
+    for seed in trial.user_attrs[SEEDS_ATTR]:
+        run = SeedRun(seed, seed_dir(trial_dir, seed))
+        run.finished = summary_path(run.run_dir).exists()
+        entry = recorded.get(str(seed))
+        job = reattach(entry["kind"], entry["record"], run.run_dir) if entry and not run.finished else None
+        if job is not None:
+            run.run = Run(run.run_dir, runner.launcher, runner.layout, job=job)
+            run.run.track(runner.tracking, entry.get("run_id"))  # type: ignore[union-attr]
+            notes.append(f"seed {seed}: following {job.describe()}")
+        elif run.finished:
+            if entry:  # it ended while no runner watched: close its MLflow run
+                runner.tracking.finish_run(entry.get("run_id"), run.run_dir, FINISHED)
+            notes.append(f"seed {seed}: finished")
+        else:
+            if entry:  # its job is gone: that launch's MLflow run ends here, the new launch gets its own
+                runner.tracking.finish_run(entry.get("run_id"), None, KILLED)
+            run.resume = any((run.run_dir / "checkpoints").glob(f"step_*/{COMPLETE_MARK}"))
+            notes.append(f"seed {seed}: " + ("to resume from its checkpoint" if run.resume else "to run from the start"))
+        runs.append(run)
+    return _repeated_run(runner, trial, config, run_id, trial_dir, runs, recorded), notes
+
+
+def _repeated_run(runner: Any, trial: Any, config: RunConfig, run_id: str | None, trial_dir: Path,
+                  runs: list[SeedRun], recorded: dict[str, dict[str, Any]]) -> Run:
+    seeds = [r.seed for r in runs]
     hooks = trial_hook_specs(runner.spec, runner.study.study_name, trial)
     sequential = any(h["options"].get("prune") for h in hooks)  # the pruner needs the running mean
-    seeds_of = _SeedStarter(runner, trial, config, run_id, hooks if sequential else [], runs)
+    seeds_of = _SeedStarter(runner, trial, config, run_id, hooks if sequential else [], runs, recorded)
 
     def complete() -> None:
         if hooks:  # the trial reports a curve: make it the mean over the seeds
@@ -246,6 +294,7 @@ class _SeedStarter:
     run_id: str | None
     hooks: list[dict[str, Any]]
     runs: list[SeedRun]
+    recorded: dict[str, dict[str, Any]]  # the trial's SEED_JOBS_ATTR
 
     def start(self, seed_run: SeedRun) -> Run:
         from abtune.study.trials import submit_trial, trial_job_name
@@ -265,6 +314,11 @@ class _SeedStarter:
         run = runner.prepare_run(config, seed_run.run_dir, hooks, child_run_id, continues_checkpoint=seed_run.resume)
         submit_trial(run, runner.spec, trial_job_name(runner.study.study_name, f"{number}-seed{seed_run.seed}"),
                      runner.trial_env)
+        assert run.job is not None
+        if run.job.kind in JOB_KINDS:  # followed seed by seed by the next runner if this one dies
+            self.recorded[str(seed_run.seed)] = {"kind": run.job.kind, "record": run.job.record(),
+                                                 "run_id": child_run_id}
+            self.trial.set_user_attr(SEED_JOBS_ATTR, self.recorded)
         return run
 
     def end(self, seed_run: SeedRun, cancelled: bool) -> None:

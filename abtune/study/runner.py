@@ -41,6 +41,7 @@ from abtune.launch.launchers import LocalLauncher
 from abtune.launch.outcome import RunOutcome
 from abtune.launch.profiles import LocalProfile, check_fits
 from abtune.redact import redact
+from abtune.runfiles import CONFIG_FILE
 from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import importance, reattach, repeats, results, retries, stop, workers
 from abtune.study.attrs import (
@@ -269,8 +270,11 @@ class StudyRunner:
     def prepare_run(self, config: RunConfig, run_dir: Path, hooks: list[dict[str, Any]], run_id: str | None,
                     continues_checkpoint: bool = False) -> Run:
         """A trial's run (or a seed's) on this runner's launcher, recorded in tracking run `run_id`.
-        `continues_checkpoint`: the new folder holds the retried trial's checkpoint, and training resumes it."""
-        run = Run.prepare(config, run_dir, self.launcher, self.layout, hooks=hooks)
+        `continues_checkpoint`: the folder holds a checkpoint (a retried trial's, or its own seed's when a
+        repeated trial is re-attached), and training resumes it. A folder that already holds this run (a
+        re-attached seed's) is continued, its config checked to be the same."""
+        run = Run.prepare(config, run_dir, self.launcher, self.layout, resume=(run_dir / CONFIG_FILE).exists(),
+                          hooks=hooks)
         run.resume = continues_checkpoint
         run.track(self.tracking, run_id)
         return run
@@ -328,6 +332,9 @@ class StudyRunner:
             if trial._trial_id in mine:
                 continue
             if workers.same_slurm_job(trial, self.worker) or workers.is_stale(trial, self.spec.retries.stale_after_s):
+                if repeats.is_repeated(trial):
+                    self._reattach_seeds(trial)
+                    continue
                 job = reattach.job_to_follow(trial)
                 if job is not None:
                     self._reattach(trial, job)
@@ -346,6 +353,18 @@ class StudyRunner:
         self.active.append(Active(optuna.Trial(self.study, frozen._trial_id), run, started))
         ended = " (ended; its result is told)" if job.poll() is not None else ""
         self.display.note(f"trial {frozen.number}: re-attached to {job.describe()}{ended}")
+        self.display.started(frozen.number, frozen.user_attrs.get(REFERENCE_ATTR))
+
+    def _reattach_seeds(self, frozen: FrozenTrial) -> None:
+        """Follow a repeated trial from here on, seed by seed: finished seeds kept, live seed jobs followed,
+        the others started again from their own checkpoints (repeats.resume_trial)."""
+        self.storage.set_trial_system_attr(frozen._trial_id, workers.WORKER_ATTR, self.worker)
+        self.storage.set_trial_system_attr(frozen._trial_id, workers.HEARTBEAT_ATTR, time.time())
+        started = frozen.datetime_start.timestamp() if frozen.datetime_start else time.time()
+        trial = optuna.Trial(self.study, frozen._trial_id)
+        run, notes = repeats.resume_trial(self, trial, frozen.user_attrs.get(RUN_ID_ATTR))
+        self.active.append(Active(trial, run, started))
+        self.display.note(f"trial {frozen.number}: re-attached seed by seed ({'; '.join(notes)})")
         self.display.started(frozen.number, frozen.user_attrs.get(REFERENCE_ATTR))
 
     def _detach_surviving_jobs(self) -> None:

@@ -20,6 +20,7 @@ import getpass
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -27,9 +28,11 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from abtune.launch.base import Job
+from abtune.runfiles import summary_path
 from abtune.study import reattach, retries, workers
-from abtune.study.attrs import FAIL_REASON_ATTR, RETRY_OF_ATTR, RUN_ID_ATTR
+from abtune.study.attrs import FAIL_REASON_ATTR, RETRY_OF_ATTR, RUN_DIR_ATTR, RUN_ID_ATTR, SEED_JOBS_ATTR
 from abtune.study.capacity import slurm_output
+from abtune.study.repeats import seed_dir
 from abtune.study.spec import StudySpec
 from abtune.tracking import Tracking
 
@@ -133,6 +136,8 @@ def stop_study(storage: BaseStorage, name: str, spec: StudySpec, mode: str,
             say(_fate(storage, study_id, storage.get_trial(trial_id)))
     if not was_running and not left:
         say("no trial is running")
+    if mode != LET_FINISH and tracking is not None and not running():
+        tracking.close_study_parent_run(name, "KILLED")  # a dead runner left it open; a live one closed it
 
 
 def _fate(storage: BaseStorage, study_id: int, trial: FrozenTrial) -> str:
@@ -162,7 +167,12 @@ def _stop_trial(study: optuna.Study, trial: FrozenTrial, spec: StudySpec, mode: 
     if not retries.fail_unfollowed(study, trial, STOPPED, retry):
         return f"trial {trial.number}: finished meanwhile"
     # as a worker ends the runs of the trials it stops: killed when the trial runs again, else failed
-    tracking.finish_run(trial.user_attrs.get(RUN_ID_ATTR), None, "FAILED" if retry is None else "KILLED")
+    status = "FAILED" if retry is None else "KILLED"
+    tracking.finish_run(trial.user_attrs.get(RUN_ID_ATTR), None, status)
+    run_dir = trial.user_attrs.get(RUN_DIR_ATTR)
+    for seed, entry in trial.user_attrs.get(SEED_JOBS_ATTR, {}).items():  # a repeated trial's child runs
+        finished = run_dir is not None and summary_path(seed_dir(Path(run_dir), int(seed))).exists()
+        tracking.finish_run(entry.get("run_id"), None, "FINISHED" if finished else status)
     what = f"{job.describe()} cancelled, " if job else ""
     return f"trial {trial.number}: {what}" + ("failed" if retry is None else "failed and re-enqueued")
 

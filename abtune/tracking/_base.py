@@ -70,6 +70,9 @@ class Tracking:
         """The parent run of a study (one experiment per study), created once, found again on resume."""
         return None
 
+    def close_study_parent_run(self, study_name: str, status: str) -> None:
+        """End the study's parent run if one is open (`study stop` of a study whose runner died)."""
+
     def log_report(self, experiment: str, run_name: str, files: list[Path], tags: dict[str, str]) -> str | None:
         """A run holding only report files (tables, CSV, plots) as artifacts."""
         return None

@@ -202,6 +202,14 @@ class MlflowTracking(Tracking):
         tags = {"abtune.role": "study", "optuna.study": study_name, "optuna.storage": redact(storage)}
         return str(self.client.create_run(experiment_id, run_name=f"{study_name}-study", tags=tags).info.run_id)
 
+    def close_study_parent_run(self, study_name: str, status: str) -> None:
+        experiment = self.client.get_experiment_by_name(study_name)
+        if experiment is None:
+            return
+        query = f"tags.`abtune.role` = 'study' and tags.`optuna.study` = '{study_name}' and attributes.status = 'RUNNING'"
+        for run in self.client.search_runs([experiment.experiment_id], filter_string=query):
+            self.client.set_terminated(run.info.run_id, status)
+
     def log_report(self, experiment: str, run_name: str, files: list[Path], tags: dict[str, str]) -> str | None:
         try:
             run_id = str(self.client.create_run(self._experiment_id(experiment), run_name=run_name,
