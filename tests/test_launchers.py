@@ -14,9 +14,9 @@ import yaml
 
 from abtune.errors import ConfigError
 from abtune.launch.base import Layout
-from abtune.launch.launchers import load_launcher
+from abtune.launch.launchers import JOB_KINDS, LAUNCHERS, launcher_for, launcher_type, load_launcher, reattach
 from abtune.launch.outcome import recorded_failure
-from abtune.launch.profiles import SlurmProfile, load_profile, parse_time_limit, profile_names
+from abtune.launch.profiles import KINDS, SlurmProfile, load_profile, parse_time_limit, profile_names
 from abtune.launch.slurm import sbatch_script
 from tests.conftest import run_cli, write_config
 
@@ -230,3 +230,31 @@ def test_nothing_above_the_launchers_looks_at_a_profiles_type() -> None:
               for number, line in enumerate(path.read_text().splitlines(), 1)
               if re.search(r"isinstance\(.*Profile", line)]
     assert checks == []
+
+
+def test_nothing_above_the_launchers_names_a_cluster() -> None:
+    """Issue 21: `study launch`, `study stop` and `study status` asked SLURM themselves (sinfo, squeue, scancel, job
+    arrays); now only abtune/launch/ imports its SLURM modules or names its SLURM types."""
+    package = Path(__file__).resolve().parent.parent / "abtune"
+    named = [f"{path.relative_to(package)}:{number}"
+             for path in package.rglob("*.py") if path.parent.name != "launch"
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if re.search(r"abtune\.launch\.(slurm|capacity)|launch import .*\b(slurm|capacity)\b|Slurm(Launcher|Profile|Job)",
+                          line)]
+    assert named == []
+
+
+@pytest.mark.parametrize("kind", sorted(LAUNCHERS))
+def test_every_registered_launcher_answers_the_interface(kind: str, tmp_path: Path) -> None:
+    """The one table of launchers: its profile schema, its jobs' kind, and the study-worker questions answered."""
+    launcher = launcher_for(KINDS[kind].model_validate(SLURM_PROFILE if kind == "slurm" else {"kind": kind}))
+    assert launcher.kind == launcher.job_type.kind == kind and launcher_type(kind) is type(launcher)
+    assert (kind in JOB_KINDS) == launcher.job_type.followable == (kind != "debug")  # debug jobs die with abtune
+    assert launcher.waiting_notes({}, []) == {} and launcher.queued([]) == []
+    if launcher.launches_workers:
+        assert "#SBATCH --array=0-2%" in launcher.workers_script(tmp_path, 3, "w")
+    else:
+        with pytest.raises(ConfigError, match=f"which {kind} jobs do not"):
+            launcher.submit_workers(tmp_path, print, 1, "w")
+        assert launcher.check_worker_room(Layout(2, 1), 4, "abtune study run s") is None
+    assert reattach("no-such-kind", {}, tmp_path) is None

@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 from optuna.trial import FrozenTrial, TrialState
 
 from abtune.launch.pids import process_alive
-from abtune.study.reattach import LOCAL_JOB_ATTR
+from abtune.study.attrs import LOCAL_JOB_ATTR
 from abtune.study.stop import STOPPED
 from abtune.tracking._base import RUN_ID_ATTR
 from abtune.training.hooks import read_metrics

@@ -10,6 +10,12 @@ Like Optuna's samplers, launchers are small swappable pieces behind one interfac
     kind, record = job.kind, job.record()                    # stored by a study trial, and later
     job = reattach(kind, record, run_dir)                    # followed from another process
 
+What is cluster-specific beyond one run is the launcher's too, so that `abtune/study/` never names a
+cluster: the study workers `abtune study launch` submits (`submit_workers`), whether they leave the
+trials room to start (`check_worker_room`), which of them are still queued or to cancel
+(`queued`, `cancel`), and why a trial's job waits (`waiting_notes`). A launcher whose jobs end with
+the process that started them answers these trivially (`launches_workers = False`).
+
 A run folder's config.yaml is written before `submit` (abtune/rundir.py); a job's body never raises
 for a failed run: its outcome is a RunOutcome with the one-line cause.
 """
@@ -21,12 +27,12 @@ import os
 import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
-from abtune.errors import AbtuneError
+from abtune.errors import AbtuneError, ConfigError
 from abtune.launch.outcome import RunOutcome
 
 DEFAULT_TIMEOUT_MIN = 24 * 60
@@ -71,6 +77,7 @@ class Job(ABC):
     kind: ClassVar[str]
     label: ClassVar[str] = "job"  # how a person calls it: "SLURM job 812", "local job 4711"
     outlives_driver: ClassVar[bool] = False  # keeps running when the process that submitted it stops
+    followable: ClassVar[bool] = False  # another process can follow it from its record() (`reattach`)
 
     def __init__(self, job_id: str, run_dir: Path) -> None:
         self.job_id = job_id
@@ -116,14 +123,22 @@ class Job(ABC):
         """Wait, telling `out` what a person at the terminal should know meanwhile (default: nothing)."""
         return self.wait(poll_s)
 
+    @classmethod
+    def reattach(cls, record: Any, run_dir: Path) -> Job | None:
+        """The job `record()` named in another process, to follow from here; None when it cannot be
+        (the default: such jobs end with the process that started them)."""
+        return None
+
 
 class Launcher(ABC):
     """Starts the ranks of prepared run folders. Built from a typed profile (profiles.py)."""
 
     kind: ClassVar[str]
+    job_type: ClassVar[type[Job]]  # the jobs it submits; `job_type.reattach` follows one from another process
     poll_s: ClassVar[float] = POLL_SECONDS  # how often a driver polls this launcher's jobs
     runs_studies: ClassVar[bool] = True
     jobs_outlive_driver: ClassVar[bool] = False  # its jobs run on when abtune stops following them (SLURM)
+    launches_workers: ClassVar[bool] = False  # `abtune study launch` can submit study workers through it
 
     def __init__(self, profile: Any) -> None:
         self.profile = profile
@@ -163,3 +178,42 @@ class Launcher(ABC):
     def run(self, run_dir: Path, layout: Layout, *, resume: bool = False, out: TextIO = sys.stdout) -> RunOutcome:
         """Run in the foreground: submit and follow to the end (Ctrl-C: KeyboardInterrupt)."""
         return self.submit(run_dir, layout, resume=resume).follow(out, self.poll_s)
+
+    # --- study workers (`abtune study launch`) --------------------------------------------------
+    def submit_workers(self, folder: Path, body: Callable[[], Any], count: int, job_name: str) -> list[str]:
+        """Submit `count` study workers running `body`, logs in `folder`; their job ids, at once."""
+        raise self._no_workers()
+
+    def workers_script(self, folder: Path, count: int, job_name: str) -> str:
+        """What `study launch --dry-run` prints for the workers."""
+        raise self._no_workers()
+
+    def check_worker_room(self, layout: Layout, count: int, rerun: str) -> str | None:
+        """Refuse (ConfigError, with advice that works; `rerun` drives the study from here instead)
+        `count` workers that could keep every trial of `layout` from starting. Returns what could
+        not be checked, None when all was (or there was nothing to check)."""
+        return None
+
+    def watch_workers_command(self, job_name: str) -> str | None:
+        """A shell command that lists the study's workers (SLURM: squeue --name); None when there is none."""
+        return None
+
+    def _no_workers(self) -> ConfigError:
+        return ConfigError(f"--launcher {self.source or self.kind}: `study launch` submits study workers that run "
+                           f"on after it returns, which {self.kind} jobs do not; use a slurm profile, or run the "
+                           "study here with `abtune study run`")
+
+    # --- jobs recorded by id (study workers, trial jobs), asked about from any process --------
+    @classmethod
+    def queued(cls, job_ids: Sequence[str]) -> list[str]:
+        """Those of the given jobs still pending, running or ending."""
+        return []
+
+    @classmethod
+    def cancel(cls, job_ids: Sequence[str]) -> None:
+        """Ask the given jobs to stop (a job that ended meanwhile is no error)."""
+
+    @classmethod
+    def waiting_notes(cls, trial_jobs: dict[int, str], worker_jobs: Sequence[str]) -> dict[int, str]:
+        """For running trials (number -> job id): the state of their job and why it waits, where known."""
+        return {}

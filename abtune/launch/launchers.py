@@ -12,7 +12,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -42,7 +42,7 @@ def load_launcher(name_or_path: str) -> Launcher:
 
 
 def launcher_for(profile: Profile) -> Launcher:
-    return _LAUNCHERS[profile.kind](profile)
+    return LAUNCHERS[profile.kind](profile)
 
 
 # --- local processes -------------------------------------------------------------------------------
@@ -61,6 +61,7 @@ class LocalJob(Job):
 
     kind = "local"
     label = "local job"
+    followable = True  # its controller outlives a SIGKILLed driver; its record names it on this host
 
     def __init__(self, job: submitit.Job[RunOutcome], run_dir: Path) -> None:
         super().__init__(str(job.job_id), run_dir)
@@ -84,6 +85,14 @@ class LocalJob(Job):
         pid = int(self.job_id)
         return {"host": socket.gethostname(), "pid": pid, "start": process_start(pid),
                 "folder": str(self._job.paths.folder)}
+
+    @classmethod
+    def reattach(cls, record: Any, run_dir: Path) -> Job | None:
+        """A job of this host whose controller still runs or left its result; not one of another host."""
+        if record.get("host") != socket.gethostname():
+            return None
+        job = LocalJobHere(record, run_dir)
+        return job if not job.ended() or job.has_result() else None
 
 
 class LocalJobHere(Job):
@@ -125,6 +134,7 @@ class LocalLauncher(Launcher):
     section the simulated nodes talk over an emulated, shaped network (one per run)."""
 
     kind = "local"
+    job_type = LocalJob
     profile: LocalProfile
 
     def layout(self, nproc: int | None, ranks_per_node: int | None) -> Layout:
@@ -212,6 +222,7 @@ class DebugLauncher(Launcher):
     """One rank inside the `abtune` process itself, so breakpoints and debuggers work."""
 
     kind = "debug"
+    job_type = DebugJob
     runs_studies = False
 
     def layout(self, nproc: int | None, ranks_per_node: int | None) -> Layout:
@@ -232,14 +243,16 @@ class SlurmJob(Job):
     kind = "slurm"
     label = "SLURM job"
     outlives_driver = True
+    followable = True
 
     def __init__(self, job: submitit.Job[RunOutcome], run_dir: Path) -> None:
         super().__init__(str(job.job_id), run_dir)
         self.submitit_job = job
 
     @classmethod
-    def attach(cls, job_id: str, run_dir: Path) -> SlurmJob:
-        return cls(slurm.attach(job_id, slurm.job_folder(run_dir)), run_dir)
+    def reattach(cls, record: Any, run_dir: Path) -> SlurmJob:
+        """Any SLURM job can be followed from any host of the cluster: sacct knows it."""
+        return cls(slurm.attach(str(record), slurm.job_folder(run_dir)), run_dir)
 
     def poll(self) -> RunOutcome | None:
         return slurm.outcome(self.submitit_job, self.run_dir)
@@ -271,8 +284,10 @@ class SlurmLauncher(Launcher):
     """One SLURM job of `nodes x tasks_per_node` tasks per run (the profile's layout); every task is one rank."""
 
     kind = "slurm"
+    job_type = SlurmJob
     poll_s = slurm.POLL_SECONDS  # every poll of a SLURM job asks sacct
     jobs_outlive_driver = True
+    launches_workers = True
     profile: SlurmProfile
 
     def layout(self, nproc: int | None, ranks_per_node: int | None) -> Layout:
@@ -301,22 +316,63 @@ class SlurmLauncher(Launcher):
         with slurm.nested_submission(), exported(env):
             return SlurmJob(slurm.submit(run_dir, layout, self.profile, resume, job_name), run_dir)
 
+    # --- study workers: one job array of light jobs (see abtune/study/launch.py) ---------------
+    def submit_workers(self, folder: Path, body: Callable[[], Any], count: int, job_name: str) -> list[str]:
+        jobs = slurm.submit_array(folder, slurm.WORKER_LAYOUT, slurm.worker_profile(self.profile), [body] * count,
+                                  job_name)
+        return [job.job_id for job in jobs]
 
-_LAUNCHERS: dict[str, type[Launcher]] = {"local": LocalLauncher, "debug": DebugLauncher, "slurm": SlurmLauncher}
+    def workers_script(self, folder: Path, count: int, job_name: str) -> str:
+        return f"# {count} worker(s): one job array, 1 task each\n" + slurm.array_script(folder, slurm.WORKER_LAYOUT, slurm.worker_profile(self.profile), count, job_name)
+
+    def check_worker_room(self, layout: Layout, count: int, rerun: str) -> str | None:
+        """Workers sit on the cluster's nodes as long as they run: refuse a layout where they can hold
+        every node a trial needs (capacity.py). Array tasks beyond `array_parallelism` wait, holding nothing."""
+        from abtune.launch.capacity import check_workers_leave_room
+
+        return check_workers_leave_room(self.profile, slurm.worker_profile(self.profile), layout,
+                                        min(count, self.profile.array_parallelism), rerun)
+
+    def watch_workers_command(self, job_name: str) -> str:
+        return f"squeue --name {job_name}"
+
+    @classmethod
+    def queued(cls, job_ids: Sequence[str]) -> list[str]:
+        from abtune.launch.capacity import queued
+
+        return queued(job_ids)
+
+    @classmethod
+    def cancel(cls, job_ids: Sequence[str]) -> None:
+        from abtune.launch.capacity import slurm_output
+
+        if job_ids:  # a job that ended meanwhile makes scancel complain; callers check the queue afterwards
+            slurm_output("scancel", *job_ids)
+
+    @classmethod
+    def waiting_notes(cls, trial_jobs: dict[int, str], worker_jobs: Sequence[str]) -> dict[int, str]:
+        from abtune.launch.capacity import trial_job_notes
+
+        return trial_job_notes(trial_jobs, worker_jobs)
 
 
-JOB_KINDS = (LocalJob.kind, SlurmJob.kind)  # the jobs another process can follow (reattach); debug jobs are not
+# The launchers abtune knows, by profile kind: what load_launcher builds, re-attach follows and the tests cover.
+LAUNCHERS: dict[str, type[Launcher]] = {launcher.kind: launcher
+                                        for launcher in (LocalLauncher, DebugLauncher, SlurmLauncher)}
+# the job kinds another process can follow (re-attach); a debug job lives and dies with its process
+JOB_KINDS = tuple(kind for kind, launcher in LAUNCHERS.items() if launcher.job_type.followable)
+
+
+def launcher_type(kind: str) -> type[Launcher]:
+    """The launcher class of a job or profile kind (KeyError for none abtune knows)."""
+    return LAUNCHERS[kind]
 
 
 def reattach(kind: str, record: Any, run_dir: Path) -> Job | None:
     """The job another process submitted, to follow from here; None when it cannot be (a local job on
     another host, or one that is gone without a result)."""
-    if kind == SlurmJob.kind:
-        return SlurmJob.attach(str(record), run_dir)
-    if kind == LocalJob.kind and record.get("host") == socket.gethostname():
-        job = LocalJobHere(record, run_dir)
-        return job if not job.ended() or job.has_result() else None
-    return None
+    launcher = LAUNCHERS.get(kind)
+    return launcher.job_type.reattach(record, run_dir) if launcher is not None else None
 
 
 def _result(job: submitit.Job[RunOutcome]) -> RunOutcome:

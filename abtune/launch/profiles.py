@@ -10,7 +10,7 @@ validated once, when it is loaded (unknown keys, ranges), and again against the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
@@ -219,14 +219,18 @@ def profile_names() -> list[str]:
 
 def load_profile(name_or_path: str) -> Profile:
     path = resolve_profile_path(name_or_path)
-    raw = read_yaml(path)
+    return parse_profile(read_yaml(path), str(path))
+
+
+def parse_profile(raw: dict[str, Any], source: str) -> Profile:
+    """A profile from its plain values (a YAML file's, or a `model_dump` sent to a study worker)."""
     schema = KINDS.get(raw.get("kind"))  # type: ignore[arg-type]
     if schema is None:
-        raise ConfigError(f"{path}: kind: expected one of {', '.join(KINDS)} (got {raw.get('kind')!r})")
+        raise ConfigError(f"{source}: kind: expected one of {', '.join(KINDS)} (got {raw.get('kind')!r})")
     try:
         return schema.model_validate(raw)
     except ValidationError as error:
-        raise ConfigError(_with_valid_keys(error, str(path), schema, raw["kind"])) from None
+        raise ConfigError(_with_valid_keys(error, source, schema, raw["kind"])) from None
 
 
 def _with_valid_keys(error: ValidationError, source: str, schema: type[BaseModel], kind: str) -> str:

@@ -44,6 +44,24 @@ SQUEUE_TIMEOUT_S = 30
 SRUN_ARGS = ("--kill-on-bad-exit=1",)  # one failed rank ends the job instead of hanging its peers
 
 
+# --- study workers: light jobs of one task, no GPU (`abtune study launch`) --------------------
+WORKER_LAYOUT = Layout(1, 1)
+WORKER_REQUEUES = 100  # a worker outlives many time limits; each one requeues it
+# sbatch options that ask for a node's accelerators or all of it: right for trials, not for a worker
+_TRIAL_ONLY_OPTIONS = ("exclusive", "gres", "gpus", "gpus-per-task", "gpus-per-node", "mem-per-gpu", "mem-per-cpu")
+
+
+def worker_profile(profile: SlurmProfile) -> SlurmProfile:
+    """The profile of the worker jobs: the `worker:` section's partition, account, qos, time limit and
+    CPUs, else the profile's (one CPU); the profile's setup; no GPU."""
+    sbatch = {k: v for k, v in profile.sbatch.items() if k.replace("_", "-") not in _TRIAL_ONLY_OPTIONS}
+    section = profile.worker
+    own = {key: getattr(section, key) for key in ("partition", "account", "qos", "time_limit")
+           if getattr(section, key) is not None}
+    return profile.model_copy(update={"gpus_per_node": None, "cpus_per_task": section.cpus, "mem": None,
+                                      "sbatch": sbatch, "max_requeues": WORKER_REQUEUES, **own})
+
+
 # --- the job body, on every task --------------------------------------------------------------
 class RankJob(Checkpointable):
     """One rank of a run; submitit pickles it, SLURM runs it once per task."""

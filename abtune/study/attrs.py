@@ -21,6 +21,8 @@ REUSED_SEEDS_ATTR = "reused_seeds"  # seeds whose finished runs an earlier attem
 SEED_JOBS_ATTR = "seed_jobs"  # {seed: {kind, record, run_id}}: each seed's job, for a later runner to follow
 SLURM_JOB_ATTR = "slurm_job_id"  # the SLURM job that trains the trial
 LOCAL_JOB_ATTR = "local_job"  # the local launch (host, process) that trains the trial
+# where a trial records its job, by Job.kind (what a later runner follows); debug jobs are not recorded
+JOB_ATTRS = {"local": LOCAL_JOB_ATTR, "slurm": SLURM_JOB_ATTR}
 LAUNCHER_ATTR = "launcher"  # the `--launcher NAME|PATH` the trial ran with
 
 # --- on a study ---
@@ -29,7 +31,7 @@ STUDY_DIR_ATTR = "abtune.study_dir"  # where the trials' run folders live
 CONFIRMATION_ATTR = "abtune.confirmation"  # written by `abtune study confirm`, one record per trial
 
 __all__ = [
-    "ATTEMPT_ATTR", "CONFIRMATION_ATTR", "FAIL_REASON_ATTR", "LAUNCHER_ATTR", "LOCAL_JOB_ATTR", "OVER_BUDGET_ATTR", "REFERENCE_ATTR",
+    "ATTEMPT_ATTR", "CONFIRMATION_ATTR", "FAIL_REASON_ATTR", "JOB_ATTRS", "LAUNCHER_ATTR", "LOCAL_JOB_ATTR", "OVER_BUDGET_ATTR", "REFERENCE_ATTR",
     "RETRIED_ATTR", "RETRY_OF_ATTR", "REUSED_SEEDS_ATTR", "RUN_DIR_ATTR", "RUN_ID_ATTR", "SEEDS_ATTR", "SEED_JOBS_ATTR",
     "SLURM_JOB_ATTR", "SPEC_ATTR", "STUDY_DIR_ATTR",
 ]

@@ -92,27 +92,22 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from abtune.study.definition import stored_spec, stored_study_dir
     from abtune.study.storage import require_study
 
-    launcher = launch.require_slurm(load_launcher(args.launcher), args.name)
-    profile = launcher.profile
+    launcher = launch.require_workers(load_launcher(args.launcher), args.name)
     if args.workers < 1 or (args.trials is not None and args.trials < 1):
         raise ConfigError("--workers and --trials must be at least 1")
     storage, url = _storage(args)
     study_id = require_study(storage, args.name, url)
     spec, study_dir = stored_spec(storage, study_id), stored_study_dir(storage, study_id)
     layout = launch.check_study_fits(spec, launcher, args.name)
-    from abtune.study.capacity import check_workers_leave_room
-
-    unchecked = check_workers_leave_room(profile, launch.worker_profile(profile), layout,
-                                         min(args.workers, profile.array_parallelism),
-                                         f"abtune study run {args.name} --launcher {args.launcher}")
-    if unchecked is not None and args.dry_run:  # a real launch asks SLURM itself, and fails there if it must
+    unchecked = launcher.check_worker_room(layout, args.workers, f"abtune study run {args.name} --launcher {args.launcher}")
+    if unchecked is not None and args.dry_run:  # a real launch asks the cluster itself, and fails there if it must
         print(f"abtune: note: {unchecked}", file=sys.stderr)
     if not launch.work_left(storage.get_all_trials(study_id, deepcopy=False), spec.trials):
         print(f"study {args.name} has spent its budget of {spec.trials} trials; nothing to launch "
               f"(see abtune study best {args.name})")
         return 0
     if args.dry_run:
-        print(launch.dry_run(study_dir, args.name, profile, args.workers, layout), end="")
+        print(launch.dry_run(study_dir, args.name, launcher, args.workers, layout), end="")
         return 0
     from abtune.tracking import open_tracking
 
@@ -121,18 +116,19 @@ def cmd_launch(args: argparse.Namespace) -> int:
     # made their own (seen with 2 workers), as the look-up and the creation are two calls.
     tracking.study_parent_run(args.name, _shown(url))  # the storage as the runner records it
     try:
-        job_ids = launch.launch(study_dir, args.name, url, profile, args.workers, args.trials,
+        job_ids = launch.launch(study_dir, args.name, url, launcher, args.workers, args.trials,
                                 tracking=not args.no_tracking)
     except SubmissionFailed as error:
         raise ConfigError(str(error)) from None
     from abtune.study.stop import record_worker_jobs
 
-    record_worker_jobs(storage, study_id, job_ids)  # for `abtune study stop`
-    print(f"submitted {len(job_ids)} worker(s) of study {args.name}: SLURM job(s) {' '.join(job_ids)}")
+    record_worker_jobs(storage, study_id, launcher.kind, job_ids)  # for `abtune study stop`
+    print(f"submitted {len(job_ids)} worker(s) of study {args.name}: {launcher.job_type.label}(s) {' '.join(job_ids)}")
     print(f"each trial is a job of {layout.nodes} node(s) x {layout.ranks_per_node} rank(s); "
           f"worker logs in {study_dir / launch.WORKERS_DIR}")
     storage_flag = f" --storage '{_shown(url)}'" if args.storage else ""
-    print(f"watch: abtune study status {args.name}{storage_flag}; squeue --name {launch.job_name(args.name)}")
+    watch = launcher.watch_workers_command(launch.job_name(args.name))
+    print(f"watch: abtune study status {args.name}{storage_flag}" + (f"; {watch}" if watch else ""))
     return 0
 
 

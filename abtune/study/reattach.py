@@ -18,10 +18,8 @@ from optuna.trial import FrozenTrial
 from abtune.launch.base import Job
 from abtune.launch.launchers import reattach
 from abtune.launch.outcome import RunOutcome
-from abtune.study.attrs import LOCAL_JOB_ATTR, RUN_DIR_ATTR, SEED_JOBS_ATTR, SLURM_JOB_ATTR
+from abtune.study.attrs import JOB_ATTRS, RUN_DIR_ATTR, SEED_JOBS_ATTR
 from abtune.study.repeats import seed_dir
-
-JOB_ATTRS = {"local": LOCAL_JOB_ATTR, "slurm": SLURM_JOB_ATTR}  # by Job.kind; debug jobs are not recorded
 
 
 def record_job(trial: object, job: Job) -> None:

@@ -43,7 +43,7 @@ from abtune.runfiles import CONFIG_FILE, SUMMARY_FILE, read_summary, summary_pat
 from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import results, stats
 from abtune.study.attrs import RETRY_OF_ATTR, REUSED_SEEDS_ATTR, RUN_DIR_ATTR, SEED_JOBS_ATTR, SEEDS_ATTR
-from abtune.study.trials import adopt_checkpoint, trial_hook_specs
+from abtune.study.trials import adopt_checkpoint, trial_dir, trial_hook_specs
 from abtune.training.checkpoint import COMPLETE_MARK
 from abtune.training.hooks import evaluation_curve
 
@@ -201,16 +201,16 @@ class RepeatedJob(Job):
 def start_trial(runner: Any, trial: Any, config: RunConfig, run_id: str | None) -> Run:
     """Prepare `trials/N/` and its seeds, take over what a retried trial finished, start the first seeds:
     the trial's run, whose job is its seeds'."""
-    trial_dir = runner.study_dir / "trials" / str(trial.number)
-    prepare_run_dir(config, trial_dir, resume=False)
+    folder = trial_dir(runner.study_dir, trial.number)
+    prepare_run_dir(config, folder, resume=False)
     seeds = [repeat_seed(config.seed, i) for i in range(runner.spec.repeats)]
     trial.set_user_attr(SEEDS_ATTR, seeds)
-    trial.set_user_attr(RUN_DIR_ATTR, str(trial_dir))
-    runs = [SeedRun(s, seed_dir(trial_dir, s)) for s in seeds]
+    trial.set_user_attr(RUN_DIR_ATTR, str(folder))
+    runs = [SeedRun(s, seed_dir(folder, s)) for s in seeds]
     previous = trial.user_attrs.get(RETRY_OF_ATTR)
     if previous is not None:
-        _take_over(runner.study_dir / "trials" / str(previous), runs, trial)
-    return _repeated_run(runner, trial, config, run_id, trial_dir, runs, {})
+        _take_over(trial_dir(runner.study_dir, previous), runs, trial)
+    return _repeated_run(runner, trial, config, run_id, folder, runs, {})
 
 
 def is_repeated(trial: Any) -> bool:

@@ -15,11 +15,13 @@ from rich.console import Console
 from rich.table import Table
 
 from abtune.errors import ConfigError
+from abtune.launch.launchers import launcher_type
 from abtune.objectives import OBJECTIVES
-from abtune.study import capacity, importance, repeats, results, workers
+from abtune.study import importance, repeats, results, workers
 from abtune.study.attrs import (
     ATTEMPT_ATTR,
     FAIL_REASON_ATTR,
+    JOB_ATTRS,
     LAUNCHER_ATTR,
     LOCAL_JOB_ATTR,
     OVER_BUDGET_ATTR,
@@ -44,6 +46,17 @@ def _console() -> Console:
     return Console(highlight=False, width=200, soft_wrap=True)
 
 
+def _waiting_notes(storage: BaseStorage, study_id: int, trials: list[FrozenTrial]) -> dict[int, str]:
+    """Why each running trial's job waits, as its launcher can tell (SLURM: state and pending reason)."""
+    worker_jobs = storage.get_study_system_attrs(study_id).get(WORKER_JOBS_ATTR, [])
+    notes: dict[int, str] = {}
+    for kind, attr in JOB_ATTRS.items():
+        jobs = {t.number: str(t.user_attrs[attr]) for t in trials if t.state == TrialState.RUNNING and t.user_attrs.get(attr)}
+        if jobs:
+            notes.update(launcher_type(kind).waiting_notes(jobs, worker_jobs))
+    return notes
+
+
 def print_status(storage: BaseStorage, name: str, url: str) -> None:
     study_id = storage.get_study_id_from_name(name)
     spec, trials = stored_spec(storage, study_id), storage.get_all_trials(study_id, deepcopy=False)
@@ -59,9 +72,7 @@ def print_status(storage: BaseStorage, name: str, url: str) -> None:
         console.print(f"{replaced} failed trial(s) were re-enqueued and do not count against the budget")
     if over:
         console.print(f"{over} trial(s) asked for as others took the last of the budget were not run and do not count")
-    jobs = {t.number: t.user_attrs[SLURM_JOB_ATTR] for t in trials
-            if t.state == TrialState.RUNNING and t.user_attrs.get(SLURM_JOB_ATTR)}
-    notes = capacity.trial_job_notes(jobs, storage.get_study_system_attrs(study_id).get(WORKER_JOBS_ATTR, []))
+    notes = _waiting_notes(storage, study_id, trials)
     for trial in trials:
         if trial.state == TrialState.RUNNING:
             owner = workers.describe(trial.system_attrs.get(workers.WORKER_ATTR))

@@ -62,6 +62,7 @@ from abtune.study.trials import (
     adopt_retried_checkpoint,
     submit_trial,
     trial_config,
+    trial_dir,
     trial_hook_specs,
     trial_job_name,
     trial_layout,
@@ -258,7 +259,7 @@ class StudyRunner:
         return True
 
     def _submit(self, trial: optuna.Trial, config: RunConfig, run_id: str | None) -> Run:
-        run_dir = self.study_dir / "trials" / str(trial.number)
+        run_dir = trial_dir(self.study_dir, trial.number)
         adopted = adopt_retried_checkpoint(self.study_dir, trial, run_dir)
         run = self.prepare_run(config, run_dir, trial_hook_specs(self.spec, self.study.study_name, trial), run_id,
                                continues_checkpoint=adopted)

@@ -16,7 +16,6 @@ Then:
 
 from __future__ import annotations
 
-import getpass
 import time
 import uuid
 from collections.abc import Callable
@@ -27,17 +26,18 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from abtune.launch.base import Job
+from abtune.launch.base import Job, Launcher
+from abtune.launch.launchers import launcher_type
 from abtune.runfiles import summary_path
 from abtune.study import reattach, retries, workers
 from abtune.study.attrs import FAIL_REASON_ATTR, RETRY_OF_ATTR, RUN_DIR_ATTR, RUN_ID_ATTR, SEED_JOBS_ATTR
-from abtune.study.capacity import slurm_output
 from abtune.study.repeats import seed_dir
 from abtune.study.spec import StudySpec
 from abtune.tracking import Tracking
 
 STOP_ATTR = "abtune:stop"
 WORKER_JOBS_ATTR = "abtune:worker_jobs"
+WORKER_KIND_ATTR = "abtune:worker_job_kind"
 REQUEUE, FAIL, LET_FINISH = "requeue", "fail", "let-trials-finish"
 STOPPED = "stopped by `abtune study stop`"
 WAIT_S = 120.0  # a local runner's cancel grace (30 s) and a worker job's way out of the queue
@@ -78,29 +78,22 @@ def request_stop(storage: BaseStorage, study_id: int, mode: str) -> None:
     storage.set_study_system_attr(study_id, STOP_ATTR, {"id": uuid.uuid4().hex, "mode": mode, "at": time.time()})
 
 
-def record_worker_jobs(storage: BaseStorage, study_id: int, job_ids: list[str]) -> None:
-    """`study launch`: the worker array's jobs, for `study stop` to cancel."""
+def record_worker_jobs(storage: BaseStorage, study_id: int, kind: str, job_ids: list[str]) -> None:
+    """`study launch`: the workers' jobs and their launcher's kind, for `study stop` to cancel."""
     known = storage.get_study_system_attrs(study_id).get(WORKER_JOBS_ATTR, [])
     storage.set_study_system_attr(study_id, WORKER_JOBS_ATTR, [*known, *job_ids])
+    storage.set_study_system_attr(study_id, WORKER_KIND_ATTR, kind)
 
 
-def queued(job_ids: list[str]) -> list[str]:
-    """The given SLURM jobs (array tasks as ARRAY_TASK) still in the queue: pending, running or ending."""
-    if not job_ids:
-        return []
-    out = slurm_output("squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i", required=True)
-    return [job for job in (out or "").split() if job in job_ids]
-
-
-def scancel(job_ids: list[str]) -> None:
-    if job_ids:  # a job that ended meanwhile makes scancel complain; the queue is checked afterwards
-        slurm_output("scancel", *job_ids)
+def worker_launcher(storage: BaseStorage, study_id: int) -> type[Launcher]:
+    """The launcher type of the study's launched workers (studies launched before the kind was recorded: slurm's)."""
+    return launcher_type(storage.get_study_system_attrs(study_id).get(WORKER_KIND_ATTR, workers.WORKER_JOB_KIND))
 
 
 def follower_alive(trial: FrozenTrial, stale_after_s: float) -> bool:
     owner = trial.system_attrs.get(workers.WORKER_ATTR) or {}
-    if owner.get("slurm_job"):
-        return bool(queued([owner["slurm_job"]]))
+    if owner.get(workers.WORKER_JOB_KEY):  # a launched worker: alive while its job is queued
+        return bool(launcher_type(workers.WORKER_JOB_KIND).queued([owner[workers.WORKER_JOB_KEY]]))
     return not workers.is_stale(trial, stale_after_s)
 
 
@@ -112,9 +105,10 @@ def stop_study(storage: BaseStorage, name: str, spec: StudySpec, mode: str,
     study_id = storage.get_study_id_from_name(name)
     request_stop(storage, study_id, mode)
     say(f"study {name}: asked its workers to start no new trial")
-    worker_jobs = queued(storage.get_study_system_attrs(study_id).get(WORKER_JOBS_ATTR, []))
+    launcher = worker_launcher(storage, study_id)
+    worker_jobs = launcher.queued(storage.get_study_system_attrs(study_id).get(WORKER_JOBS_ATTR, []))
     if worker_jobs:
-        scancel(worker_jobs)
+        launcher.cancel(worker_jobs)  # a job that ended meanwhile is no error: the queue is asked again below
         say(f"cancelled worker job(s) {' '.join(worker_jobs)}")
 
     def running() -> list[FrozenTrial]:
@@ -122,7 +116,7 @@ def stop_study(storage: BaseStorage, name: str, spec: StudySpec, mode: str,
 
     def busy() -> bool:  # local runners cancelling their trials; worker jobs leaving the queue
         followed = mode != LET_FINISH and any(follower_alive(t, spec.retries.stale_after_s) for t in running())
-        return followed or bool(queued(worker_jobs))
+        return followed or bool(launcher.queued(worker_jobs))
 
     was_running = {t.number: t._trial_id for t in running()}
     _wait_until(lambda: not busy(), wait_s)

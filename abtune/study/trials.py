@@ -27,6 +27,8 @@ from abtune.study.spec import StudySpec
 from abtune.training.checkpoint import COMPLETE_MARK
 from abtune.training.hooks import hook_spec
 
+TRIALS_DIR = "trials"  # STUDY_DIR/trials/N: one run folder per trial
+
 
 def trial_hook_specs(spec: StudySpec, study_name: str, trial: optuna.Trial) -> list[dict[str, Any]]:
     """Every hook a trial's rank 0 runs (hooks.yaml). Tracking adds its hook here.
@@ -50,6 +52,11 @@ def trial_layout(spec: StudySpec, launcher: Launcher) -> Layout:
                           "(step through one run with `abtune train --launcher debug`)")
     measures_nodes = "inter_node_bytes" in spec.objectives or spec.constraints.max_inter_node_mb is not None
     return launcher.trial_layout(spec.layout.nproc, spec.layout.per_node, measures_nodes)
+
+
+def trial_dir(study_dir: Path, number: int | str) -> Path:
+    """The run folder of trial `number` (a repeated trial's seeds are folders inside it)."""
+    return study_dir / TRIALS_DIR / str(number)
 
 
 def trial_job_name(study: str, number: int | str) -> str:
@@ -89,7 +96,7 @@ def adopt_retried_checkpoint(study_dir: Path, trial: optuna.Trial, run_dir: Path
     previous = trial.user_attrs.get(RETRY_OF_ATTR)
     if previous is None:
         return False
-    step = adopt_checkpoint(study_dir / "trials" / str(previous), run_dir)
+    step = adopt_checkpoint(trial_dir(study_dir, previous), run_dir)
     if step is None:
         return False
     trial.set_user_attr("resumed_from_step", step)

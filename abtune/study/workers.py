@@ -20,6 +20,8 @@ from abtune.launch.pids import process_alive, process_start
 
 WORKER_ATTR = "abtune:worker"
 HEARTBEAT_ATTR = "abtune:heartbeat"
+WORKER_JOB_KEY = "slurm_job"  # in WORKER_ATTR: the batch job a launched worker runs in
+WORKER_JOB_KIND = "slurm"  # the launcher kind of that job: the one whose workers `study launch` submits
 
 
 def slurm_job_id() -> str | None:
@@ -32,14 +34,14 @@ def this_worker() -> dict[str, Any]:
     worker: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "start": process_start(os.getpid())}
     job = slurm_job_id()
     if job:
-        worker["slurm_job"] = job  # a requeued worker job is the same worker: it re-attaches its trial
+        worker[WORKER_JOB_KEY] = job  # a requeued worker job is the same worker: it re-attaches its trial
     return worker
 
 
 def same_slurm_job(trial: FrozenTrial, worker: dict[str, Any]) -> bool:
     """The trial belongs to an earlier run of this very SLURM job (a worker requeued after its time limit)."""
     owner = trial.system_attrs.get(WORKER_ATTR) or {}
-    return bool(worker.get("slurm_job")) and owner.get("slurm_job") == worker["slurm_job"] \
+    return bool(worker.get(WORKER_JOB_KEY)) and owner.get(WORKER_JOB_KEY) == worker[WORKER_JOB_KEY] \
         and owner.get("pid") != worker["pid"]
 
 

@@ -17,7 +17,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from abtune.launch.slurm import attach
 from abtune.study import workers
-from abtune.study.reattach import SLURM_JOB_ATTR
+from abtune.study.attrs import SLURM_JOB_ATTR
 from abtune.study.stop import STOPPED
 from tests.conftest import run_cli
 from tests.slurm.test_launcher_slurm import JOB_TIMEOUT_S, cluster_profile, preempt, sacct_states, wait_until

@@ -1,4 +1,5 @@
 """Can a launched study's workers keep its own trials from starting? Asked of SLURM (sinfo, squeue).
+The SLURM launcher's answers to the study-worker questions of the launcher interface (base.py).
 
 A worker holds its CPUs for as long as it runs, and SLURM places it on any node of its partition. A
 trial job needs `nodes` nodes with `tasks_per_node x cpus_per_task` free CPUs each (a whole node
@@ -10,6 +11,7 @@ trial job and says when the study's own running workers sit on the trial's parti
 
 from __future__ import annotations
 
+import getpass
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -135,6 +137,14 @@ def job_states(job_ids: Sequence[str]) -> dict[str, dict[str, str]]:
     rows = (line.split("|") for line in out.splitlines())
     return {row[0]: {"state": row[1], "reason": row[2], "partition": row[3], "nodes": row[4]}
             for row in rows if row[0] in job_ids}
+
+
+def queued(job_ids: Sequence[str]) -> list[str]:
+    """The given jobs (array tasks as ARRAY_TASK) still in the queue: pending, running or ending."""
+    if not job_ids:
+        return []
+    out = slurm_output("squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i", required=True)
+    return [job for job in (out or "").split() if job in job_ids]
 
 
 def trial_job_notes(trial_jobs: dict[int, str], worker_jobs: Sequence[str]) -> dict[int, str]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from abtune.launch.capacity import Node, nodes_left, pending_note, room_advice
 from abtune.launch.profiles import SlurmProfile
-from abtune.study.capacity import Node, nodes_left, pending_note, room_advice
-from abtune.study.launch import worker_profile
+from abtune.launch.slurm import worker_profile
 
 TWO_BY_TWO = [Node("n1", 2), Node("n2", 2)]
 TEST_CLUSTER = [Node("n1", 4), Node("n2", 4)]
