@@ -153,10 +153,10 @@ def _seeds_mid_training(url: str) -> FrozenTrial | None:
     return None
 
 
-def _repeated_study_killed_mid_trial(tmp_path: Path, tracking: str) -> tuple[str, FrozenTrial]:
+def _repeated_study_killed_mid_trial(tmp_path: Path, tracking: str, steps: int = TRAIN["steps"]) -> tuple[str, FrozenTrial]:
     """A `repeats: 2` study whose runner was SIGKILLed while both seeds of its trial trained (they train on)."""
     url = f"sqlite:///{tmp_path}/optuna.db"
-    study = write_study(tmp_path / "s.yaml", trials=1, repeats=2, base={**TINY_BASE, "train": TRAIN},
+    study = write_study(tmp_path / "s.yaml", trials=1, repeats=2, base={**TINY_BASE, "train": {**TRAIN, "steps": steps}},
                         references={"paper_defaults": False, "ddp": False})
     run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
     with (tmp_path / "first.log").open("w") as log:
@@ -197,7 +197,8 @@ def test_study_stop_cancels_every_seed_of_a_dead_runner_s_repeated_trial(tmp_pat
     """`study stop` once could not reach such seeds: they trained on with no runner. Now it cancels them, fails the
     trial, and closes the trial's and the seeds' MLflow runs."""
     tracking = f"sqlite:///{mlflow_db}"
-    url, trial = _repeated_study_killed_mid_trial(tmp_path, tracking)
+    # seeds that outlast the stop's start-up (600 steps of the tiny model ended first once, under load)
+    url, trial = _repeated_study_killed_mid_trial(tmp_path, tracking, steps=20_000)
     jobs = trial.user_attrs["seed_jobs"]
     out = run_cli("study", "stop", "tiny", "--fail", "--storage", url, "--tracking-uri", tracking, cwd=tmp_path).stdout
     pids = ", ".join(f"local job {jobs[str(s)]['record']['pid']}" for s in sorted(int(s) for s in jobs))

@@ -30,13 +30,14 @@ from optuna.trial import FrozenTrial
 
 from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
-from abtune.launch.base import Launcher
+from abtune.launch.base import Job, Launcher
 from abtune.objectives import OBJECTIVES
 from abtune.runfiles import read_summary, summary_path
 from abtune.runs import Run
 from abtune.study import results, stats
 from abtune.study.attrs import CONFIRMATION_ATTR, REFERENCE_ATTR
 from abtune.study.definition import DDP, PAPER_DEFAULTS, stored_spec, stored_study_dir
+from abtune.study.pool import JobPool
 from abtune.study.ranking import Rule, chosen_trials
 from abtune.study.repeats import repeat_seed, seed_dir
 from abtune.study.space import ddp_reference_config
@@ -101,30 +102,26 @@ def run_seeds(spec: StudySpec, study_name: str, study_dir: Path, chosen: list[Su
     done = len(chosen) * len(seeds) - len(pending)
     print(f"confirming {len(chosen)} configuration(s) x {len(seeds)} seed(s): {len(pending)} run(s) to train"
           + (f", {done} already done" if done else ""), flush=True)
-    active: list[tuple[Subject, int, Path, Any]] = []
+
+    def start(item: tuple[Subject, int]) -> Job:
+        subject, seed = item
+        run_dir = seed_dir(subject.folder(study_dir), seed)
+        shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted earlier attempt starts over
+        run = Run.prepare(subject_config(spec, study_name, subject, seed), run_dir, launcher, layout, hooks=[])
+        return submit_trial(run, spec, trial_job_name(study_name, f"confirm-{subject.trial.number}-seed{seed}"))
+
+    pool = JobPool(parallel, start, pending)
     failed: list[str] = []
     try:
-        while pending or active:
-            while pending and len(active) < parallel:
-                subject, seed = pending.pop(0)
-                run_dir = seed_dir(subject.folder(study_dir), seed)
-                shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted earlier attempt starts over
-                run = Run.prepare(subject_config(spec, study_name, subject, seed), run_dir, launcher, layout, hooks=[])
-                job = submit_trial(run, spec, trial_job_name(study_name, f"confirm-{subject.trial.number}-seed{seed}"))
-                active.append((subject, seed, run_dir, job))
-            for entry in list(active):
-                subject, seed, run_dir, job = entry
-                ended = job.poll()
-                if ended is None:
-                    continue
-                active.remove(entry)
+        while pool.busy:
+            pool.fill()
+            for (subject, seed), ended in pool.poll():
                 print(f"{subject.name} seed {seed}: " + ("done" if ended.ok else f"failed: {ended.reason}"), flush=True)
                 if not ended.ok:
                     failed.append(f"{subject.name} seed {seed} ({ended.reason})")
-            time.sleep(POLL_S if active else 0)
+            time.sleep(POLL_S if pool.running else 0)
     except KeyboardInterrupt:
-        for _, _, _, job in active:
-            job.cancel()
+        pool.cancel()
         raise
     if failed:
         raise AbtuneError(f"{len(failed)} confirmation run(s) failed: {'; '.join(failed)}; run the command "

@@ -32,10 +32,10 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from abtune.config import RunConfig, load_run_config
-from abtune.launch.base import Job
+from abtune.launch.base import Job, Launcher, Layout
 from abtune.launch.launchers import JOB_KINDS, reattach
 from abtune.launch.outcome import RunOutcome
 from abtune.rundir import prepare_run_dir
@@ -43,9 +43,17 @@ from abtune.runfiles import CONFIG_FILE, SUMMARY_FILE, read_summary, summary_pat
 from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import results, stats
 from abtune.study.attrs import RETRY_OF_ATTR, REUSED_SEEDS_ATTR, RUN_DIR_ATTR, SEED_JOBS_ATTR, SEEDS_ATTR
+from abtune.study.pool import JobPool
 from abtune.study.trials import adopt_checkpoint, trial_dir, trial_hook_specs
 from abtune.training.checkpoint import COMPLETE_MARK
 from abtune.training.hooks import evaluation_curve
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.storages import BaseStorage
+
+    from abtune.study.spec import StudySpec
+    from abtune.tracking import Tracking
 
 SEED_STRIDE = 1000
 SPREAD_KEYS = ("top1", "best_top1", "inter_node_bytes", "compression", "train_seconds", "time_to_target")
@@ -112,6 +120,22 @@ def mean_curve(run_dirs: Sequence[Path]) -> dict[int, float]:
     return {step: stats.mean([c[step] for c in curves]) for step in sorted(steps)}
 
 
+class TrialRunner(Protocol):
+    """What running a repeated trial needs of the study runner (runner.py's StudyRunner): no more."""
+
+    spec: StudySpec
+    study: optuna.Study
+    study_dir: Path
+    storage: BaseStorage
+    launcher: Launcher
+    layout: Layout
+    tracking: Tracking
+    trial_env: dict[str, str]
+
+    def prepare_run(self, config: RunConfig, run_dir: Path, hooks: list[dict[str, Any]], run_id: str | None,
+                    continues_checkpoint: bool = False) -> Run: ...
+
+
 # --- running the seeds of one trial ---------------------------------------------------------------
 @dataclass
 class SeedRun:
@@ -125,10 +149,6 @@ class SeedRun:
     @property
     def job(self) -> Job | None:
         return None if self.run is None else self.run.job
-
-    @property
-    def running(self) -> bool:
-        return self.job is not None and self.outcome is None
 
     @property
     def pruned(self) -> bool:
@@ -145,25 +165,27 @@ class RepeatedJob(Job):
     def __init__(self, trial_dir: Path, runs: list[SeedRun], concurrent: int, start: Callable[[SeedRun], Run],
                  end: Callable[[SeedRun, bool], None], complete: Callable[[], None]) -> None:
         super().__init__(trial_dir.name, trial_dir)
-        self.runs, self.concurrent = runs, concurrent
+        self.runs = runs
         self._start, self._end, self._complete = start, end, complete
+        self.pool = JobPool(concurrent, self._start_seed, [r for r in runs if r.job is None and not r.finished])
+        for run in runs:
+            if run.job is not None:  # re-attached: its job was started by the runner that died
+                self.pool.adopt(run, run.job)
         self.cancelled = False
         self._completed = False
 
+    def _start_seed(self, run: SeedRun) -> Job:
+        run.run = self._start(run)
+        assert run.job is not None
+        return run.job
+
     def poll(self) -> RunOutcome | None:
-        for run in [r for r in self.runs if r.running]:
-            assert run.job is not None
-            ended = run.job.poll()
-            if ended is not None:
-                self._ended(run, ended)
-        waiting = [r for r in self.runs if r.job is None and r.outcome is None and not r.finished]
-        while not self._stopped() and waiting and sum(r.running for r in self.runs) < self.concurrent:
-            run = waiting.pop(0)
-            try:
-                run.run = self._start(run)
-            except Exception as error:  # noqa: BLE001 - a refused submission fails this trial only
-                self._ended(run, RunOutcome(False, f"seed {run.seed} not started: {error}", 1))
-        if any(r.running for r in self.runs):
+        for run, ended in self.pool.poll():
+            self._ended(run, ended)
+        self.pool.fill(may_start=lambda: not self._stopped(),  # a refused submission fails this trial only
+                       refused=lambda run, error: self._ended(run, RunOutcome(False, f"seed {run.seed} not started: "
+                                                                                     f"{error}", 1)))
+        if self.pool.running:
             return None
         result = self._result()
         if not self._completed and result.ok:
@@ -192,13 +214,10 @@ class RepeatedJob(Job):
 
     def cancel(self) -> None:
         self.cancelled = True
-        for run in self.runs:
-            if run.running:
-                assert run.job is not None
-                run.job.cancel()
+        self.pool.cancel()
 
 
-def start_trial(runner: Any, trial: Any, config: RunConfig, run_id: str | None) -> Run:
+def start_trial(runner: TrialRunner, trial: Any, config: RunConfig, run_id: str | None) -> Run:
     """Prepare `trials/N/` and its seeds, take over what a retried trial finished, start the first seeds:
     the trial's run, whose job is its seeds'."""
     folder = trial_dir(runner.study_dir, trial.number)
@@ -218,7 +237,7 @@ def is_repeated(trial: Any) -> bool:
     return len(trial.user_attrs.get(SEEDS_ATTR) or []) > 1 and bool(trial.user_attrs.get(RUN_DIR_ATTR))
 
 
-def resume_trial(runner: Any, trial: Any, run_id: str | None) -> tuple[Run, list[str]]:
+def resume_trial(runner: TrialRunner, trial: Any, run_id: str | None) -> tuple[Run, list[str]]:
     """A repeated trial whose runner died, re-attached seed by seed (see the module's docstring); with
     what became of each seed, in words."""
     trial_dir = Path(trial.user_attrs[RUN_DIR_ATTR])
@@ -247,7 +266,7 @@ def resume_trial(runner: Any, trial: Any, run_id: str | None) -> tuple[Run, list
     return _repeated_run(runner, trial, config, run_id, trial_dir, runs, recorded), notes
 
 
-def _repeated_run(runner: Any, trial: Any, config: RunConfig, run_id: str | None, trial_dir: Path,
+def _repeated_run(runner: TrialRunner, trial: Any, config: RunConfig, run_id: str | None, trial_dir: Path,
                   runs: list[SeedRun], recorded: dict[str, dict[str, Any]]) -> Run:
     seeds = [r.seed for r in runs]
     hooks = trial_hook_specs(runner.spec, runner.study.study_name, trial)
@@ -288,7 +307,7 @@ def _take_over(previous_dir: Path, runs: list[SeedRun], trial: Any) -> None:
 class _SeedStarter:
     """Starts one seed of a trial (its folder, hooks, MLflow child run, job) and records its end."""
 
-    runner: Any
+    runner: TrialRunner
     trial: Any
     config: RunConfig
     run_id: str | None
