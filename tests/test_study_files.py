@@ -272,7 +272,7 @@ def test_a_trial_asked_beyond_the_budget_is_not_run(tmp_path: Path, monkeypatch:
     from abtune.study.runner import StudyRunner
     from abtune.study.storage import open_storage
 
-    monkeypatch.setenv("ABTUNE_STUDY_STORAGE", "")  # restored after the runner sets it
+    monkeypatch.setenv("ABTUNE_STORAGE", "")  # restored after the runner sets it
     url = f"journal:{tmp_path}/j.log"
     study = write_study(tmp_path / "s.yaml", trials=1, references={"paper_defaults": False, "ddp": False})
     run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)

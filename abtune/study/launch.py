@@ -11,13 +11,12 @@ cancelled on its own (`SLURM job N CANCELLED` fails that trial only), and its ra
 re-attaches its in-flight trial's job, found by the worker's SLURM job id in the trial.
 
 Secrets: the storage URL (maybe with a password) reaches the workers only through the environment
-(`ABTUNE_STUDY_STORAGE`, which sbatch copies into the job), never through the sbatch script or the
+(`ABTUNE_STORAGE`, which sbatch copies into the job), never through the sbatch script or the
 pickled worker; the trial jobs inherit it from their worker the same way.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,6 @@ from abtune.config import parse_run_config
 from abtune.errors import ConfigError
 from abtune.launch.base import Launcher, Layout, exported
 from abtune.launch.profiles import check_fits
-from abtune.study.pruning import STUDY_STORAGE_VARIABLE
 
 WORKERS_DIR = "workers"
 
@@ -59,12 +57,10 @@ class StudyWorker(Checkpointable):
         from abtune.launch.launchers import launcher_for
         from abtune.launch.profiles import parse_profile
         from abtune.study.runner import StudyRunner
-        from abtune.study.storage import open_storage, quiet_optuna
+        from abtune.study.storage import open_storage, quiet_optuna, url_from_environment
         from abtune.tracking import open_tracking
 
-        url = os.environ.get(STUDY_STORAGE_VARIABLE)
-        if not url:
-            raise ConfigError(f"{STUDY_STORAGE_VARIABLE} is not set: start workers with `abtune study launch`")
+        url = url_from_environment("a study worker")
         quiet_optuna()
         storage = open_storage(url)
         launcher = launcher_for(parse_profile(self.profile, "the worker's launcher profile"))
@@ -105,8 +101,8 @@ def dry_run(study_dir: Path, name: str, launcher: Launcher, workers: int, layout
 def launch(study_dir: Path, name: str, url: str, launcher: Launcher, workers: int,
            max_trials: int | None, tracking: bool = True) -> list[str]:
     """Submit the workers; returns their job ids at once. The URL travels in the environment only."""
-    from abtune.study.storage import absolute_url
+    from abtune.study.storage import storage_environment
 
     body = StudyWorker(name, launcher.profile.model_dump(mode="json"), max_trials, tracking)
-    with exported({STUDY_STORAGE_VARIABLE: absolute_url(url)}):  # sbatch copies the environment into the jobs
+    with exported(storage_environment(url)):  # sbatch copies the environment into the jobs
         return launcher.submit_workers(study_dir / WORKERS_DIR, body, workers, job_name(name))

@@ -1,8 +1,8 @@
 """The pruning hook: rank 0 of a trial reports its accuracy to the study and asks whether to stop.
 
 Named in the trial's hooks.yaml as `abtune.study.pruning:make_hook` with the study name and the
-trial id; the storage URL (which may hold a password) comes from ABTUNE_STUDY_STORAGE, set by the
-runner. Returning "pruned" stops every rank at the same step (the trainer broadcasts it); the
+trial id; the storage URL (which may hold a password) comes from ABTUNE_STORAGE, set by the
+runner (storage.storage_environment). Returning "pruned" stops every rank at the same step (the trainer broadcasts it); the
 runner then tells the trial PRUNED.
 
 A seed of a repeated trial (see repeats.py) names the folders of the seeds that ran before it
@@ -11,18 +11,15 @@ A seed of a repeated trial (see repeats.py) names the folders of the seeds that 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import optuna
 
-from abtune.errors import ConfigError
 from abtune.study.definition import SearchStudy, build_pruner, stored_spec
-from abtune.study.storage import open_storage, quiet_optuna
+from abtune.study.storage import open_storage, quiet_optuna, url_from_environment
 from abtune.training.hooks import TrainingHook, evaluation_curve
 
-STUDY_STORAGE_VARIABLE = "ABTUNE_STUDY_STORAGE"
 PRUNED = "pruned"
 
 
@@ -45,11 +42,8 @@ class PruningHook(TrainingHook):
 
 def make_hook(run_dir: Path, study: str, trial_id: int, prune: bool = True,
               earlier: list[str] | None = None) -> PruningHook:
-    url = os.environ.get(STUDY_STORAGE_VARIABLE)
-    if not url:
-        raise ConfigError(f"{run_dir}: the pruning hook needs {STUDY_STORAGE_VARIABLE} (set by `abtune study run`)")
     quiet_optuna()
-    storage = open_storage(url)
+    storage = open_storage(url_from_environment(f"{run_dir}: the pruning hook"))
     spec = stored_spec(storage, storage.get_study_id_from_name(study))
     sampler = optuna.samplers.RandomSampler()  # never samples here; Trial() only needs one
     # SearchStudy: the pruner compares with search-space trials only, never with the DDP reference

@@ -55,9 +55,8 @@ from abtune.study.attrs import (
 )
 from abtune.study.definition import open_search_study, seed_offset, stored_study_dir
 from abtune.study.display import RunDisplay
-from abtune.study.pruning import STUDY_STORAGE_VARIABLE
 from abtune.study.space import build_distributions
-from abtune.study.storage import absolute_url
+from abtune.study.storage import absolute_url, storage_environment
 from abtune.study.trials import (
     adopt_retried_checkpoint,
     submit_trial,
@@ -120,7 +119,7 @@ class StudyRunner:
         self.stopping = False
         self._last_beat = self._last_scan = 0.0
         self.display = RunDisplay(name, self.spec)
-        self.trial_env = {STUDY_STORAGE_VARIABLE: absolute_url(url)}  # the pruning hook's storage; never in a file
+        self.trial_env = storage_environment(url)  # the pruning hook's storage; never in a file
         self.tracking = tracking or Tracking()
         self.parent_run = self.tracking.study_parent_run(name, redact(absolute_url(url)))
 

@@ -6,7 +6,9 @@
 
 Relative paths are made absolute once, so trial processes started elsewhere find the same file.
 The URL chosen is: `--storage`, else `$ABTUNE_STORAGE`, else the study file's `storage:`, else the
-default.
+default. The same variable is the one way a trial's processes (the pruning hook) and launched study
+workers learn their study's storage: the runner sets it for the processes it starts, so the URL (which
+may hold a password) is never written to a file.
 """
 
 from __future__ import annotations
@@ -30,6 +32,20 @@ SQLITE_TIMEOUT_S = 60  # several trial processes report into one SQLite file
 
 def resolve_storage_url(flag: str | None, from_study_file: str | None = None) -> str:
     return flag or os.environ.get(STORAGE_VARIABLE) or from_study_file or DEFAULT_STORAGE
+
+
+def storage_environment(url: str) -> dict[str, str]:
+    """What the processes a runner starts (trial ranks, study workers) get to find the study's storage."""
+    return {STORAGE_VARIABLE: absolute_url(url)}
+
+
+def url_from_environment(needed_by: str) -> str:
+    """The storage a runner gave this process (`storage_environment`); a one-line error when there is none."""
+    url = os.environ.get(STORAGE_VARIABLE)
+    if not url:
+        raise ConfigError(f"{needed_by} needs {STORAGE_VARIABLE}, which `abtune study run` and `study launch` set "
+                          "for the processes they start")
+    return url
 
 
 def absolute_url(url: str) -> str:

@@ -35,7 +35,7 @@ def trial_hook_specs(spec: StudySpec, study_name: str, trial: optuna.Trial) -> l
 
     Single-objective trials report their accuracy at each evaluation; the reference trials report
     but are never pruned. Options are plain values: the storage URL reaches the hook through
-    ABTUNE_STUDY_STORAGE, never through hooks.yaml.
+    ABTUNE_STORAGE, never through hooks.yaml.
     """
     reference = trial.user_attrs.get(REFERENCE_ATTR)
     specs: list[dict[str, Any]] = []
