@@ -6,7 +6,8 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,27 @@ def run_cli(*args: str, cwd: Path | None = None, check: bool = True,
     return result
 
 
+def train_and_read(config: Path, run_dir: Path, nproc: int, ranks_per_node: int, *extra: str) -> dict[str, Any]:
+    """`abtune train` of a config on local ranks, and the summary.json it wrote (through read_summary)."""
+    from abtune.runfiles import read_summary
+
+    run_cli("train", str(config), "--nproc", str(nproc), "--ranks-per-node", str(ranks_per_node),
+            "--run-dir", str(run_dir), *extra)
+    return read_summary(run_dir).raw
+
+
+def wait_for(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    """Poll `condition` until it returns something true, and return that; fail after `timeout_s` (a safety
+    net for a hung process, never what a test checks)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
 def with_checkout_on_path(env: Mapping[str, str]) -> dict[str, str]:
     return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))}
 
@@ -48,6 +70,20 @@ def write_config(path: Path, **sections: Any) -> Path:
         config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) else value
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+@pytest.fixture
+def one_rank_world(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A real torch.distributed world of one rank (gloo) in this process, for methods tested in process."""
+    from abtune.dist import init_distributed, shutdown
+    from abtune.launch.local import free_port
+
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(free_port())}.items():
+        monkeypatch.setenv(key, value)
+    env = init_distributed(timeout_s=60)
+    yield env
+    shutdown()
 
 
 @pytest.fixture

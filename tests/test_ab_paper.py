@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -136,16 +136,6 @@ def test_an_odd_number_of_groups_is_refused_in_one_line(tmp_path: Path) -> None:
 
 
 # --- the rank cap inside a decomposition (one real rank) -----------------------------------------------
-
-
-@pytest.fixture
-def one_rank_world(monkeypatch: pytest.MonkeyPatch) -> Iterator[DistEnv]:
-    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(free_port())}.items():
-        monkeypatch.setenv(key, value)
-    env = init_distributed(timeout_s=60)
-    yield env
-    shutdown()
 
 
 def _mlp() -> nn.Module:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from abtune.compare import ComparisonRow, plot_comparison, plot_points
+from abtune.runfiles import read_summary
 from tests.conftest import run_cli, write_config
 
 QUICKSTART = Path(__file__).parent.parent / "studies" / "run_quickstart.yaml"
@@ -32,12 +33,12 @@ def test_compare_runs_every_method_on_the_same_budget(tmp_path: Path) -> None:
     assert (out / "compare.png").read_bytes()[:4] == PNG_MAGIC
     for method, row in rows.items():
         assert float(row["final_top1"]) > MIN_TOP1 > CHANCE, method
-        summary = json.loads((out / method / "summary.json").read_text())
+        summary = read_summary(out / method).raw
         assert summary["steps_done"] == STEPS and summary["config"]["seed"] == 0
         assert float(row["training_mb"]) == pytest.approx(summary["traffic"]["training_bytes"] / 1e6)
     assert float(rows["ddp"]["reduction_vs_ddp"]) == 1.0
     # AB: the trained model's compression, its ECR, and training inter-node bytes against ddp's.
-    ab, ddp = (json.loads((out / m / "summary.json").read_text()) for m in ("ab", "ddp"))
+    ab, ddp = (read_summary(out / m).raw for m in ("ab", "ddp"))
     ratio = ab["compression"]["trained_model_ratio"]
     assert float(rows["ab"]["compression"]) == pytest.approx(ratio)
     assert float(rows["ab"]["ecr_percent"]) == pytest.approx(75.0 * (1 - 1 / ratio))

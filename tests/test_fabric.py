@@ -24,6 +24,7 @@ from optuna.trial import TrialState
 
 from abtune.launch.fabric import fabric_namespaces, missing_requirements
 from abtune.launch.profiles import parse_rate_bits
+from abtune.runfiles import read_summary
 from tests.conftest import abtune_command, run_cli, write_config
 from tests.study_helpers import TINY_BASE, trials_of, write_study
 
@@ -78,7 +79,7 @@ def train(tmp_path: Path, launcher: Path, nproc: int, per_node: int, method: str
                      str(per_node), "--run-dir", str(run_dir), "--no-tracking")
     # every peer has a name inside the fabric: torch's store no longer warns of each connection it accepts
     assert "hostname of the client socket cannot be retrieved" not in result.stdout + result.stderr, result.stderr
-    return json.loads((run_dir / "summary.json").read_text())
+    return read_summary(run_dir).raw
 
 
 @pytest.mark.slow
@@ -271,7 +272,7 @@ def test_a_link_that_loses_packets_trains_to_the_end_and_tcp_resends_what_it_los
     launcher = profile(tmp_path / "lossy.yaml", loss_pct=2, faults=[{"at_step": 10, "node": 1, "loss_pct": 5}])
     run_cli("train", str(config), "--launcher", str(launcher), "--nproc", "4", "--ranks-per-node", "2",
             "--run-dir", str(tmp_path / "run"), "--no-tracking")
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    summary = read_summary(tmp_path / "run").raw
     link = summary["traffic"]["measured_inter_node_bytes"]["link"]
     assert summary["steps_done"] == LOSS_STEPS and link["loss_pct"] == 2.0
     assert [(f["node"], f["loss_pct"]) for f in link["faults"]] == [(1, 5.0)]
@@ -292,7 +293,7 @@ def test_latency_runs_or_is_refused_in_one_line_where_the_kernel_has_no_netem(tm
         assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     else:
         assert result.returncode == 0, result.stderr
-        link = json.loads((tmp_path / "run" / "summary.json").read_text())["traffic"]["measured_inter_node_bytes"]["link"]
+        link = read_summary(tmp_path / "run").raw["traffic"]["measured_inter_node_bytes"]["link"]
         assert [(f["node"], f["latency_ms"]) for f in link["faults"]] == [(1, 5.0)]
     assert set(fabric_namespaces()) == before
 
@@ -335,7 +336,7 @@ def test_a_study_trial_whose_link_dies_is_retried_from_its_checkpoint_and_comple
     assert "made no progress for" in hung.user_attrs["fail_reason"], hung.user_attrs["fail_reason"]
     assert retry.state == TrialState.COMPLETE and retry.user_attrs["retry_of"] == hung.number
     assert retry.params == hung.params and retry.user_attrs["resumed_from_step"] == 10
-    summary = json.loads((Path(retry.user_attrs["run_dir"]) / "summary.json").read_text())
+    summary = read_summary(Path(retry.user_attrs["run_dir"])).raw
     assert retry.user_attrs["steps_done"] == 40 and summary["traffic"]["measured_inter_node_bytes"]["link"]["faults"] == []
     assert f"trial {hung.number} FAIL, retried: rank " in result.stdout, result.stdout
     assert set(fabric_namespaces()) == namespaces and host_network() == before

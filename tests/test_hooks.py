@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from abtune.runfiles import read_summary
 from abtune.training.hooks import TrainingHook, hook_spec, read_metrics, write_hook_specs
 from tests.conftest import run_cli, write_config
 
@@ -37,7 +38,7 @@ def test_a_hook_stops_every_rank_at_the_same_step(tmp_path: Path) -> None:
     write_hook_specs(run_dir, [hook_spec(stop_at, step=20)])
     run_cli("train", str(config), "--nproc", "2", "--run-dir", str(run_dir))
 
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = read_summary(run_dir).raw
     assert summary["steps_done"] == 20
     assert summary["stopped_early"] == "pruned by the test"
     assert [h["step"] for h in summary["history"]] == [10, 20]
@@ -61,7 +62,7 @@ def test_every_run_writes_metrics_and_a_full_run_ends_with_its_last_step(tmp_pat
     records = read_metrics(run_dir)
     assert [r["step"] for r in records if r["kind"] == "log"] == [5, 10, 12]
     assert [r["step"] for r in records if r["kind"] == "evaluation"] == [6, 12]
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = read_summary(run_dir).raw
     assert summary["stopped_early"] is None and summary["steps_done"] == 12
     assert "control" not in summary["traffic"]["by_phase"]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -18,6 +17,7 @@ from abtune.launch.launchers import JOB_KINDS, LAUNCHERS, launcher_for, launcher
 from abtune.launch.outcome import recorded_failure
 from abtune.launch.profiles import KINDS, SlurmProfile, load_profile, parse_time_limit, profile_names
 from abtune.launch.slurm import sbatch_script
+from abtune.runfiles import read_summary
 from tests.conftest import run_cli, write_config
 
 SLURM_PROFILE = {"kind": "slurm", "partition": "gpu4", "nodes": 2, "tasks_per_node": 2, "time_limit": "0:30:00"}
@@ -157,11 +157,12 @@ srun --unbuffered --output /scratch/runs/r1/jobs/%j_%t_log.out --error /scratch/
 """
 
 
+@pytest.mark.slow  # trains: left out of the fast subset
 def test_local_launcher_needs_no_slurm(tmp_path: Path) -> None:
     config = write_config(tmp_path / "run.yaml", method={"name": "ab"}, train={"steps": 12})
     result = run_cli("train", str(config), "--launcher", "local", "--nproc", "2", "--ranks-per-node", "1",
                      "--run-dir", str(tmp_path / "run"), env=without_slurm())
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    summary = read_summary(tmp_path / "run").raw
     assert (summary["steps_done"], summary["num_nodes"], summary["ranks_per_node"]) == (12, 2, 1)
     assert "final top-1" in result.stdout
 
@@ -186,7 +187,7 @@ def test_debug_launcher_runs_in_process(tmp_path: Path) -> None:
     assert config.exists()
     outcome = load_launcher("debug").submit(run_dir, Layout(1, 1)).wait()
     assert outcome.ok, outcome
-    assert json.loads((run_dir / "summary.json").read_text())["steps_done"] == 5
+    assert read_summary(run_dir).raw["steps_done"] == 5
 
 
 def test_local_submit_reports_the_failure(tmp_path: Path) -> None:

@@ -3,8 +3,6 @@ SBC, PowerSGD and fp16 on 4 real ranks with their traffic checked against formul
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +12,12 @@ from torch import nn
 
 from abtune.config import SbcConfig, load_run_config
 from abtune.data import DatasetInfo
-from abtune.dist import discover_topology, init_distributed, shutdown
-from abtune.launch.local import free_port
+from abtune.dist import discover_topology
 from abtune.methods import MethodContext
 from abtune.methods.sbc import SparseBinaryCompression
 from abtune.methods.sbc.compress import dense_from, sparse_binarize
 from abtune.models import build_model
-from tests.conftest import run_cli, write_config
+from tests.conftest import train_and_read, write_config
 
 NPROC, RANKS_PER_NODE = 4, 2
 FLOAT32, FLOAT16, INT32, INT64 = 4, 2, 4, 8
@@ -30,16 +27,6 @@ DIGITS = DatasetInfo(num_classes=10, image_size=8, in_channels=3)
 
 
 # --- SBC's error feedback, in process ---------------------------------------------------------------
-
-
-@pytest.fixture
-def one_rank_world(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(free_port())}.items():
-        monkeypatch.setenv(key, value)
-    env = init_distributed(timeout_s=60)
-    yield env
-    shutdown()
 
 
 def _sbc(env: Any, model: nn.Module, **config: Any) -> SparseBinaryCompression:
@@ -88,9 +75,7 @@ def test_sbc_residual_keeps_exactly_what_was_not_sent(one_rank_world: Any) -> No
 def _train(tmp_path: Path, name: str, steps: int = 40, **sections: Any) -> tuple[Path, dict[str, Any]]:
     config = write_config(tmp_path / f"{name}.yaml", train={"steps": steps, "eval_every": 1000}, **sections)
     run_dir = tmp_path / name
-    run_cli("train", str(config), "--nproc", str(NPROC), "--ranks-per-node", str(RANKS_PER_NODE),
-            "--run-dir", str(run_dir))
-    return run_dir, json.loads((run_dir / "summary.json").read_text())
+    return run_dir, train_and_read(config, run_dir, NPROC, RANKS_PER_NODE)
 
 
 def _final_models(run_dir: Path) -> list[dict[str, torch.Tensor]]:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from abtune.training.precision import Precision
-from tests.conftest import run_cli, write_config
+from tests.conftest import train_and_read, write_config
 
 NPROC = 2
 # The quickstart model (run_quickstart.yaml) on digits, shortened. bf16 keeps 8 bits of mantissa:
@@ -28,8 +28,7 @@ LOSS_TOLERANCE = 0.15  # relative, on the final validation loss
 def _train(tmp_path: Path, name: str, *extra: str, **sections: Any) -> tuple[Path, dict[str, Any]]:
     config = write_config(tmp_path / f"{name}.yaml", **sections)
     run_dir = tmp_path / name
-    run_cli("train", str(config), "--nproc", str(NPROC), "--ranks-per-node", "1", "--run-dir", str(run_dir), *extra)
-    return run_dir, json.loads((run_dir / "summary.json").read_text())
+    return run_dir, train_and_read(config, run_dir, NPROC, 1, *extra)
 
 
 def _checkpoint(run_dir: Path, step: int, rank: int = 0) -> dict[str, Any]:

@@ -4,13 +4,13 @@ launcher at 1 and 2 simulated nodes, then `abtune report scaling`."""
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 import optuna
 import pytest
 import yaml
 
+from abtune.runfiles import read_summary
 from tests.conftest import run_cli
 from tests.promote_fixtures import BEST, BEST_RUN_ID, image_tree, single_objective_study, tiny_target
 
@@ -39,7 +39,7 @@ def test_promoted_campaign_runs_and_reports_every_run(tmp_path: Path, mlflow_db:
     best = optuna.load_study(study_name="tiny", storage=storage).trials[2]
     assert best.params == BEST and best.value == 0.90 and study.best_trial.user_attrs["reference"] == "ddp"
     for name, run in runs.items():
-        summary = json.loads((out / run["run_dir"] / "summary.json").read_text())
+        summary = read_summary(out / run["run_dir"]).raw
         world = 2 * run["nodes"]
         assert summary["world_size"] == world and summary["num_nodes"] == run["nodes"]
         assert summary["steps_done"] == summary["steps"] == EPOCHS * (TRAIN_IMAGES // (4 * world)) == run["steps"]
@@ -60,7 +60,7 @@ def test_promoted_campaign_runs_and_reports_every_run(tmp_path: Path, mlflow_db:
     rows = {r["run"]: r for r in csv.DictReader((out / "scaling.csv").open())}
     assert set(rows) == set(runs) and all(r["status"] == "ok" for r in rows.values())
     for name, row in rows.items():
-        summary = json.loads((out / runs[name]["run_dir"] / "summary.json").read_text())
+        summary = read_summary(out / runs[name]["run_dir"]).raw
         assert float(row["best_top1"]) == pytest.approx(summary["best_top1"])
         assert float(row["inter_node_gb_per_s"]) == pytest.approx(summary["traffic"]["training_inter_node_gb_per_s"])
         assert float(row["compression"]) == pytest.approx(summary["compression"]["method_ratio"])
@@ -68,7 +68,7 @@ def test_promoted_campaign_runs_and_reports_every_run(tmp_path: Path, mlflow_db:
     assert float(rows["n01-ddp"]["inter_node_gb_per_s"]) == 0.0  # one node: nothing crosses the interconnect
     assert float(rows["n02-ddp"]["inter_node_gb_per_s"]) > 0.0 and float(rows["n02-trial-2"]["inter_node_mb"]) > 0.0
     assert float(rows["n02-ddp"]["compression"]) == 1.0
-    ab_summary = json.loads((out / runs["n02-trial-2"]["run_dir"] / "summary.json").read_text())
+    ab_summary = read_summary(out / runs["n02-trial-2"]["run_dir"]).raw
     assert len(ab_summary["compression_during_ab"]) == ab_summary["schedule"]["ab_cycles"] == 4  # AB really ran
     table1 = [line for line in report.stdout.splitlines() if line.startswith("| constant local batch")]
     assert [line.split("|")[2].strip() for line in table1] == ["1", "2"]

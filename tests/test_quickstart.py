@@ -4,7 +4,6 @@ quickstart study's sigma-cutoff range moves the ranks."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -30,7 +29,7 @@ def test_quickstart_methods_learn_and_ab_saves_inter_node_traffic(tmp_path: Path
         output = run_cli("train", str(QUICKSTART), "--nproc", "4", "--ranks-per-node", "2",
                          "--run-dir", str(run_dir), "--set", f"method.name={method}")
         assert "reduction vs DDP" in output.stdout
-        results[method] = json.loads((run_dir / "summary.json").read_text())
+        results[method] = read_summary(run_dir).raw
     for method, summary in results.items():
         assert summary["final"]["val_top1"] > MIN_TOP1 > CHANCE, method
     ddp_inter = results["ddp"]["traffic"]["training_inter_node_bytes"]

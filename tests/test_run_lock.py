@@ -4,35 +4,26 @@ launcher was killed; a holder that died never blocks."""
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from abtune.errors import ConfigError
+from abtune.runfiles import read_summary
 from abtune.runlock import LOCK_FILE, claim_run
 from abtune.training.hooks import hook_spec, read_metrics, write_hook_specs
-from tests.conftest import abtune_command, run_cli, with_checkout_on_path, write_config
+from tests.conftest import abtune_command, run_cli, wait_for, with_checkout_on_path, write_config
 from tests.test_tracking_e2e import gate
 
 HOST = socket.gethostname()
 WAIT_S = 300  # a safety net for a hung run, never a pass/fail criterion
 HOLD = "import sys; from abtune.runlock import join_run; held = join_run(__import__('pathlib').Path(sys.argv[1])); " \
        "print('held', flush=True); sys.stdin.read()"
-
-
-def _wait_for(condition, what: str) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.2)
 
 
 def test_a_live_holder_refuses_the_claim_and_a_killed_one_does_not(tmp_path: Path) -> None:
@@ -74,7 +65,7 @@ def test_resume_is_refused_while_the_old_ranks_run_and_the_first_run_finishes_un
     with log_path.open("w") as log:
         first = subprocess.Popen(train, cwd=tmp_path, stdout=log, stderr=log, start_new_session=True, env=env)
     try:
-        _wait_for(lambda: (run_dir / "gate.paused").exists() or _ended(first, log_path), "rank 0 to reach step 20")
+        wait_for(lambda: (run_dir / "gate.paused").exists() or _ended(first, log_path), WAIT_S, "rank 0 to reach step 20")
         config_before = (run_dir / "config.yaml").read_text()
 
         resumed = run_cli(*train[1:], "--resume", cwd=tmp_path, check=False, env=env)
@@ -88,11 +79,11 @@ def test_resume_is_refused_while_the_old_ranks_run_and_the_first_run_finishes_un
         assert "is still training (rank 0 pid " in resumed.stderr and "launcher" not in resumed.stderr
 
         (run_dir / "gate.go").touch()
-        _wait_for(lambda: _lock_free(run_dir), "the orphaned ranks to finish")
+        wait_for(lambda: _lock_free(run_dir), WAIT_S, "the orphaned ranks to finish")
     finally:
         if _group_alive(first.pid):  # a failed assertion must not leave ranks behind
             os.killpg(first.pid, signal.SIGKILL)
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = read_summary(run_dir).raw
     assert summary["steps_done"] == 40
     logged = [r["step"] for r in read_metrics(run_dir) if r["kind"] == "log"]
     assert logged == list(range(5, 41, 5))  # trained once: no step twice, none missing

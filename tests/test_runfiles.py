@@ -30,8 +30,9 @@ def ab_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder / "run"
 
 
+@pytest.mark.slow  # trains: left out of the fast subset
 def test_the_typed_summary_reads_what_the_trainer_wrote(ab_run: Path) -> None:
-    raw = json.loads((ab_run / SUMMARY_FILE).read_text())
+    raw = json.loads((ab_run / SUMMARY_FILE).read_text())  # the file itself, read independently
     summary = read_summary(ab_run)
     assert summary.raw == raw
     assert (summary.name, summary.method, summary.world_size, summary.num_nodes) == ("tiny", "ab", 2, 2)
@@ -47,6 +48,7 @@ def test_the_typed_summary_reads_what_the_trainer_wrote(ab_run: Path) -> None:
     assert summary.measured_inter_node_bytes is None  # no emulated interconnect
 
 
+@pytest.mark.slow  # trains: left out of the fast subset
 def test_the_ab_summary_holds_the_schedule_its_config_plans(ab_run: Path) -> None:
     config = load_run_config(ab_run / CONFIG_FILE)
     raw = read_summary(ab_run).raw
@@ -102,6 +104,7 @@ def test_run_folder_file_names_have_one_home() -> None:
     assert named == []
 
 
+@pytest.mark.slow  # trains: left out of the fast subset
 def test_the_run_report_reads_the_typed_summary(ab_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from abtune.training.report import print_summary
 
@@ -111,10 +114,11 @@ def test_the_run_report_reads_the_typed_summary(ab_run: Path, capsys: pytest.Cap
     assert f"{summary.final_top1:.4f}" in shown and "schedule (steps)" in shown and SUMMARY_FILE in shown
 
 
+@pytest.mark.slow  # trains: left out of the fast subset
 def test_every_objective_reads_its_figure_from_a_real_summary(ab_run: Path) -> None:
     from abtune.objectives import OBJECTIVES
 
-    raw = json.loads((ab_run / SUMMARY_FILE).read_text())
+    raw = json.loads((ab_run / SUMMARY_FILE).read_text())  # the file itself, read independently
     summary = read_summary(ab_run)
     read = {name: objective.read(summary) for name, objective in OBJECTIVES.items()}
     assert read == {"top1": raw["final"]["val_top1"],

@@ -9,7 +9,6 @@ decomposition with the meter's error.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import torch
 from abtune.comm import CommMeter, Topology
 from abtune.errors import TrainingFailed
 from abtune.methods import METHOD_NAMES
+from abtune.runfiles import read_summary
 from abtune.strict_device import STRICT_DEVICE_VARIABLE, is_foreign, strict_devices
 from tests.conftest import run_cli, write_config
 
@@ -62,7 +62,7 @@ def test_every_method_trains_end_to_end_in_strict_device_mode(tmp_path: Path, me
     result = run_cli("train", str(config), "--nproc", "2", "--ranks-per-node", "1", "--run-dir", str(run_dir),
                      env=env, check=False)
     assert result.returncode == 0, result.stderr
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = read_summary(run_dir).raw
     assert summary["strict_device"] is True
     assert summary["steps_done"] == STEPS
     phases = summary["traffic"]["by_phase"]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pytest
 
+from abtune.runfiles import read_summary
 from abtune.study import results
 from abtune.study.definition import DDP, PAPER_DEFAULTS
 from tests.conftest import run_cli
@@ -17,7 +17,7 @@ VIT_TARGET = Path(__file__).resolve().parent.parent / "studies" / "imagenet_vit_
 
 
 def _top1(folder: Path, seeds: list[int]) -> list[float]:
-    return [json.loads((folder / f"seed_{s}" / "summary.json").read_text())["final"]["val_top1"] for s in seeds]
+    return [read_summary(folder / f"seed_{s}").raw["final"]["val_top1"] for s in seeds]
 
 
 def _row(table: str, name: str, metric: str = "top1") -> str:
@@ -70,7 +70,7 @@ def test_confirm_reruns_the_best_and_both_references_with_fresh_seeds(tmp_path: 
         paper_name = attrs[f"abtune.confirmation.trial_{paper.number}"]["name"]
         assert f"{d_mean:+.4f} (t {t:.2f}, p {versus['p']:.3f})" in _row(table, paper_name)
     assert "paired t-test over shared seeds (scipy.stats.ttest_rel" in table
-    traffic = {n: [json.loads((confirm_dir / f"trial_{n}" / f"seed_{s}" / "summary.json").read_text())["traffic"]
+    traffic = {n: [read_summary(confirm_dir / f"trial_{n}" / f"seed_{s}").raw["traffic"]
                    ["training_inter_node_bytes"] for s in seeds] for n in (paper.number, ddp.number)}
     paper_bytes = attrs[f"abtune.confirmation.trial_{paper.number}"]["versus"]["ddp"]["inter_node_bytes"]
     assert paper_bytes["diff"] == pytest.approx(sum(traffic[paper.number]) / 3 - sum(traffic[ddp.number]) / 3)

@@ -17,8 +17,8 @@ from abtune.study.attrs import LOCAL_JOB_ATTR
 from abtune.study.stop import STOPPED
 from abtune.tracking._base import RUN_ID_ATTR
 from abtune.training.hooks import read_metrics
-from tests.conftest import abtune_command, run_cli
-from tests.study_helpers import TINY_BASE, running, trials_of, wait_for, write_study
+from tests.conftest import abtune_command, run_cli, wait_for
+from tests.study_helpers import TINY_BASE, running, trials_of, write_study
 
 pytestmark = pytest.mark.slow
 # long enough that the restarted run usually finds the jobs still training (it also tells one that ended meanwhile)

@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.runfiles import read_summary
 from abtune.study import results
 from abtune.study.attrs import REFERENCE_ATTR
 from abtune.study.definition import DDP
 from abtune.study.runner import INTERRUPTED
-from tests.conftest import run_cli
-from tests.study_helpers import running, signal_group, start_run, trials_of, wait_for, write_study
+from tests.conftest import run_cli, wait_for
+from tests.study_helpers import running, signal_group, start_run, trials_of, write_study
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +66,7 @@ def test_repeats_give_means_and_a_restart_keeps_finished_seeds(tmp_path: Path, m
     assert len(done) == results.finished_count(trials) == 3, [(t.number, t.state) for t in trials]
     for trial in done:
         assert trial.user_attrs["seeds"] == [0, 1000]
-        summaries = [json.loads((d / "summary.json").read_text()) for d in _seed_dirs(trial)]
+        summaries = [read_summary(d).raw for d in _seed_dirs(trial)]
         for folder, seed in zip(_seed_dirs(trial), (0, 1000), strict=True):
             assert f"\nseed: {seed}\n" in (folder / "config.yaml").read_text()
         top1 = [s["final"]["val_top1"] for s in summaries]

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.runfiles import read_summary
 from abtune.study import results
 from abtune.study.definition import DDP, PAPER_DEFAULTS
 from abtune.study.runner import INTERRUPTED
-from tests.conftest import run_cli
-from tests.study_helpers import TINY_BASE, running, signal_group, start_run, trials_of, wait_for, write_study
+from tests.conftest import run_cli, wait_for
+from tests.study_helpers import TINY_BASE, running, signal_group, start_run, trials_of, write_study
 
 pytestmark = pytest.mark.slow
 FINISHED = {TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL}
@@ -28,7 +29,7 @@ def _param_sets(trials: list[FrozenTrial]) -> list[tuple]:
 
 
 def _summary(trial: FrozenTrial) -> dict:
-    return json.loads((Path(trial.user_attrs["run_dir"]) / "summary.json").read_text())
+    return read_summary(Path(trial.user_attrs["run_dir"])).raw
 
 
 def test_parallel_study_with_pruning(tmp_path: Path, mlflow_db: Path) -> None:

@@ -21,6 +21,7 @@ from mlflow import MlflowClient
 
 from abtune.config import load_run_config
 from abtune.launch.local import free_port, launch
+from abtune.runfiles import read_summary
 from abtune.tracking import LaunchInfo, open_tracking
 from abtune.tracking.servers import Service, start_mlflow_server, stop, wait_ready
 from abtune.training.hooks import TrainingHook, hook_spec, read_metrics, write_hook_specs
@@ -46,7 +47,7 @@ def test_abtune_train_records_params_metrics_and_plots_in_the_default_store(
     config = write_config(tmp_path / "run.yaml", **AB_RUN)
     run_cli("train", str(config), "--nproc", "2", "--ranks-per-node", "1", "--run-dir", "run", cwd=tmp_path,
             env={**os.environ, "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "0.2"})
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    summary = read_summary(tmp_path / "run").raw
     assert (tmp_path / "mlflow.db").is_file() and (tmp_path / "mlartifacts" / "tiny").is_dir()
     assert "control" not in summary["traffic"]["by_phase"]  # tracking adds no collective
 
@@ -79,7 +80,7 @@ def test_abtune_train_records_params_metrics_and_plots_in_the_default_store(
     assert any(k.startswith(f"system/{socket.gethostname()}/cpu_utilization") for k in metrics)
 
     folder = Path(client.download_artifacts(rid, "", str(tmp_path / "download")))
-    assert json.loads((folder / "summary.json").read_text())["traffic"]["inter_node_bytes"] == traffic["inter_node_bytes"]
+    assert read_summary(folder).raw["traffic"]["inter_node_bytes"] == traffic["inter_node_bytes"]
     for name in ("accuracy_loss", "traffic_per_phase", "spectra"):
         data = (folder / "plots" / f"{name}.png").read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 5000, name
@@ -117,7 +118,7 @@ def test_a_run_against_a_real_server_reads_back_over_rest_and_never_shows_the_pa
     assert run["info"]["status"] == "FINISHED"
     loss = _rest(server.url, "metrics/get-history", run_id=rid, metric_key="train/loss")["metrics"]
     assert sorted(int(m["step"]) for m in loss) == list(range(5, 61, 5))
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    summary = read_summary(tmp_path / "run").raw
     metrics = {m["key"]: m["value"] for m in run["data"]["metrics"]}
     assert metrics["inter_node_bytes"] == summary["traffic"]["inter_node_bytes"]["mean"]
     listed = _rest(server.url, "artifacts/list", run_id=rid, path="plots")["files"]
@@ -191,7 +192,7 @@ def test_a_server_outage_mid_run_loses_no_metric(tmp_path: Path, mlflow_db: Path
         stopper = _stop_server_at_the_gate(run_dir, service, run_id)
         launch(run_dir, 2, 1)  # completes although the store vanished at step 20
         stopper.join()
-        assert json.loads((run_dir / "summary.json").read_text())["steps_done"] == 60
+        assert read_summary(run_dir).raw["steps_done"] == 60
         assert tracking.finish_run(run_id, run_dir, "FINISHED") == "incomplete"  # still down: warned, kept
 
         service = start_mlflow_server(backend, port=port, log=tmp_path / "server2.log")

@@ -5,7 +5,6 @@ The schedule used here (40 steps): warmup [0,10) | AB [10,20) | rebound [20,25) 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -20,7 +19,7 @@ from abtune.config import load_run_config
 from abtune.data import DatasetInfo
 from abtune.methods.ab import lowrank
 from abtune.models import build_model
-from tests.conftest import abtune_command, run_cli, write_config
+from tests.conftest import abtune_command, train_and_read, write_config
 
 NPROC, RANKS_PER_NODE = 4, 2
 FLOAT32 = 4
@@ -35,9 +34,7 @@ pytestmark = pytest.mark.slow
 
 
 def train(config: Path, run_dir: Path, *extra: str) -> dict[str, Any]:
-    run_cli("train", str(config), "--nproc", str(NPROC), "--ranks-per-node", str(RANKS_PER_NODE),
-            "--run-dir", str(run_dir), *extra)
-    return json.loads((run_dir / "summary.json").read_text())
+    return train_and_read(config, run_dir, NPROC, RANKS_PER_NODE, *extra)
 
 
 @pytest.fixture(scope="module")

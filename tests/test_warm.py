@@ -3,7 +3,6 @@ abtune once behave as ranks started cold, on real gloo runs of 2 ranks."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -18,6 +17,7 @@ from abtune.config import load_run_config
 from abtune.errors import TrainingFailed
 from abtune.launch import local, warm
 from abtune.rundir import prepare_run_dir
+from abtune.runfiles import read_summary
 from tests.conftest import write_config
 
 NPROC = 2
@@ -75,7 +75,7 @@ def run(tmp: Path, name: str, **sections: Any) -> Path:
 
 def results(run_dir: Path) -> dict[str, Any]:
     """summary.json without its clock readings (every value named *seconds*, at any depth)."""
-    return _without_times(json.loads((run_dir / "summary.json").read_text()))
+    return _without_times(read_summary(run_dir).raw)
 
 
 def _without_times(value: Any) -> Any:
@@ -86,6 +86,7 @@ def _without_times(value: Any) -> Any:
     return value
 
 
+@pytest.mark.slow  # trains: left out of the fast subset
 def test_warm_ranks_equal_cold_ones_and_carry_nothing_into_the_next_run(
         tmp_path: Path, own_server: Path, started: list[tuple[list[str], warm.WarmRank]],
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -152,6 +153,7 @@ def test_a_python_path_with_another_abtune_starts_cold(tmp_path: Path, own_serve
     assert warm.spawn([str(tmp_path / "never-runs")], {**os.environ, "LD_PRELOAD": "libnothing.so"}) is None
 
 
+@pytest.mark.slow  # trains: left out of the fast subset
 def test_a_command_in_a_session_of_its_own_owns_a_server(tmp_path: Path, own_server: Path) -> None:
     """A server refuses ranks of a launcher in another session (their process group cannot join it), so
     a command started in a new session (`study run` from a terminal) owns a server of its own and its

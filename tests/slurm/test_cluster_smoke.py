@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import cloudpickle
@@ -15,6 +14,7 @@ import submitit
 from submitit import helpers
 from submitit.core.utils import UncompletedJobError
 
+from tests.conftest import wait_for
 from tests.slurm.test_launcher_slurm import preempt
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]  # slow too: `-m "not slow"` is the quick subset
@@ -61,19 +61,11 @@ class CountTo(helpers.Checkpointable):
 
 
 # ------------------------------------------------------------------ helpers
-def _wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.2)
-
-
 def _wait_done(job: submitit.Job, timeout_s: float) -> None:
     """Bounded replacement for job.wait() (which polls forever)."""
     try:
-        _wait_until(lambda: job.done(force_check=True), timeout_s, f"job {job.job_id} to finish")
-    except TimeoutError as e:
+        wait_for(lambda: job.done(force_check=True), timeout_s, f"job {job.job_id} to finish")
+    except AssertionError as e:
         state = job.state
         job.cancel(check=False)
         pytest.fail(f"{e} (state {state})\nstdout:\n{job.stdout()}\nstderr:\n{job.stderr()}", pytrace=False)
@@ -107,7 +99,7 @@ def test_two_nodes_four_tasks(executor: submitit.AutoExecutor, slurm_cluster) ->
 def test_scancel_is_reported_as_cancelled(executor: submitit.AutoExecutor, tmp_path: Path) -> None:
     marker = tmp_path / "started"
     job = executor.submit(sleep_after_marker, str(marker), 300)
-    _wait_until(marker.exists, 60, "the job to start")
+    wait_for(marker.exists, 60, "the job to start")
 
     subprocess.run(["scancel", job.job_id], check=True, timeout=30)
     # needs a working sacct: without accounting submitit never learns the job is gone
@@ -131,7 +123,7 @@ def test_preempted_checkpointable_job_resumes(executor: submitit.AutoExecutor, t
         except (FileNotFoundError, ValueError):
             return False
 
-    _wait_until(made_progress, 60, "the first run to make progress")
+    wait_for(made_progress, 60, "the first run to make progress")
     # SIGTERM then the preemption signal (USR2) to the job's tasks, in order; rank 0 calls
     # checkpoint(), dumps it over the submitted pickle and runs `scontrol requeue`.
     preempt(job)
@@ -147,7 +139,7 @@ def test_preempted_checkpointable_job_resumes(executor: submitit.AutoExecutor, t
     assert resumed_from >= 5  # the counter was carried through the checkpoint
 
     # done() returned on the result pickle; accounting catches up a moment later
-    _wait_until(lambda: job.watcher.get_state(job.job_id, mode="force") == "COMPLETED", 30, "sacct COMPLETED")
+    wait_for(lambda: job.watcher.get_state(job.job_id, mode="force") == "COMPLETED", 30, "sacct COMPLETED")
     history = subprocess.run(
         ["sacct", "-j", job.job_id, "--duplicates", "-X", "-n", "-P", "-o", "State"],
         check=True,

@@ -4,13 +4,11 @@ groups stay inside a node, a cancelled job, and a preempted or requeued job that
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,8 +22,9 @@ from abtune.launch.launchers import SlurmJob, load_launcher, reattach
 from abtune.launch.profiles import load_profile
 from abtune.launch.slurm import in_queue, job_folder, submit_array
 from abtune.rundir import prepare_run_dir
+from abtune.runfiles import read_summary
 from abtune.training.hooks import read_metrics
-from tests.conftest import abtune_command, run_cli, write_config
+from tests.conftest import abtune_command, run_cli, wait_for, write_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]  # slow too: `-m "not slow"` is the quick subset
 
@@ -56,14 +55,6 @@ def prepared_run(config: Path, run_dir: Path) -> Path:
     return prepare_run_dir(load_run_config(config), run_dir, resume=False)
 
 
-def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.3)
-
-
 def preempt(job: submitit.Job) -> None:
     """Preempt a running job the way submitit's own tests do, SIGTERM then the preemption signal (USR2),
     but in order. Sent back to back, slurmd delivered the TERM after the USR2 in CI, and it also killed
@@ -72,7 +63,7 @@ def preempt(job: submitit.Job) -> None:
     logs = sorted(job.paths.folder.glob(f"{job.job_id}_*_log.out"))
     assert logs, f"job {job.job_id} has no task logs in {job.paths.folder}"
     subprocess.run(["scancel", job.job_id, "--signal", "SIGTERM"], check=True, timeout=30)
-    wait_until(lambda: all("Bypassing signal SIGTERM" in p.read_text() for p in logs), 60, "the tasks to pass SIGTERM")
+    wait_for(lambda: all("Bypassing signal SIGTERM" in p.read_text() for p in logs), 60, "the tasks to pass SIGTERM")
     subprocess.run(["scancel", job.job_id, "--signal", SlurmJobEnvironment.USR_SIG], check=True, timeout=30)
 
 
@@ -90,7 +81,7 @@ def test_ab_groups_stay_inside_a_node(tmp_path: Path, profile: Path) -> None:
     assert result.stdout.startswith("submitted SLURM job ")
     assert "final top-1" in result.stdout
 
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = read_summary(run_dir).raw
     assert (summary["world_size"], summary["num_nodes"], summary["ranks_per_node"]) == (4, 2, 2)
     assert summary["groups"] == {"group_size": 2, "num_groups": 2, "a_ranks": [0, 1], "b_ranks": [2, 3]}
     assert summary["steps_done"] == 60
@@ -120,7 +111,7 @@ def test_cancelled_job_fails_with_the_slurm_state(tmp_path: Path, profile: Path)
         first = cli.stdout.readline() if cli.stdout else ""
         assert first.startswith("submitted SLURM job "), first
         job_id = first.split()[3].rstrip(":")
-        wait_until(lambda: bool(read_metrics(run_dir)), JOB_TIMEOUT_S, "the run to train")
+        wait_for(lambda: bool(read_metrics(run_dir)), JOB_TIMEOUT_S, "the run to train")
         subprocess.run(["scancel", job_id], check=True, timeout=30)
         _, stderr = cli.communicate(timeout=JOB_TIMEOUT_S)
 
@@ -157,8 +148,8 @@ def test_detached_and_unfollowed_jobs_keep_running_and_say_how_to_reach_them(tmp
         f"abtune: stopped following; SLURM job {followed} keeps running (scancel {followed} stops it)"]
     assert in_queue(followed)  # the job itself was not touched
     subprocess.run(["scancel", followed], check=True, timeout=30)
-    wait_until(lambda: (detached / "summary.json").exists(), JOB_TIMEOUT_S, "the detached run's summary")
-    wait_until(lambda: sacct_states(job_id)[-1] == "COMPLETED", JOB_TIMEOUT_S, "the detached job to complete")
+    wait_for(lambda: (detached / "summary.json").exists(), JOB_TIMEOUT_S, "the detached run's summary")
+    wait_for(lambda: sacct_states(job_id)[-1] == "COMPLETED", JOB_TIMEOUT_S, "the detached job to complete")
 
 
 def test_failed_rank_ends_the_job_with_its_cause(tmp_path: Path, profile: Path) -> None:
@@ -200,8 +191,8 @@ def test_a_frozen_rank_gets_its_job_ended_by_a_peer_not_its_time_limit(tmp_path:
     run_dir = prepared_run(config, tmp_path / "run")
     job = load_launcher(str(two_ranks)).submit(run_dir, Layout(2, 1))
     assert isinstance(job, SlurmJob)
-    wait_until(lambda: any(r["kind"] == "log" for r in read_metrics(run_dir)) if (run_dir / "metrics.jsonl").exists()
-               else False, JOB_TIMEOUT_S, "the run to train")
+    wait_for(lambda: any(r["kind"] == "log" for r in read_metrics(run_dir)) if (run_dir / "metrics.jsonl").exists()
+             else False, JOB_TIMEOUT_S, "the run to train")
     pid = _task_pid(job.job_id, 1)
     assert pid is not None, "rank 1's process"
     os.kill(pid, signal.SIGSTOP)
@@ -216,7 +207,7 @@ def test_a_frozen_rank_gets_its_job_ended_by_a_peer_not_its_time_limit(tmp_path:
                         r"train\), not in a collective \(the last it issued: all_reduce over group 'world' .*",
                         outcome.reason), outcome.reason
     assert time.monotonic() - frozen < 120
-    wait_until(lambda: not in_queue(job.job_id), 60, "the job to leave the queue")
+    wait_for(lambda: not in_queue(job.job_id), 60, "the job to leave the queue")
 
 
 def test_interrupted_job_resumes_from_its_checkpoint(tmp_path: Path, profile: Path) -> None:
@@ -234,21 +225,21 @@ def test_interrupted_job_resumes_from_its_checkpoint(tmp_path: Path, profile: Pa
     assert isinstance(job, SlurmJob)
     log = job_folder(run_dir) / f"{job.job_id}_0_log.out"
 
-    wait_until(lambda: any((run_dir / "checkpoints").glob("step_*/COMPLETE")), JOB_TIMEOUT_S, "a first checkpoint")
+    wait_for(lambda: any((run_dir / "checkpoints").glob("step_*/COMPLETE")), JOB_TIMEOUT_S, "a first checkpoint")
     preempt(job.submitit_job)
-    wait_until(lambda: len(resumed_at(log, run_dir)) == 1, JOB_TIMEOUT_S, "the first resume")
+    wait_for(lambda: len(resumed_at(log, run_dir)) == 1, JOB_TIMEOUT_S, "the first resume")
     first = resumed_at(log, run_dir)[0]
-    wait_until(lambda: _latest_checkpoint(run_dir) > first, JOB_TIMEOUT_S, "a checkpoint after the first resume")
+    wait_for(lambda: _latest_checkpoint(run_dir) > first, JOB_TIMEOUT_S, "a checkpoint after the first resume")
     subprocess.run(["scontrol", "requeue", job.job_id], check=True, timeout=30)
     result = job.wait(poll_s=0.5)
 
     assert result.ok, result
-    assert json.loads((run_dir / "summary.json").read_text())["steps_done"] == steps
+    assert read_summary(run_dir).raw["steps_done"] == steps
     first, second = resumed_at(log, run_dir)
     assert 20 <= first < second < steps
     steps_logged = [r["step"] for r in read_metrics(run_dir) if r["kind"] == "log"]
     assert steps_logged == list(range(10, steps + 1, 10))  # the count continues: no step twice, none missing
-    wait_until(lambda: sacct_states(job.job_id)[-1] == "COMPLETED", 30, "sacct to record COMPLETED")
+    wait_for(lambda: sacct_states(job.job_id)[-1] == "COMPLETED", 30, "sacct to record COMPLETED")
     assert sacct_states(job.job_id) == ["REQUEUED", "REQUEUED", "COMPLETED"]
 
 
@@ -283,7 +274,7 @@ def test_job_array_for_study_workers(tmp_path: Path, profile: Path) -> None:
                         [functools.partial(os.getenv, "SLURM_ARRAY_TASK_ID") for _ in range(2)], "abtune-workers")
     array_id = jobs[0].job_id.split("_")[0]
     assert [job.job_id for job in jobs] == [f"{array_id}_0", f"{array_id}_1"]
-    wait_until(lambda: all(job.done(force_check=True) for job in jobs), JOB_TIMEOUT_S, "the array")
+    wait_for(lambda: all(job.done(force_check=True) for job in jobs), JOB_TIMEOUT_S, "the array")
     assert [job.result() for job in jobs] == ["0", "1"]
     script = (tmp_path / "workers" / f"{array_id}_submission.sh").read_text()
     assert "#SBATCH --array=0-1%2" in script and "#SBATCH --ntasks-per-node=1" in script

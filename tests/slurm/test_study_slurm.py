@@ -5,7 +5,6 @@ folder (one machine: both nodes see it)."""
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import subprocess
@@ -16,12 +15,13 @@ import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from abtune.launch.slurm import attach
+from abtune.runfiles import read_summary
 from abtune.study import workers
 from abtune.study.attrs import SLURM_JOB_ATTR
 from abtune.study.stop import STOPPED
-from tests.conftest import run_cli
-from tests.slurm.test_launcher_slurm import JOB_TIMEOUT_S, cluster_profile, preempt, sacct_states, wait_until
-from tests.study_helpers import TINY_BASE, running, signal_group, start_run, trials_of, wait_for, write_study
+from tests.conftest import run_cli, wait_for
+from tests.slurm.test_launcher_slurm import JOB_TIMEOUT_S, cluster_profile, preempt, sacct_states
+from tests.study_helpers import TINY_BASE, running, signal_group, start_run, trials_of, write_study
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]  # slow too: `-m "not slow"` is the quick subset
 
@@ -58,7 +58,7 @@ def trial_in_running_job(url: str) -> FrozenTrial | None:
 
 
 def summary(trial: FrozenTrial) -> dict:
-    return json.loads((Path(trial.user_attrs["run_dir"]) / "summary.json").read_text())
+    return read_summary(Path(trial.user_attrs["run_dir"])).raw
 
 
 def test_study_launch_runs_the_budget_on_a_job_array(tmp_path: Path, profile: Path, mlflow_db: Path) -> None:
@@ -75,7 +75,7 @@ def test_study_launch_runs_the_budget_on_a_job_array(tmp_path: Path, profile: Pa
     match = re.search(r"SLURM job\(s\) (\d+)_0 \1_1\n", out)
     assert match, out
     ids = [f"{match[1]}_0", f"{match[1]}_1"]
-    wait_until(lambda: all(sacct_states(i)[-1:] == ["COMPLETED"] for i in ids), 2 * JOB_TIMEOUT_S, "the workers")
+    wait_for(lambda: all(sacct_states(i)[-1:] == ["COMPLETED"] for i in ids), 2 * JOB_TIMEOUT_S, "the workers")
 
     # the budget is counted across the workers: a worker that asked just as the other took the last
     # trial runs nothing for it (FAIL, over_budget, no job)
@@ -175,7 +175,7 @@ def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, 
     job_id, first_pid = trial.user_attrs[SLURM_JOB_ATTR], trial.system_attrs[workers.WORKER_ATTR]["pid"]
     folder = tmp_path / "runs" / "studies" / "tiny" / "workers"
     preempt(attach(worker_id, folder))  # submitit requeues the worker
-    wait_until(lambda: sacct_states(worker_id)[-1:] == ["COMPLETED"], 2 * JOB_TIMEOUT_S, "the worker")
+    wait_for(lambda: sacct_states(worker_id)[-1:] == ["COMPLETED"], 2 * JOB_TIMEOUT_S, "the worker")
 
     assert sacct_states(worker_id) == ["REQUEUED", "COMPLETED"]
     trials = trials_of(url)
