@@ -44,7 +44,8 @@ def test_repeats_give_means_and_a_restart_keeps_finished_seeds(tmp_path: Path, m
     def first_seed_finished() -> FrozenTrial | None:
         for trial in running(url):
             searched = trial.user_attrs.get(REFERENCE_ATTR) is None  # its seeds run one after another
-            if searched and trial.user_attrs.get("seeds") and (_seed_dirs(trial)[0] / "summary.json").exists():
+            started = trial.user_attrs.get("seeds") and trial.user_attrs.get("run_dir")  # seeds are set first
+            if searched and started and (_seed_dirs(trial)[0] / "summary.json").exists():
                 return trial
         return None
 
