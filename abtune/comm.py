@@ -40,11 +40,6 @@ import torch.distributed as dist
 from abtune import strict_device
 from abtune.errors import TrainingFailed
 
-TRAINING_PHASES = ("train", "warmup", "ab", "sync", "rebound")
-"""Phases whose collectives are training itself (gradients, updates, AB's factors and sync): the
-traffic studies optimize and DDP's training reference is set against. The other phases (setup,
-eval, checkpoint, control, report) are counted apart."""
-
 
 class Op(StrEnum):
     ALL_REDUCE = "all_reduce"

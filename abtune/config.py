@@ -268,6 +268,12 @@ class Phase(StrEnum):
     REBOUND = "rebound"
 
 
+TRAINING_PHASES = ("train", "warmup", "ab", "sync", "rebound")
+"""Phases whose collectives are training itself (gradients, updates, AB's factors and sync): the
+traffic studies optimize and DDP's training reference is set against. The other phases (setup,
+eval, checkpoint, control, report) are counted apart."""
+
+
 def round_half_up(value: float) -> int:
     return math.floor(value + 0.5)
 

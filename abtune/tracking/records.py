@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from abtune.comm import TRAINING_PHASES
+from abtune.config import TRAINING_PHASES
 
 PHASE_CODES = {"train": 0, "warmup": 1, "ab": 2, "rebound": 3}
 GIGA = 1e9

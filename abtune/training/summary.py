@@ -11,8 +11,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from abtune import strict_device
-from abtune.comm import TRAINING_PHASES, CommMeter, Op, all_gather_bytes, sum_rows, wire_factor
-from abtune.config import flatten
+from abtune.comm import CommMeter, Op, all_gather_bytes, sum_rows, wire_factor
+from abtune.config import TRAINING_PHASES, flatten
 from abtune.methods.base import Method, ParameterCounts
 
 if TYPE_CHECKING:

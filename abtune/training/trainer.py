@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from abtune.comm import GROUP_MEAN_INTER, TRAINING_PHASES, sum_rows
-from abtune.config import RunConfig
+from abtune.comm import GROUP_MEAN_INTER, sum_rows
+from abtune.config import TRAINING_PHASES, RunConfig
 from abtune.data import build_datasets, build_loaders, steps_per_epoch
 from abtune.dist import DistEnv, discover_topology
 from abtune.errors import TrainingFailed
