@@ -118,6 +118,7 @@ class StudyRunner:
         self.started = 0
         self.stopping = False
         self._last_beat = self._last_scan = 0.0
+        self._ended: list[tuple[Active, str]] = []  # trials whose MLflow runs are still to be closed
         self.display = RunDisplay(name, self.spec)
         self.trial_env = storage_environment(url)  # the pruning hook's storage; never in a file
         self.tracking = tracking or Tracking()
@@ -138,6 +139,7 @@ class StudyRunner:
                     self._cancel_all()
         finally:
             signal.signal(signal.SIGINT, previous)
+            self._close_ended_runs()
             self._update_study_artifacts()
             self.tracking.finish_run(self.parent_run, None, "KILLED" if self.stopping else "FINISHED")
         if self.error is not None:
@@ -160,10 +162,11 @@ class StudyRunner:
                     self._finish(active, result)
                 except optuna.exceptions.UpdateFinishedTrialError:  # two workers re-attached the same job
                     self.display.note(f"trial {active.trial.number} was already finished by another worker")
-                self._update_study_artifacts()
         self._obey_stop()
         while not self.stopping and len(self.active) < self.parallel and self._may_start():
             self._start()
+        if self._close_ended_runs():
+            self._update_study_artifacts()
         self._keep_alive()
         return bool(self.active) and not self.stopping
 
@@ -392,10 +395,19 @@ class StudyRunner:
                 self._fail(active, INTERRUPTED, kind=retries.INTERRUPTED)
 
     def _end_tracking(self, active: Active, status: str) -> None:
-        if active.run is not None:
-            active.run.finish(status)
-        else:  # it failed before its run folder was prepared
-            self.tracking.finish_run(active.mlflow_run_id, None, status)
+        """Closing a trial's MLflow run (its summary, artifacts and plots) takes seconds of drawing: it
+        waits until the slot the trial freed runs its next trial (`_close_ended_runs`)."""
+        self._ended.append((active, status))
+
+    def _close_ended_runs(self) -> bool:
+        """True when a run was closed (the study's own plots are then out of date)."""
+        ended, self._ended = self._ended, []
+        for active, status in ended:
+            if active.run is not None:
+                active.run.finish(status)
+            else:  # it failed before its run folder was prepared
+                self.tracking.finish_run(active.mlflow_run_id, None, status)
+        return bool(ended)
 
 
 def _outlives(active: Active) -> bool:
