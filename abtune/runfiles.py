@@ -21,6 +21,8 @@ METRICS_FILE = "metrics.jsonl"  # one JSON record per log, evaluation and the en
 HOOKS_FILE = "hooks.yaml"  # the training hooks the launcher hands the ranks
 FAILURES_DIR = "failures"  # one file per failed rank, cleared when the run starts again
 OUTCOME_FILE = "outcome.json"  # how a launch ended (launch.outcome)
+CHECKPOINTS_DIR = "checkpoints"  # one step_NNNNNNNN folder per checkpoint ...
+COMPLETE_MARK = "COMPLETE"  # ... complete once this file is in it (written last)
 
 
 def summary_path(run_dir: Path) -> Path:

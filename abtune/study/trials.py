@@ -17,14 +17,13 @@ from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import ConfigError
 from abtune.launch.base import Job, Launcher, Layout
 from abtune.launch.profiles import check_fits
-from abtune.runfiles import METRICS_FILE
+from abtune.runfiles import CHECKPOINTS_DIR, COMPLETE_MARK, METRICS_FILE
 from abtune.runs import Run
 from abtune.study.attrs import REFERENCE_ATTR, RETRY_OF_ATTR
 from abtune.study.definition import DDP
 from abtune.study.pruning import make_hook
 from abtune.study.space import ddp_reference_config
 from abtune.study.spec import StudySpec
-from abtune.training.checkpoint import COMPLETE_MARK
 from abtune.training.hooks import hook_spec
 
 TRIALS_DIR = "trials"  # STUDY_DIR/trials/N: one run folder per trial
@@ -105,11 +104,11 @@ def adopt_retried_checkpoint(study_dir: Path, trial: optuna.Trial, run_dir: Path
 
 def adopt_checkpoint(source: Path, run_dir: Path) -> int | None:
     """Copy the newest complete checkpoint (and the metrics so far) of `source` into `run_dir`; its step."""
-    complete = sorted((source / "checkpoints").glob(f"step_*/{COMPLETE_MARK}"),
+    complete = sorted((source / CHECKPOINTS_DIR).glob(f"step_*/{COMPLETE_MARK}"),
                       key=lambda mark: int(mark.parent.name.removeprefix("step_")))
     if not complete:
         return None
-    shutil.copytree(complete[-1].parent, run_dir / "checkpoints" / complete[-1].parent.name)
+    shutil.copytree(complete[-1].parent, run_dir / CHECKPOINTS_DIR / complete[-1].parent.name)
     if (source / METRICS_FILE).exists():
         shutil.copy(source / METRICS_FILE, run_dir / METRICS_FILE)
     return int(complete[-1].parent.name.removeprefix("step_"))

@@ -17,8 +17,8 @@ import torch
 
 from abtune.comm import CommGroup, CommMeter
 from abtune.errors import TrainingFailed
+from abtune.runfiles import CHECKPOINTS_DIR, COMPLETE_MARK
 
-COMPLETE_MARK = "COMPLETE"
 STEP_DIGITS = 8
 
 
@@ -39,7 +39,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 class Checkpointer:
     def __init__(self, run_dir: Path, rank: int, keep: int, meter: CommMeter, world: CommGroup) -> None:
-        self.root = run_dir / "checkpoints"
+        self.root = run_dir / CHECKPOINTS_DIR
         self.rank = rank
         self.keep = keep
         self.meter = meter
