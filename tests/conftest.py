@@ -38,11 +38,12 @@ def run_cli(*args: str, cwd: Path | None = None, check: bool = True,
 
 
 def train_and_read(config: Path, run_dir: Path, nproc: int, ranks_per_node: int, *extra: str) -> dict[str, Any]:
-    """`abtune train` of a config on local ranks, and the summary.json it wrote (through read_summary)."""
+    """`abtune train` of a config on local ranks, and the summary.json it wrote (through read_summary).
+    Untracked: MLflow adds seconds of imports and plots per run, and tests/test_tracking*.py test it."""
     from abtune.runfiles import read_summary
 
     run_cli("train", str(config), "--nproc", str(nproc), "--ranks-per-node", str(ranks_per_node),
-            "--run-dir", str(run_dir), *extra)
+            "--run-dir", str(run_dir), "--no-tracking", *extra)
     return read_summary(run_dir).raw
 
 

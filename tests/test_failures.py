@@ -17,7 +17,8 @@ pytestmark = pytest.mark.slow
 
 def test_nan_loss_stops_the_run_with_one_line(tmp_path: Path) -> None:
     config = write_config(tmp_path / "diverge.yaml", optimizer={"name": "sgd", "lr": 1e30, "momentum": 0.0})
-    result = run_cli("train", str(config), "--nproc", "2", "--run-dir", str(tmp_path / "run"), check=False)
+    result = run_cli("train", str(config), "--nproc", "2", "--run-dir", str(tmp_path / "run"), "--no-tracking",
+                     check=False)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -32,7 +33,7 @@ def _children(pid: int) -> list[int]:
 
 def test_killed_rank_stops_the_others_and_names_the_rank(tmp_path: Path) -> None:
     config = write_config(tmp_path / "long.yaml", train={"steps": 100000})
-    command = [*abtune_command(), "train", str(config), "--nproc", "2", "--run-dir", str(tmp_path / "run")]
+    command = [*abtune_command(), "train", str(config), "--nproc", "2", "--run-dir", str(tmp_path / "run"), "--no-tracking"]
     cold = {**os.environ, "ABTUNE_WARM_START": "0"}  # ranks as the launcher's children; warm: tests/test_warm.py
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cold)
     deadline = time.monotonic() + 120

@@ -36,7 +36,7 @@ def test_a_hook_stops_every_rank_at_the_same_step(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     write_hook_specs(run_dir, [hook_spec(stop_at, step=20)])
-    run_cli("train", str(config), "--nproc", "2", "--run-dir", str(run_dir))
+    run_cli("train", str(config), "--nproc", "2", "--run-dir", str(run_dir), "--no-tracking")
 
     summary = read_summary(run_dir).raw
     assert summary["steps_done"] == 20
@@ -58,7 +58,7 @@ def test_a_hook_stops_every_rank_at_the_same_step(tmp_path: Path) -> None:
 def test_every_run_writes_metrics_and_a_full_run_ends_with_its_last_step(tmp_path: Path) -> None:
     config = write_config(tmp_path / "run.yaml", train={"steps": 12, "eval_every": 6, "log_every": 5})
     run_dir = tmp_path / "run"
-    run_cli("train", str(config), "--nproc", "2", "--run-dir", str(run_dir))
+    run_cli("train", str(config), "--nproc", "2", "--run-dir", str(run_dir), "--no-tracking")
     records = read_metrics(run_dir)
     assert [r["step"] for r in records if r["kind"] == "log"] == [5, 10, 12]
     assert [r["step"] for r in records if r["kind"] == "evaluation"] == [6, 12]

@@ -161,7 +161,7 @@ srun --unbuffered --output /scratch/runs/r1/jobs/%j_%t_log.out --error /scratch/
 def test_local_launcher_needs_no_slurm(tmp_path: Path) -> None:
     config = write_config(tmp_path / "run.yaml", method={"name": "ab"}, train={"steps": 12})
     result = run_cli("train", str(config), "--launcher", "local", "--nproc", "2", "--ranks-per-node", "1",
-                     "--run-dir", str(tmp_path / "run"), env=without_slurm())
+                     "--run-dir", str(tmp_path / "run"), "--no-tracking", env=without_slurm())
     summary = read_summary(tmp_path / "run").raw
     assert (summary["steps_done"], summary["num_nodes"], summary["ranks_per_node"]) == (12, 2, 1)
     assert "final top-1" in result.stdout

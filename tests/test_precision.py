@@ -53,16 +53,15 @@ def test_fp16_scaler_skips_an_overflow_step_and_lowers_its_scale() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["ddp", "ab"])
-def test_bf16_trains_within_tolerance_of_fp32(tmp_path: Path, method: str) -> None:
-    sections = {"model": QUICKSTART_MODEL, "data": {"name": "digits", "augment": False},
-                "method": {"name": method}}
+def test_bf16_trains_within_tolerance_of_fp32(tmp_path: Path) -> None:
+    """AB: its warmup is DDP's training (the same bytes asserted below), then its factored phases."""
+    sections = {"model": QUICKSTART_MODEL, "data": {"name": "digits", "augment": False}, "method": {"name": "ab"}}
     results = {}
     for precision in ("fp32", "bf16"):
         _, results[precision] = _train(tmp_path, precision, train={
             "steps": COMPARISON_STEPS, "local_batch_size": 32, "eval_every": 1000, "precision": precision}, **sections)
     fp32, bf16 = results["fp32"]["final"], results["bf16"]["final"]
-    print(f"{method}: top-1 fp32 {fp32['val_top1']:.4f} bf16 {bf16['val_top1']:.4f}; "
+    print(f"ab: top-1 fp32 {fp32['val_top1']:.4f} bf16 {bf16['val_top1']:.4f}; "
           f"loss fp32 {fp32['val_loss']:.4f} bf16 {bf16['val_loss']:.4f}")
     assert results["bf16"]["precision"]["name"] == "bf16"
     assert fp32["val_top1"] > 0.8  # both really trained
@@ -71,9 +70,8 @@ def test_bf16_trains_within_tolerance_of_fp32(tmp_path: Path, method: str) -> No
     assert bf16["val_loss"] != fp32["val_loss"]  # autocast really ran
     # full-rank gradients stay fp32 under autocast: the same bytes cross the wire (after AB's first
     # decomposition the ranks follow the weights' spectra, which bf16 moves a little)
-    phase = "train" if method == "ddp" else "warmup"
-    assert [results[p]["traffic"]["by_phase"][phase]["total"] for p in results] == [
-        results["fp32"]["traffic"]["by_phase"][phase]["total"]] * 2
+    assert [results[p]["traffic"]["by_phase"]["warmup"]["total"] for p in results] == [
+        results["fp32"]["traffic"]["by_phase"]["warmup"]["total"]] * 2
 
 
 @pytest.mark.slow
@@ -122,7 +120,7 @@ def test_bf16_resume_is_bit_identical(tmp_path: Path) -> None:
 @pytest.mark.parametrize("method", ["sbc", "powersgd"])
 def test_bf16_keeps_residuals_and_error_feedback_in_fp32(tmp_path: Path, method: str) -> None:
     results = {}
-    for precision in ("fp32", "bf16"):
+    for precision in ("fp32", "bf16") if method == "powersgd" else ("bf16",):  # sbc: the checkpoint tells
         run_dir, results[precision] = _train(tmp_path, precision, method={"name": method}, train={
             "steps": 20, "eval_every": 1000, "precision": precision})
     if method == "sbc":

@@ -27,7 +27,7 @@ def test_quickstart_methods_learn_and_ab_saves_inter_node_traffic(tmp_path: Path
     for method in ("ddp", "ab"):  # ab-nogroups trains end to end in test_strict_device, pinned in test_ab_paper
         run_dir = tmp_path / method
         output = run_cli("train", str(QUICKSTART), "--nproc", "4", "--ranks-per-node", "2",
-                         "--run-dir", str(run_dir), "--set", f"method.name={method}")
+                         "--run-dir", str(run_dir), "--set", f"method.name={method}", "--no-tracking")
         assert "reduction vs DDP" in output.stdout
         results[method] = read_summary(run_dir).raw
     for method, summary in results.items():
@@ -54,7 +54,7 @@ def test_the_quickstart_studys_cutoff_range_moves_the_ranks(tmp_path: Path) -> N
     for cutoff in (searched.low, searched.high):
         run_dir = tmp_path / f"cutoff-{cutoff}"
         run_cli("train", str(QUICKSTART), "--nproc", "2", "--ranks-per-node", "1", "--run-dir", str(run_dir),
-                "--set", f"method.sigma_cutoff={cutoff}")
+                "--set", f"method.sigma_cutoff={cutoff}", "--no-tracking")
         ranks.append(read_summary(run_dir).first_decomposition_ranks)
     low, high = ranks
     assert low and high, ranks  # something is factored at both ends

@@ -25,13 +25,13 @@ def test_ab_resumes_from_a_checkpoint_after_a_sync_to_the_same_parameters(tmp_pa
     config = write_config(tmp_path / "ab.yaml", method={"name": "ab", "rank_cap": None},
                           train={"steps": 150, "checkpoint_every": 120, "eval_every": 150})
     run_dir = tmp_path / "run"
-    run_cli("train", str(config), "--nproc", "2", "--ranks-per-node", "1", "--run-dir", str(run_dir))
+    run_cli("train", str(config), "--nproc", "2", "--ranks-per-node", "1", "--run-dir", str(run_dir), "--no-tracking")
     final = run_dir / "checkpoints" / "step_00000150"
     uninterrupted = [torch.load(final / f"rank_{r}.pt", weights_only=False) for r in range(2)]
     shutil.rmtree(final)
     (run_dir / "summary.json").unlink()
     result = run_cli("train", str(config), "--nproc", "2", "--ranks-per-node", "1", "--run-dir", str(run_dir),
-                     "--resume", check=False)
+                     "--resume", "--no-tracking", check=False)
     assert result.returncode == 0, result.stderr
     for rank, before in enumerate(uninterrupted):
         after = torch.load(final / f"rank_{rank}.pt", weights_only=False)

@@ -26,7 +26,7 @@ def ab_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real AB run on two nodes of one rank: a schedule, a decomposition, inter-node traffic."""
     folder = tmp_path_factory.mktemp("ab")
     config = write_config(folder / "run.yaml", method={"name": "ab"}, train={"steps": STEPS})
-    run_cli("train", str(config), "--nproc", "2", "--ranks-per-node", "1", "--run-dir", str(folder / "run"))
+    run_cli("train", str(config), "--nproc", "2", "--ranks-per-node", "1", "--run-dir", str(folder / "run"), "--no-tracking")
     return folder / "run"
 
 

@@ -60,7 +60,7 @@ def test_every_method_trains_end_to_end_in_strict_device_mode(tmp_path: Path, me
     run_dir = tmp_path / "run"
     env = {**os.environ, STRICT_DEVICE_VARIABLE: "1"}
     result = run_cli("train", str(config), "--nproc", "2", "--ranks-per-node", "1", "--run-dir", str(run_dir),
-                     env=env, check=False)
+                     "--no-tracking", env=env, check=False)
     assert result.returncode == 0, result.stderr
     summary = read_summary(run_dir).raw
     assert summary["strict_device"] is True

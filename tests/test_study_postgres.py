@@ -42,7 +42,7 @@ def test_four_workers_on_postgresql_lose_no_trial(tmp_path: Path, postgres_study
     url, name = postgres_study_url, f"pg4-{os.getpid()}"  # a shared database may hold earlier runs
     study = write_study(tmp_path / "s.yaml", name=name, trials=BUDGET)
     run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
-    workers = [start_run(tmp_path, name, "--storage", url) for _ in range(WORKERS)]
+    workers = [start_run(tmp_path, name, "--storage", url, "--no-tracking") for _ in range(WORKERS)]
     password = make_url(url).password
     for worker in workers:
         out, err = worker.communicate(timeout=900)

@@ -46,8 +46,8 @@ def test_killed_study_run_reattaches_its_surviving_local_trials(tmp_path: Path) 
                         references={"paper_defaults": False, "ddp": False})
     run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
     with (tmp_path / "first.log").open("w") as log:
-        first = subprocess.Popen([*abtune_command(), "study", "run", "tiny", "--parallel", "2", "--storage", url],
-                                 cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        first = subprocess.Popen([*abtune_command(), "study", "run", "tiny", "--parallel", "2", "--storage", url,
+                                  "--no-tracking"], cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     killed = wait_for(lambda: _both_mid_training(url), 300, "two trials training")
     os.kill(first.pid, signal.SIGKILL)
     first.wait(timeout=60)
@@ -57,7 +57,7 @@ def test_killed_study_run_reattaches_its_surviving_local_trials(tmp_path: Path) 
     status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert all(f"running: trial {n} in local job {job['pid']} on " in status for n, job in jobs.items()), status
 
-    out = run_cli("study", "run", "tiny", "--parallel", "2", "--storage", url, cwd=tmp_path).stdout
+    out = run_cli("study", "run", "tiny", "--parallel", "2", "--storage", url, "--no-tracking", cwd=tmp_path).stdout
     trials = trials_of(url)
     assert [(t.number, t.state) for t in trials] == [(n, TrialState.COMPLETE) for n in range(3)]
     assert not [t for t in trials if "retry_of" in t.user_attrs or "fail_reason" in t.user_attrs]
@@ -84,8 +84,9 @@ def test_study_stop_local(tmp_path: Path) -> None:
     runner have their jobs cancelled by the stop itself (failed, with --fail); --let-trials-finish lets the
     runner finish its trial and tell it. Nothing is left RUNNING, no trial job process lives on."""
     url = f"sqlite:///{tmp_path}/optuna.db"
-    # ~25 s on 2 idle cores: each phase acts mid-trial, and a retry resumes from its first attempt's checkpoint
-    train = {**TRAIN, "steps": 3000, "eval_every": 1000, "log_every": 10, "checkpoint_every": 250}
+    # ~12 s on 2 idle cores: each phase acts mid-trial (at its first logged steps), and the last trial is
+    # followed to its end
+    train = {**TRAIN, "steps": 1500, "eval_every": 1000, "log_every": 10, "checkpoint_every": 250}
     study = write_study(tmp_path / "s.yaml", trials=3, base={**TINY_BASE, "train": train},
                         references={"paper_defaults": False, "ddp": False})
     run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)

@@ -129,7 +129,7 @@ def test_interrupt_kill_and_resume_complete_the_budget(tmp_path: Path) -> None:
                 return trial.number
         return None
 
-    worker = start_run(tmp_path, "tiny", "--storage", url)
+    worker = start_run(tmp_path, "tiny", "--storage", url, "--no-tracking")
     interrupted = wait_for(checkpointed_running_trial, 300, "a running trial with a checkpoint")
     signal_group(worker, signal.SIGINT)  # Ctrl-C on a terminal reaches the whole process group
     _, err = worker.communicate(timeout=120)
@@ -139,13 +139,13 @@ def test_interrupt_kill_and_resume_complete_the_budget(tmp_path: Path) -> None:
     assert trials[interrupted].state == TrialState.FAIL and trials[interrupted].user_attrs["fail_reason"] == INTERRUPTED
     assert [t.user_attrs.get("retry_of") for t in trials if t.state == TrialState.WAITING] == [interrupted]
 
-    worker = start_run(tmp_path, "tiny", "--storage", url)
+    worker = start_run(tmp_path, "tiny", "--storage", url, "--no-tracking")
     killed = wait_for(checkpointed_running_trial, 300, "a running trial with a checkpoint")
     signal_group(worker, signal.SIGKILL)
     worker.wait(timeout=60)
     assert [t.number for t in running(url)] == [killed]  # left behind by the dead worker
 
-    best = run_cli("study", "run", "tiny", "--parallel", "2", "--storage", url, cwd=tmp_path).stdout
+    best = run_cli("study", "run", "tiny", "--parallel", "2", "--storage", url, "--no-tracking", cwd=tmp_path).stdout
     trials = trials_of(url)
     assert {t.state for t in trials} <= FINISHED
     assert trials[killed].state == TrialState.FAIL and trials[killed].user_attrs["fail_reason"].startswith("stale")

@@ -157,7 +157,7 @@ def test_killed_mid_ab_run_resumes_to_the_same_parameters(
     uninterrupted_dir, uninterrupted = ab_run
     run_dir = workdir / "killed_run"
     command = [*abtune_command(), "train", str(ab_config), "--nproc", str(NPROC), "--ranks-per-node",
-               str(RANKS_PER_NODE), "--run-dir", str(run_dir)]
+               str(RANKS_PER_NODE), "--run-dir", str(run_dir), "--no-tracking"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     mid_ab = run_dir / "checkpoints" / "step_00000015"  # AB phase runs [10, 20)
     _kill_when_checkpoint_appears(process, mid_ab, timeout=300)

@@ -77,7 +77,7 @@ def sacct_states(job_id: str) -> list[str]:
 def test_ab_groups_stay_inside_a_node(tmp_path: Path, profile: Path) -> None:
     config = ab_config(tmp_path, steps=60)
     run_dir = tmp_path / "run"
-    result = run_cli("train", str(config), "--launcher", str(profile), "--run-dir", str(run_dir))
+    result = run_cli("train", str(config), "--launcher", str(profile), "--run-dir", str(run_dir), "--no-tracking")
     assert result.stdout.startswith("submitted SLURM job ")
     assert "final top-1" in result.stdout
 
@@ -106,7 +106,8 @@ def test_ab_groups_stay_inside_a_node(tmp_path: Path, profile: Path) -> None:
 def test_cancelled_job_fails_with_the_slurm_state(tmp_path: Path, profile: Path) -> None:
     config = ab_config(tmp_path, steps=100_000)
     run_dir = tmp_path / "run"
-    command = [*abtune_command(), "train", str(config), "--launcher", str(profile), "--run-dir", str(run_dir)]
+    command = [*abtune_command(), "train", str(config), "--launcher", str(profile), "--run-dir", str(run_dir),
+               "--no-tracking"]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as cli:
         first = cli.stdout.readline() if cli.stdout else ""
         assert first.startswith("submitted SLURM job "), first
@@ -159,7 +160,7 @@ def test_failed_rank_ends_the_job_with_its_cause(tmp_path: Path, profile: Path) 
     two_ranks = tmp_path / "two.yaml"
     two_ranks.write_text(profile.read_text().replace("tasks_per_node: 2", "tasks_per_node: 1"))
     result = run_cli("train", str(config), "--launcher", str(two_ranks), "--run-dir", str(tmp_path / "run"),
-                     check=False)
+                     "--no-tracking", check=False)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and re.fullmatch(r"abtune: error: SLURM job \d+ FAILED: the loss became nan at step \d+ .*",

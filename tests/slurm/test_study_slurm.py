@@ -106,7 +106,7 @@ def test_study_launch_runs_the_budget_on_a_job_array(tmp_path: Path, profile: Pa
 
 def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, profile: Path) -> None:
     url = created_study(tmp_path, steps=600, trials=1, references=NO_REFERENCES)
-    runner = start_run(tmp_path, "tiny", "--launcher", str(profile), "--storage", url)
+    runner = start_run(tmp_path, "tiny", "--launcher", str(profile), "--storage", url, "--no-tracking")
     # Stop as soon as the job exists, before its ranks are up: waiting until it trained lost a race in
     # CI, where the job finished between the first logged step and the runner handling Ctrl-C.
     trial = wait_for(lambda: submitted_trial(url), JOB_TIMEOUT_S, "a trial's job to be submitted")
@@ -118,7 +118,7 @@ def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, pr
     status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert f"running: trial {trial.number} in SLURM job {job_id} on " in status
 
-    out = run_cli("study", "run", "tiny", "--launcher", str(profile), "--storage", url, cwd=tmp_path).stdout
+    out = run_cli("study", "run", "tiny", "--launcher", str(profile), "--storage", url, "--no-tracking", cwd=tmp_path).stdout
     assert f"trial {trial.number}: re-attached to SLURM job {job_id}" in out
     trials = trials_of(url)
     assert [(t.number, t.state) for t in trials] == [(trial.number, TrialState.COMPLETE)]  # no duplicate
@@ -128,7 +128,7 @@ def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, pr
 
 def test_cancelled_trial_job_fails_its_trial_and_the_study_goes_on(tmp_path: Path, profile: Path) -> None:
     url = created_study(tmp_path, steps=200, trials=2, references=NO_REFERENCES)
-    runner = start_run(tmp_path, "tiny", "--launcher", str(profile), "--storage", url)
+    runner = start_run(tmp_path, "tiny", "--launcher", str(profile), "--storage", url, "--no-tracking")
     # not later: on an idle machine the 200 steps take a few seconds once the ranks are up
     trial = wait_for(lambda: trial_in_running_job(url), JOB_TIMEOUT_S, "a trial's job to start")
     job_id = trial.user_attrs[SLURM_JOB_ATTR]
