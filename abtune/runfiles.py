@@ -25,6 +25,14 @@ CHECKPOINTS_DIR = "checkpoints"  # one step_NNNNNNNN folder per checkpoint ...
 COMPLETE_MARK = "COMPLETE"  # ... complete once this file is in it (written last)
 
 
+def complete_checkpoints(run_dir: Path) -> list[Path]:
+    """The run's complete checkpoint folders, oldest first (their names are zero-padded step numbers)."""
+    root = run_dir / CHECKPOINTS_DIR
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if (p / COMPLETE_MARK).exists())
+
+
 def summary_path(run_dir: Path) -> Path:
     return run_dir / SUMMARY_FILE
 

@@ -39,14 +39,7 @@ from abtune.launch.base import Job, Launcher, Layout
 from abtune.launch.launchers import JOB_KINDS, reattach
 from abtune.launch.outcome import RunOutcome
 from abtune.rundir import prepare_run_dir
-from abtune.runfiles import (
-    CHECKPOINTS_DIR,
-    COMPLETE_MARK,
-    CONFIG_FILE,
-    SUMMARY_FILE,
-    read_summary,
-    summary_path,
-)
+from abtune.runfiles import CONFIG_FILE, SUMMARY_FILE, complete_checkpoints, read_summary, summary_path
 from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import results, stats
 from abtune.study.attrs import RETRY_OF_ATTR, REUSED_SEEDS_ATTR, RUN_DIR_ATTR, SEED_JOBS_ATTR, SEEDS_ATTR
@@ -266,7 +259,7 @@ def resume_trial(runner: TrialRunner, trial: Any, run_id: str | None) -> tuple[R
         else:
             if entry:  # its job is gone: that launch's MLflow run ends here, the new launch gets its own
                 runner.tracking.finish_run(entry.get("run_id"), None, KILLED)
-            run.resume = any((run.run_dir / CHECKPOINTS_DIR).glob(f"step_*/{COMPLETE_MARK}"))
+            run.resume = bool(complete_checkpoints(run.run_dir))
             notes.append(f"seed {seed}: " + ("to resume from its checkpoint" if run.resume else "to run from the start"))
         runs.append(run)
     return _repeated_run(runner, trial, config, run_id, trial_dir, runs, recorded), notes

@@ -17,7 +17,7 @@ from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import ConfigError
 from abtune.launch.base import Job, Launcher, Layout
 from abtune.launch.profiles import check_fits
-from abtune.runfiles import CHECKPOINTS_DIR, COMPLETE_MARK, METRICS_FILE
+from abtune.runfiles import CHECKPOINTS_DIR, METRICS_FILE, complete_checkpoints
 from abtune.runs import Run
 from abtune.study.attrs import REFERENCE_ATTR, RETRY_OF_ATTR
 from abtune.study.definition import DDP
@@ -104,11 +104,10 @@ def adopt_retried_checkpoint(study_dir: Path, trial: optuna.Trial, run_dir: Path
 
 def adopt_checkpoint(source: Path, run_dir: Path) -> int | None:
     """Copy the newest complete checkpoint (and the metrics so far) of `source` into `run_dir`; its step."""
-    complete = sorted((source / CHECKPOINTS_DIR).glob(f"step_*/{COMPLETE_MARK}"),
-                      key=lambda mark: int(mark.parent.name.removeprefix("step_")))
+    complete = complete_checkpoints(source)
     if not complete:
         return None
-    shutil.copytree(complete[-1].parent, run_dir / CHECKPOINTS_DIR / complete[-1].parent.name)
+    shutil.copytree(complete[-1], run_dir / CHECKPOINTS_DIR / complete[-1].name)
     if (source / METRICS_FILE).exists():
         shutil.copy(source / METRICS_FILE, run_dir / METRICS_FILE)
-    return int(complete[-1].parent.name.removeprefix("step_"))
+    return int(complete[-1].name.removeprefix("step_"))

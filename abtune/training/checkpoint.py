@@ -17,7 +17,7 @@ import torch
 
 from abtune.comm import CommGroup, CommMeter
 from abtune.errors import TrainingFailed
-from abtune.runfiles import CHECKPOINTS_DIR, COMPLETE_MARK
+from abtune.runfiles import CHECKPOINTS_DIR, COMPLETE_MARK, complete_checkpoints
 
 STEP_DIGITS = 8
 
@@ -68,9 +68,7 @@ class Checkpointer:
             shutil.rmtree(old, ignore_errors=True)
 
     def complete_folders(self) -> list[Path]:
-        if not self.root.is_dir():
-            return []
-        return sorted(p for p in self.root.iterdir() if (p / COMPLETE_MARK).exists())
+        return complete_checkpoints(self.root.parent)
 
     def latest(self) -> Path | None:
         folders = self.complete_folders()
