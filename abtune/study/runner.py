@@ -219,8 +219,7 @@ class StudyRunner:
         active = Active(trial)
         self.active.append(active)
         self.started += 1
-        self.storage.set_trial_system_attr(trial._trial_id, workers.WORKER_ATTR, self.worker)
-        self.storage.set_trial_system_attr(trial._trial_id, workers.HEARTBEAT_ATTR, time.time())
+        self._claim(trial._trial_id)
         try:
             config = trial_config(self.spec, self.study.study_name, self.distributions, trial, self.layout)
             run_id = self.tracking.start_trial_run(
@@ -348,26 +347,29 @@ class StudyRunner:
 
     def _reattach(self, frozen: FrozenTrial, job: Job) -> None:
         """Follow a trial's job from here on: its worker (an earlier run, a requeued worker) is gone."""
-        self.storage.set_trial_system_attr(frozen._trial_id, workers.WORKER_ATTR, self.worker)
-        self.storage.set_trial_system_attr(frozen._trial_id, workers.HEARTBEAT_ATTR, time.time())
-        started = frozen.datetime_start.timestamp() if frozen.datetime_start else time.time()
+        self._claim(frozen._trial_id)
         run = Run(job.run_dir, self.launcher, self.layout, job=job)
         run.track(self.tracking, frozen.user_attrs.get(RUN_ID_ATTR))
-        self.active.append(Active(optuna.Trial(self.study, frozen._trial_id), run, started))
         ended = " (ended; its result is told)" if job.poll() is not None else ""
-        self.display.note(f"trial {frozen.number}: re-attached to {job.describe()}{ended}")
-        self.display.started(frozen.number, frozen.user_attrs.get(REFERENCE_ATTR))
+        self._follow(frozen, optuna.Trial(self.study, frozen._trial_id), run, f"re-attached to {job.describe()}{ended}")
 
     def _reattach_seeds(self, frozen: FrozenTrial) -> None:
         """Follow a repeated trial from here on, seed by seed: finished seeds kept, live seed jobs followed,
         the others started again from their own checkpoints (repeats.resume_trial)."""
-        self.storage.set_trial_system_attr(frozen._trial_id, workers.WORKER_ATTR, self.worker)
-        self.storage.set_trial_system_attr(frozen._trial_id, workers.HEARTBEAT_ATTR, time.time())
-        started = frozen.datetime_start.timestamp() if frozen.datetime_start else time.time()
+        self._claim(frozen._trial_id)
         trial = optuna.Trial(self.study, frozen._trial_id)
         run, notes = repeats.resume_trial(self, trial, frozen.user_attrs.get(RUN_ID_ATTR))
+        self._follow(frozen, trial, run, f"re-attached seed by seed ({'; '.join(notes)})")
+
+    def _claim(self, trial_id: int) -> None:
+        """This runner follows the trial from now on: its worker, with a fresh heartbeat."""
+        self.storage.set_trial_system_attr(trial_id, workers.WORKER_ATTR, self.worker)
+        self.storage.set_trial_system_attr(trial_id, workers.HEARTBEAT_ATTR, time.time())
+
+    def _follow(self, frozen: FrozenTrial, trial: optuna.Trial, run: Run, note: str) -> None:
+        started = frozen.datetime_start.timestamp() if frozen.datetime_start else time.time()
         self.active.append(Active(trial, run, started))
-        self.display.note(f"trial {frozen.number}: re-attached seed by seed ({'; '.join(notes)})")
+        self.display.note(f"trial {frozen.number}: {note}")
         self.display.started(frozen.number, frozen.user_attrs.get(REFERENCE_ATTR))
 
     def _detach_surviving_jobs(self) -> None:
