@@ -182,11 +182,11 @@ class Launcher(ABC):
     # --- study workers (`abtune study launch`) --------------------------------------------------
     def submit_workers(self, folder: Path, body: Callable[[], Any], count: int, job_name: str) -> list[str]:
         """Submit `count` study workers running `body`, logs in `folder`; their job ids, at once."""
-        raise self._no_workers()
+        raise self.workers_refused()
 
     def workers_script(self, folder: Path, count: int, job_name: str) -> str:
         """What `study launch --dry-run` prints for the workers."""
-        raise self._no_workers()
+        raise self.workers_refused()
 
     def check_worker_room(self, layout: Layout, count: int, rerun: str) -> str | None:
         """Refuse (ConfigError, with advice that works; `rerun` drives the study from here instead)
@@ -198,10 +198,11 @@ class Launcher(ABC):
         """A shell command that lists the study's workers (SLURM: squeue --name); None when there is none."""
         return None
 
-    def _no_workers(self) -> ConfigError:
+    def workers_refused(self, study: str = "NAME") -> ConfigError:
+        """Why `study launch` cannot use this launcher (`launches_workers` is False), and what works."""
         return ConfigError(f"--launcher {self.source or self.kind}: `study launch` submits study workers that run "
                            f"on after it returns, which {self.kind} jobs do not; use a slurm profile, or run the "
-                           "study here with `abtune study run`")
+                           f"study here with `abtune study run {study}`")
 
     # --- jobs recorded by id (study workers, trial jobs), asked about from any process --------
     @classmethod

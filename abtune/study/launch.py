@@ -24,7 +24,6 @@ from optuna.trial import TrialState
 from submitit.helpers import Checkpointable
 
 from abtune.config import parse_run_config
-from abtune.errors import ConfigError
 from abtune.launch.base import Launcher, Layout, exported
 from abtune.launch.profiles import check_fits
 
@@ -34,9 +33,7 @@ WORKERS_DIR = "workers"
 def require_workers(launcher: Launcher, name: str) -> Launcher:
     """Workers must outlive `study launch`: only a launcher whose jobs do (SLURM) can take them."""
     if not launcher.launches_workers:
-        raise ConfigError(f"--launcher {launcher.source or launcher.kind}: `study launch` submits study workers "
-                          f"that run on after it returns, which {launcher.kind} jobs do not; use a slurm profile, "
-                          f"or run the study here with `abtune study run {name}`")
+        raise launcher.workers_refused(name)
     return launcher
 
 

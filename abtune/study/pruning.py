@@ -2,8 +2,8 @@
 
 Named in the trial's hooks.yaml as `abtune.study.pruning:make_hook` with the study name and the
 trial id; the storage URL (which may hold a password) comes from ABTUNE_STORAGE, set by the
-runner (storage.storage_environment). Returning "pruned" stops every rank at the same step (the trainer broadcasts it); the
-runner then tells the trial PRUNED.
+runner (storage.storage_environment). Returning "pruned" stops every rank at the same step (the
+trainer broadcasts it); the runner then tells the trial PRUNED.
 
 A seed of a repeated trial (see repeats.py) names the folders of the seeds that ran before it
 (`earlier`) and reports the running mean at each step, over the value the previous seed left.
