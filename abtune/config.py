@@ -313,6 +313,19 @@ class ABSchedule:
     def phase_at(self, step: int) -> Phase:
         return self.segment_at(step).phase
 
+    def steps_by_phase(self, steps_done: int) -> dict[Phase, int]:
+        """How many of the first `steps_done` steps each phase had."""
+        done = dict.fromkeys(Phase, 0)
+        for segment in self.segments:
+            done[segment.phase] += max(0, min(segment.end, steps_done) - segment.start)
+        return done
+
+    def syncs_done(self, steps_done: int) -> int:
+        """AB phases whose factors had been averaged once `steps_done` steps had run: an AB phase that
+        ends at step e (exclusive) syncs as step e begins, or as the run finishes when e ends the run."""
+        return sum(1 for s in self.segments if s.phase is Phase.AB
+                   and (s.end < steps_done or s.end == steps_done == self.total_steps))
+
     def shape_change_steps(self) -> list[int]:
         """Steps before which the parameters change shape: every AB start and every AB end inside the run."""
         changes = []

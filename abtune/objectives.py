@@ -16,10 +16,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from abtune.runfiles import RunSummary
 
+EvaluationRow = dict[str, Any]  # one `evaluation` record of metrics.jsonl
 Direction = Literal["maximize", "minimize"]
 
 
@@ -28,6 +29,10 @@ class Objective:
     name: str  # in the study file, as the trial attribute, as Optuna's metric name
     direction: Direction
     read: Callable[[RunSummary], float]  # from a finished run's summary.json
+    # At an evaluation during the run: the value now (top-1) or the final value predicted from the run so
+    # far (bytes); what intermediate values store and the multi-objective pruner ranks on. None: not
+    # known before the run ends (such an objective cannot be pruned on).
+    at_evaluation: Callable[[EvaluationRow], float | None] | None
     label: str  # a column or an axis, with its unit
     unit: str = ""  # after a shown value: MB, s, x
     scale: float = 1.0  # shown = value / scale
@@ -48,6 +53,11 @@ class Objective:
         return f"{value / self.scale:.{self.digits}f}"
 
 
+def _extrapolated(key: str) -> Callable[[EvaluationRow], float | None]:
+    """`key` at the run's last step, at the rate per step so far."""
+    return lambda row: float(row[key]) * row["total_steps"] / row["step"] if row.get("step") else None
+
+
 def _time_to_target(summary: RunSummary) -> float:
     """A run that never reached train.target_top1 took forever, as an objective to minimize."""
     seconds = summary.time_to_target_seconds
@@ -55,18 +65,21 @@ def _time_to_target(summary: RunSummary) -> float:
 
 
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
-    Objective("top1", "maximize", lambda s: float(s.final_top1), "top-1",  # type: ignore[arg-type]
+    Objective("top1", "maximize", lambda s: float(s.final_top1), lambda row: float(row["val_top1"]), "top-1",  # type: ignore[arg-type]
               description="the final validation top-1"),
-    Objective("inter_node_bytes", "minimize", lambda s: s.training_inter_node_bytes, "inter-node MB", "MB", 1e6, 2,
+    Objective("inter_node_bytes", "minimize", lambda s: s.training_inter_node_bytes,
+              lambda row: row.get("predicted_training_inter_node_bytes"), "inter-node MB", "MB", 1e6, 2,
               needs_multi_node=True,
               description="inter-node wire bytes per rank of the training phases (mean over ranks; evaluation, "
                           "set-up and checkpoint traffic excluded, so train.eval_every does not leak into the search)"),
-    Objective("compression", "maximize", lambda s: s.compression, "compression", "x", 1.0, 2,
+    Objective("compression", "maximize", lambda s: s.compression, lambda row: row.get("model_compression"),
+              "compression", "x", 1.0, 2,
               description="the compression of the model being trained as the AB paper reports it (AB: at the end "
                           "of the last AB phase; 1.0 for DDP)"),
-    Objective("train_seconds", "minimize", lambda s: s.train_seconds, "train s", "s", 1.0, 1,
+    Objective("train_seconds", "minimize", lambda s: s.train_seconds, _extrapolated("train_seconds"),
+              "train s", "s", 1.0, 1,
               description="training seconds (steps only: start-up, evaluations and checkpoints excluded)"),
-    Objective("time_to_target", "minimize", _time_to_target, "s to target", "s", 1.0, 1,
+    Objective("time_to_target", "minimize", _time_to_target, None, "s to target", "s", 1.0, 1,
               needs_base_key="train.target_top1",
               description="training seconds until the first evaluation at or above train.target_top1 "
                           "(infinite when never reached)"),

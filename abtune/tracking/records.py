@@ -70,6 +70,7 @@ class MetricStream:
             "val/top1": row.get("val_top1"), "val/top5": row.get("val_top5"), "val/loss": row.get("val_loss"),
             "model/compression": row.get("model_compression"), "model/dense_over_current": row.get("dense_over_current"),
             "model/trainable_params": row.get("trainable_params"),
+            "traffic/predicted_training_inter_node_bytes": row.get("predicted_training_inter_node_bytes"),
         })
 
     def record_points(self, record: dict[str, Any]) -> list[Point]:

@@ -82,9 +82,14 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def evaluation_rows(run_dir: Path) -> dict[int, dict[str, Any]]:
+    """The run's evaluation records by step."""
+    return {int(r["step"]): r for r in read_metrics(run_dir) if r.get("kind") == "evaluation"}
+
+
 def evaluation_curve(run_dir: Path) -> dict[int, float]:
     """Validation top-1 by step, from the run's evaluation records."""
-    return {int(r["step"]): float(r["val_top1"]) for r in read_metrics(run_dir) if r.get("kind") == "evaluation"}
+    return {step: float(r["val_top1"]) for step, r in evaluation_rows(run_dir).items()}
 
 
 def _step_of(line: str) -> float:

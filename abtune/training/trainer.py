@@ -177,8 +177,10 @@ class Trainer:
             result = evaluate(module, self.val_loader, self.env.device, self.meter, self.world)
         counts = self.method.parameter_counts()
         rows = self.meter.rows()
+        inter = {p: sum_rows(rows, GROUP_MEAN_INTER, phase=p) for p in TRAINING_PHASES}
         row = {
             "step": self.state.step,
+            "total_steps": self.config.train.steps,
             "epoch": self.state.step / self.steps_per_epoch,
             "phase": self.method.phase,
             "loss": self.progress.mean_loss(),
@@ -187,7 +189,8 @@ class Trainer:
             "dense_over_current": counts.compression,
             "trainable_params": counts.trainable,
             "train_seconds": self.state.train_seconds,
-            "training_inter_node_bytes": sum(sum_rows(rows, GROUP_MEAN_INTER, phase=p) for p in TRAINING_PHASES),
+            "training_inter_node_bytes": sum(inter.values()),
+            "predicted_training_inter_node_bytes": self.method.predict_training_bytes(inter, self.state.step),
             "inter_node_bytes": self.meter.total(GROUP_MEAN_INTER),
             "intra_node_bytes": intra_node_bytes(self.meter, GROUP_MEAN_INTER),
         }

@@ -155,6 +155,9 @@ class ABTraining(Method):
         if self.in_ab:
             self._sync()
 
+    def predict_training_bytes(self, so_far: dict[str, float], steps_done: int) -> float:
+        return predict_ab_training_bytes(self.schedule, so_far, steps_done)
+
     # --- compression --------------------------------------------------------------------
     def trained_model_counts(self) -> ParameterCounts:
         if not self.decompositions:
@@ -189,6 +192,32 @@ class ABTraining(Method):
         self.spectra = dict(state["spectra"])
         if state["in_ab"]:
             self._factor_all(dict(state["ranks"]))  # the saved factors are loaded into these shapes next
+
+
+def predict_ab_training_bytes(schedule: ABSchedule, so_far: dict[str, float], steps_done: int) -> float:
+    """AB's training bytes after its last step: what was sent, plus each phase's remaining steps at the
+    rate that phase has had so far, plus the remaining syncs at the cost of one sync so far.
+
+    Full-rank steps (warmup and rebound) all cost the same. Once an AB step and a sync have run, the
+    prediction is exact as long as later decompositions choose the ranks of the last one. Before the
+    first AB step an AB step is assumed to cost a full-rank step, and before the first sync a sync to
+    cost one full-rank step (nothing factored): the first decomposition is what makes AB cheap.
+    """
+    sent = sum(so_far.values())
+    if steps_done >= schedule.total_steps or steps_done <= 0:
+        return sent
+    done, total = schedule.steps_by_phase(steps_done), schedule.steps_by_phase(schedule.total_steps)
+    syncs_done = schedule.syncs_done(steps_done)
+    full_steps = done[Phase.WARMUP] + done[Phase.REBOUND]
+    full = (so_far.get(Phase.WARMUP, 0.0) + so_far.get(Phase.REBOUND, 0.0)) / full_steps if full_steps else None
+    ab = so_far.get(Phase.AB, 0.0) / done[Phase.AB] if done[Phase.AB] else None
+    if full is None:  # no warmup, and the first evaluation came before the first rebound
+        full = ab if ab is not None else sent / steps_done
+    ab = full if ab is None else ab
+    sync = so_far.get("sync", 0.0) / syncs_done if syncs_done else full
+    rate = {Phase.WARMUP: full, Phase.AB: ab, Phase.REBOUND: full}
+    remaining_steps = sum((total[p] - done[p]) * rate[p] for p in rate)
+    return sent + remaining_steps + (schedule.syncs_done(schedule.total_steps) - syncs_done) * sync
 
 
 def describe_decomposition(step: int, weights: dict[str, lowrank.WeightDecomposition], cutoff: float,
