@@ -62,7 +62,7 @@ BAD_STUDIES = [
     ({"pruner": {"name": "hyperband", "options": {"reduction_factor": 1}}}, "pruner.options.reduction_factor: must be >= 2, got 1"),
     ({"pruner": {"name": "hyperband", "options": {"min_resource": 31}}}, "pruner.options: min_resource 31 is above max_resource 30 (default: train.steps)"),
     ({"pruner": {"name": "none", "options": {"n_startup_trials": 3}}}, "pruner.options.n_startup_trials: NopPruner takes no options; remove pruner.options"),
-    ({"objectives": ["top1", "inter_node_bytes"], "pruner": {"name": "median"}}, "bad.yaml: pruner: Optuna does not prune multi-objective studies"),
+    ({"objectives": ["top1", "inter_node_bytes"], "pruner": {"name": "median"}}, "bad.yaml: pruner: Optuna's median pruner ranks one objective, and this study has 2 (top1, inter_node_bytes): set pruner: pareto-asha (or none)"),
     ({"trials": 2}, "trials: 2 leaves no trial for the search after the 2 reference trials"),
     ({"layout": {"nproc": 2}, "objectives": ["top1", "inter_node_bytes"]}, "bad.yaml: layout: inter-node traffic needs more than one node"),
     ({"base": "missing.yaml"}, "missing.yaml: no such file"),

@@ -24,6 +24,9 @@ LOCAL_JOB_ATTR = "local_job"  # the local launch (host, process) that trains the
 # where a trial records its job, by Job.kind (what a later runner follows); debug jobs are not recorded
 JOB_ATTRS = {"local": LOCAL_JOB_ATTR, "slurm": SLURM_JOB_ATTR}
 LAUNCHER_ATTR = "launcher"  # the `--launcher NAME|PATH` the trial ran with
+# {step: {objective: value}} at each evaluation: top-1 so far, predicted final bytes (Objective.at_evaluation);
+# a repeated trial's are the means over its seeds so far. The multi-objective pruner ranks on them.
+EVALUATIONS_ATTR = "evaluations"
 
 # --- on a study ---
 SPEC_ATTR = "abtune.spec"  # the study file's definition as created
@@ -31,7 +34,7 @@ STUDY_DIR_ATTR = "abtune.study_dir"  # where the trials' run folders live
 CONFIRMATION_ATTR = "abtune.confirmation"  # written by `abtune study confirm`, one record per trial
 
 __all__ = [
-    "ATTEMPT_ATTR", "CONFIRMATION_ATTR", "FAIL_REASON_ATTR", "JOB_ATTRS", "LAUNCHER_ATTR", "LOCAL_JOB_ATTR", "OVER_BUDGET_ATTR", "REFERENCE_ATTR",
+    "ATTEMPT_ATTR", "CONFIRMATION_ATTR", "EVALUATIONS_ATTR", "FAIL_REASON_ATTR", "JOB_ATTRS", "LAUNCHER_ATTR", "LOCAL_JOB_ATTR", "OVER_BUDGET_ATTR", "REFERENCE_ATTR",
     "RETRIED_ATTR", "RETRY_OF_ATTR", "REUSED_SEEDS_ATTR", "RUN_DIR_ATTR", "RUN_ID_ATTR", "SEEDS_ATTR", "SEED_JOBS_ATTR",
     "SLURM_JOB_ATTR", "SPEC_ATTR", "STUDY_DIR_ATTR",
 ]

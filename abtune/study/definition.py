@@ -18,6 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 from abtune.errors import ConfigError
 from abtune.study.attrs import REFERENCE_ATTR, SPEC_ATTR, STUDY_DIR_ATTR
 from abtune.study.options import check_options
+from abtune.study.pareto_pruner import ParetoAshaPruner
 from abtune.study.spec import StudySpec, parse_study_spec
 
 PAPER_DEFAULTS = "paper-defaults"
@@ -26,7 +27,9 @@ DDP = "ddp"
 
 SAMPLERS = {"tpe": "TPESampler", "random": "RandomSampler", "nsgaii": "NSGAIISampler", "nsgaiii": "NSGAIIISampler",
             "gp": "GPSampler", "qmc": "QMCSampler", "cmaes": "CmaEsSampler"}
-PRUNERS = {"none": "NopPruner", "median": "MedianPruner", "hyperband": "HyperbandPruner"}
+PRUNERS = {"none": "NopPruner", "median": "MedianPruner", "hyperband": "HyperbandPruner"}  # Optuna's
+PARETO_ASHA = "pareto-asha"  # abtune's, for multi-objective studies (study/pareto_pruner.py)
+PARETO_ASHA_SETS = {"objectives": "set by the study's objectives", "total_steps": "set by the base's train.steps"}
 SAMPLER_SETS = {"seed": "set sampler.seed instead (each worker offsets it)"}
 
 
@@ -45,6 +48,9 @@ def build_sampler(spec: StudySpec, seed_offset: int = 0) -> optuna.samplers.Base
 
 
 def build_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
+    if spec.pruner.name == PARETO_ASHA:
+        check_options(ParetoAshaPruner, spec.pruner.options, "pruner.options", reserved=PARETO_ASHA_SETS)
+        return ParetoAshaPruner(spec.objectives, spec.base["train"]["steps"], **spec.pruner.options)
     factory = getattr(optuna.pruners, PRUNERS[spec.pruner.name])
     check_options(factory, spec.pruner.options, "pruner.options")
     options = dict(spec.pruner.options)

@@ -42,8 +42,16 @@ from abtune.rundir import prepare_run_dir
 from abtune.runfiles import CONFIG_FILE, SUMMARY_FILE, complete_checkpoints, read_summary, summary_path
 from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import results, stats
-from abtune.study.attrs import RETRY_OF_ATTR, REUSED_SEEDS_ATTR, RUN_DIR_ATTR, SEED_JOBS_ATTR, SEEDS_ATTR
+from abtune.study.attrs import (
+    EVALUATIONS_ATTR,
+    RETRY_OF_ATTR,
+    REUSED_SEEDS_ATTR,
+    RUN_DIR_ATTR,
+    SEED_JOBS_ATTR,
+    SEEDS_ATTR,
+)
 from abtune.study.pool import JobPool
+from abtune.study.pruning import mean_evaluations
 from abtune.study.trials import adopt_checkpoint, trial_dir, trial_hook_specs
 from abtune.training.hooks import evaluation_curve
 
@@ -273,9 +281,12 @@ def _repeated_run(runner: TrialRunner, trial: Any, config: RunConfig, run_id: st
     seeds_of = _SeedStarter(runner, trial, config, run_id, hooks if sequential else [], runs, recorded)
 
     def complete() -> None:
-        if hooks:  # the trial reports a curve: make it the mean over the seeds
-            for step, value in mean_curve([r.run_dir for r in runs if r.finished]).items():
-                runner.storage.set_trial_intermediate_value(trial._trial_id, step, value)
+        if hooks:  # the trial reports its evaluations: make them the means over the seeds
+            finished = [r.run_dir for r in runs if r.finished]
+            trial.set_user_attr(EVALUATIONS_ATTR, mean_evaluations(finished, runner.spec.objectives))
+            if not runner.spec.multi_objective:  # Optuna's intermediate values hold one objective
+                for step, value in mean_curve(finished).items():
+                    runner.storage.set_trial_intermediate_value(trial._trial_id, step, value)
         attrs = trial_attrs(trial_dir, seeds, 0.0)
         if isinstance(attrs, dict):
             runner.tracking.log_metrics(run_id, spread_metrics(attrs))

@@ -138,6 +138,10 @@ def print_best(storage: BaseStorage, name: str) -> None:
     metrics = importance.shown_objectives(spec)
     front = results.pareto_front([t for t in results.search_trials(trials) if results.feasible(t)], metrics)
     console.print(trial_table(f"Pareto front ({', '.join(metrics)}): {len(front)} trial(s)", front, trials, spec))
+    pruned = [t for t in trials if t.state == TrialState.PRUNED]
+    if pruned:
+        console.print(f"{len(pruned)} trial(s) pruned ({spec.pruner.name}; stopped early, so never on the front): "
+                      + ", ".join(f"{t.number} at step {t.user_attrs.get('steps_done', '?')}" for t in pruned))
     refs = [t for t in (results.reference(trials, PAPER_DEFAULTS), results.reference(trials, DDP)) if t is not None]
     if refs:
         console.print(trial_table("reference trials", refs, trials, spec))

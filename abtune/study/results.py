@@ -99,4 +99,6 @@ def label(trial: FrozenTrial) -> str:
     text = {PAPER_DEFAULTS: "paper defaults", DDP: "DDP reference"}.get(ref, "")
     if retry is not None:
         text = f"{text} retry of {retry}".strip()
+    if trial.state == TrialState.PRUNED:  # its figures are those of the step it stopped at
+        text = f"{text} pruned at step {trial.user_attrs.get('steps_done', '?')}".strip()
     return text

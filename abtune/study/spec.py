@@ -18,7 +18,7 @@ from abtune.objectives import OBJECTIVES, ObjectiveName
 from abtune.yamlfile import read_yaml
 
 SamplerName = Literal["tpe", "random", "nsgaii", "nsgaiii", "gp", "qmc", "cmaes"]
-PrunerName = Literal["none", "median", "hyperband"]
+PrunerName = Literal["none", "median", "hyperband", "pareto-asha"]
 CONSTRAINED_SAMPLERS = ("tpe", "nsgaii", "nsgaiii", "gp")
 
 # The paper's guideline (section 4.3) and the design's default search space around it.
@@ -168,9 +168,9 @@ def _inconsistency(spec: StudySpec) -> str | None:
     """Rules that tie sections together; the message starts with the section to change."""
     if len(set(spec.objectives)) != len(spec.objectives) or "top1" not in spec.objectives:
         return f"objectives: must name top1 and no metric twice, got {spec.objectives}"
-    if spec.multi_objective and spec.pruner.name != "none":
-        return (f"pruner: Optuna does not prune multi-objective studies ({', '.join(spec.objectives)}): "
-                "set pruner: none, or keep only objectives: [top1]")
+    if spec.multi_objective and spec.pruner.name not in ("none", "pareto-asha"):
+        return (f"pruner: Optuna's {spec.pruner.name} pruner ranks one objective, and this study has "
+                f"{len(spec.objectives)} ({', '.join(spec.objectives)}): set pruner: pareto-asha (or none)")
     if spec.constraints.max_inter_node_mb is not None and spec.sampler.name not in CONSTRAINED_SAMPLERS:
         return f"sampler: {spec.sampler.name} ignores constraints; use one of {', '.join(CONSTRAINED_SAMPLERS)}"
     for objective in (OBJECTIVES[m] for m in spec.objectives):

@@ -32,13 +32,14 @@ TRIALS_DIR = "trials"  # STUDY_DIR/trials/N: one run folder per trial
 def trial_hook_specs(spec: StudySpec, study_name: str, trial: optuna.Trial) -> list[dict[str, Any]]:
     """Every hook a trial's rank 0 runs (hooks.yaml). Tracking adds its hook here.
 
-    Single-objective trials report their accuracy at each evaluation; the reference trials report
-    but are never pruned. Options are plain values: the storage URL reaches the hook through
-    ABTUNE_STORAGE, never through hooks.yaml.
+    Search trials report their objectives at each evaluation (study/pruning.py); the paper-defaults
+    trial reports but is never pruned; the DDP reference, outside the search space, does neither.
+    Options are plain values: the storage URL reaches the hook through ABTUNE_STORAGE, never
+    through hooks.yaml.
     """
     reference = trial.user_attrs.get(REFERENCE_ATTR)
     specs: list[dict[str, Any]] = []
-    if not spec.multi_objective and reference != DDP:
+    if reference != DDP:
         prune = spec.pruner.name != "none" and reference is None
         specs.append(hook_spec(make_hook, study=study_name, trial_id=trial._trial_id, prune=prune))
     return specs

@@ -111,6 +111,7 @@ class MlflowTracking(Tracking):
                 self._log_artifacts(run_id, run_dir)
             state = "replayed" if replayed else "complete"
             self.client.set_tag(run_id, "abtune.logging", state)
+            self._tag_early_stop(run_id, run_dir)
             self.client.set_terminated(run_id, status)
             return state
         except Exception as error:
@@ -119,6 +120,14 @@ class MlflowTracking(Tracking):
             _try(lambda: self.client.set_tag(run_id, "abtune.logging", "incomplete"))
             _try(lambda: self.client.set_terminated(run_id, status))
             return "incomplete"
+
+    def _tag_early_stop(self, run_id: str, run_dir: Path | None) -> None:
+        """A run a pruner (or a stop request) ended early says so, where the UI can filter on it:
+        tags.abtune.stopped_early = 'pruned'."""
+        summary = find_summary(run_dir) if run_dir is not None else None
+        if summary is not None and summary.stopped_early:
+            self.client.set_tag(run_id, "abtune.stopped_early", summary.stopped_early)
+            self.client.set_tag(run_id, "abtune.stopped_at_step", str(summary.steps_done))
 
     def log_metrics(self, run_id: str | None, metrics: dict[str, float]) -> None:
         if run_id is None or not metrics:
