@@ -68,6 +68,7 @@ class Trainer:
         self.run_dir = run_dir
         self.env = env
         self.state = TrainState()
+        self.began = time.perf_counter()  # evaluations say how long this process has trained, set-up included
         torch.manual_seed(config.seed)
         self.topology, self.meter = discover_topology(env)
         self.world = self.meter.world()
@@ -189,6 +190,7 @@ class Trainer:
             "dense_over_current": counts.compression,
             "trainable_params": counts.trainable,
             "train_seconds": self.state.train_seconds,
+            "elapsed_seconds": time.perf_counter() - self.began,
             "training_inter_node_bytes": sum(inter.values()),
             "predicted_training_inter_node_bytes": self.method.predict_training_bytes(inter, self.state.step),
             "inter_node_bytes": self.meter.total(GROUP_MEAN_INTER),
