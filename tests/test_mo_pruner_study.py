@@ -97,6 +97,9 @@ def _check_mlflow(tracking: str, trials: list) -> None:
 
     client = MlflowClient(tracking)
     runs = {r.info.run_id: r for r in client.search_runs([client.get_experiment_by_name("tiny").experiment_id])}
+    parent = next(r for r in runs.values() if r.data.tags.get("abtune.role") == "study")
+    plots = {a.path: a.file_size for a in client.list_artifacts(parent.info.run_id, "study")}
+    assert plots.get("study/evaluations.png", 0) > 0, plots  # the curves the pruner read
     for trial in trials:
         run = runs[trial.user_attrs["mlflow_run_id"]]
         if trial.state == TrialState.PRUNED:

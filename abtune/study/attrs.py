@@ -6,6 +6,7 @@ Trial user attributes; the result keys (top1, inter_node_bytes, ...) are `study.
 
 from __future__ import annotations
 
+from abtune.objectives import EVALUATIONS_ATTR  # {step: {objective: value}}: the trial's evaluations
 from abtune.tracking._base import RUN_ID_ATTR
 
 # --- on a trial ---
@@ -24,9 +25,6 @@ LOCAL_JOB_ATTR = "local_job"  # the local launch (host, process) that trains the
 # where a trial records its job, by Job.kind (what a later runner follows); debug jobs are not recorded
 JOB_ATTRS = {"local": LOCAL_JOB_ATTR, "slurm": SLURM_JOB_ATTR}
 LAUNCHER_ATTR = "launcher"  # the `--launcher NAME|PATH` the trial ran with
-# {step: {objective: value}} at each evaluation: top-1 so far, predicted final bytes (Objective.at_evaluation);
-# a repeated trial's are the means over its seeds so far. The multi-objective pruner ranks on them.
-EVALUATIONS_ATTR = "evaluations"
 
 # --- on a study ---
 SPEC_ATTR = "abtune.spec"  # the study file's definition as created

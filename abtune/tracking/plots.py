@@ -196,3 +196,22 @@ def optimization_history(points: list[dict[str, Any]], y: Objective, x: Objectiv
     top.legend(loc="lower left", fontsize="small")
     right.legend(loc="lower right", fontsize="small")
     return _save(figure, path)
+
+
+def evaluation_curves(curves: list[dict[str, Any]], y: Objective, x: Objective, path: Path) -> Path:
+    """Per trial, `y` so far and `x` as predicted at each evaluation; pruned trials dashed, ending in x."""
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    for curve in curves:
+        style = {"ls": "--", "c": "tab:red", "alpha": 0.7} if curve["pruned"] else \
+            {"ls": "-", "c": "tab:green" if curve["reference"] else "tab:blue", "alpha": 0.8}
+        for axis, key, objective in ((top, "y", y), (bottom, "x", x)):
+            known = [(s, v / objective.scale) for s, v in zip(curve["steps"], curve[key], strict=True) if v is not None]
+            if known:
+                axis.plot(*zip(*known, strict=True), marker=".", lw=1, **style)
+                if curve["pruned"]:
+                    axis.plot(*known[-1], "x", c="tab:red")
+    top.set_ylabel(f"{y.label} at the evaluation")
+    bottom.set_ylabel(f"{x.label}, final as predicted")
+    bottom.set_xlabel("step")
+    top.set_title("what each trial reported at its evaluations (dashed red: pruned; green: paper defaults)", fontsize=9)
+    return _save(figure, path)

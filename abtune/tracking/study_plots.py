@@ -1,4 +1,4 @@
-"""An Optuna study as points on two of its objectives, and the three study plots.
+"""An Optuna study as points on two of its objectives, and the study plots.
 
 The axes: top-1 (every study optimizes it) against the study's other objective, named in Optuna's
 `metric_names`; a study of top-1 alone, or one created before abtune named its objectives, plots
@@ -18,7 +18,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from abtune.objectives import OBJECTIVES, Objective
+from abtune.objectives import EVALUATIONS_ATTR, OBJECTIVES, Objective
 from abtune.tracking import plots
 
 REFERENCE_ATTR = "reference"
@@ -57,6 +57,20 @@ def _dominates(a: dict[str, Any], b: dict[str, Any], signs: dict[str, float]) ->
     return all(better) and any(strictly)
 
 
+def study_curves(study: optuna.Study) -> tuple[Objective, Objective, list[dict[str, Any]]]:
+    """Every trial that reported evaluations: its steps and the plotted objectives' values there (the
+    numbers the pruner ranked on), and whether it was pruned."""
+    y, x = plotted_objectives(study)
+    curves = []
+    for trial in study.get_trials(deepcopy=False):
+        by_step = sorted((int(s), v) for s, v in trial.user_attrs.get(EVALUATIONS_ATTR, {}).items())
+        if by_step:
+            curves.append({"number": trial.number, "pruned": trial.state == TrialState.PRUNED,
+                           "reference": trial.user_attrs.get(REFERENCE_ATTR), "steps": [s for s, _ in by_step],
+                           "y": [v.get(y.name) for _, v in by_step], "x": [v.get(x.name) for _, v in by_step]})
+    return y, x, curves
+
+
 def write_study_plots(study: optuna.Study, folder: Path, analysis: dict[str, Any] | None = None) -> dict[str, str]:
     """Write pareto_front.png, optimization_history.png and, from `analysis` (the study's parameter
     importances per objective and inert parameters), importances.json and importances.png; return what each became."""
@@ -70,6 +84,10 @@ def write_study_plots(study: optuna.Study, folder: Path, analysis: dict[str, Any
     plots.pareto_front(points, y, x, folder / "pareto_front.png")
     plots.optimization_history(points, y, x, folder / "optimization_history.png")
     written.update(pareto_front="written", optimization_history="written")
+    _, _, curves = study_curves(study)
+    if curves:
+        plots.evaluation_curves(curves, y, x, folder / "evaluations.png")
+        written["evaluations"] = "written"
     values = (analysis or {}).get("importances")
     if values:
         plots.importances(values, folder / "importances.png")
