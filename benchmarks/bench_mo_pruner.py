@@ -49,6 +49,7 @@ import yaml
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
+from abtune.config import AbConfig, ABSchedule
 from abtune.study.attrs import EVALUATIONS_ATTR
 from abtune.study.pareto_pruner import ParetoAshaPruner
 
@@ -65,6 +66,13 @@ ARMS = {  # name: (sampler, pruned)
     "random": ("random", False),
 }
 LIVE_ARMS = ("tpe", "tpe + pareto-asha", "random + pareto-asha")
+VARIANTS = {  # pareto-asha's settings, replayed with TPE: name -> (options, exact_only)
+    "defaults (rungs 1/9, 1/3; keep 1/3; min 3)": ({}, False),
+    "judged on exact bytes only": ({}, True),
+    "first_rung 1/3 (one rung)": ({"first_rung": 1 / 3}, False),
+    "reduction_factor 2 (rungs 1/9..1/2, keep 1/2)": ({"reduction_factor": 2}, False),
+    "min_trials 6": ({"min_trials": 6}, False),
+}
 MEGA = 1e6
 
 
@@ -168,8 +176,17 @@ def stop_cost(row: dict[str, Any], at: dict[str, Any]) -> float:
     return row["wall_seconds"] - (row["evaluations"][-1]["elapsed"] - at["elapsed"])
 
 
+def first_exact_step(params: dict[str, Any], steps: int) -> int:
+    """The first evaluation step at which AB's predicted bytes are exact: after its first sync."""
+    schedule = ABSchedule.from_config(AbConfig(**{k.removeprefix("method."): v for k, v in params.items()}), steps)
+    return next(s for s in range(steps + 1) if schedule.syncs_done(s))
+
+
 def replay(table: dict[str, Any], sampler: str, pruned: bool, seed: int, budget: float, steps: int,
-           reference: tuple[float, float], pruner_options: dict[str, Any] | None = None) -> Replayed:
+           reference: tuple[float, float], pruner_options: dict[str, Any] | None = None,
+           exact_only: bool = False) -> Replayed:
+    """`exact_only`: the pruner sees no bytes (so does not judge) before AB's first sync, instead of
+    the upper bound the trainer predicts there."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     samplers: dict[str, Callable[[], optuna.samplers.BaseSampler]] = {
         "tpe": lambda: optuna.samplers.TPESampler(seed=seed, n_startup_trials=3, constant_liar=True),
@@ -183,9 +200,11 @@ def replay(table: dict[str, Any], sampler: str, pruned: bool, seed: int, budget:
         trial = study.ask(distributions)
         row = table["configs"][key(trial.params)]
         stopped = None
-        evaluations: dict[str, dict[str, float]] = {}
+        exact_from = first_exact_step(trial.params, steps) if exact_only else 0
+        evaluations: dict[str, dict[str, float | None]] = {}
         for at in row["evaluations"][:-1]:  # the last is the final evaluation: nothing left to save
-            evaluations[str(at["step"])] = {"top1": at["top1"], "inter_node_bytes": at["bytes"]}
+            known = at["bytes"] if at["step"] >= exact_from else None
+            evaluations[str(at["step"])] = {"top1": at["top1"], "inter_node_bytes": known}
             trial.set_user_attr(EVALUATIONS_ATTR, dict(evaluations))
             if pruner is not None and pruner.prune(study, study._storage.get_trial(trial._trial_id)):
                 stopped = at
@@ -244,14 +263,17 @@ def plot(runs: dict[str, list[Replayed]], budget: float, path: Path, title: str)
 
     grid = [budget * i / 200 for i in range(201)]
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    floor = float("inf")  # the paper-defaults trial's hypervolume, once it finished: below it nothing differs
     for arm, arm_runs in runs.items():
         curves = [[hv_at(r, s) for r in arm_runs] for s in grid]
-        low, mid, high = zip(*(quantiles(c) for c in curves), strict=True)
+        low, mid, high = ([v / MEGA for v in q] for q in zip(*(quantiles(c) for c in curves), strict=True))
         minutes = [s / 60 for s in grid]
         ax.plot(minutes, mid, label=arm)
         ax.fill_between(minutes, low, high, alpha=0.2)
+        floor = min(floor, min(v for v in low if v > 0))
     ax.set_xlabel("cumulative trial time (min)")
     ax.set_ylabel("hypervolume (top-1 x inter-node MB)")
+    ax.set_ylim(bottom=floor * 0.98)
     ax.set_title(title, fontsize=9)
     ax.legend()
     fig.tight_layout()
@@ -312,8 +334,13 @@ def main() -> None:
     runs = {arm: [replay(table, sampler, pruned, seed, budget, steps, reference) for seed in range(args.seeds)]
             for arm, (sampler, pruned) in ARMS.items()}
     summary = summarize(runs, budget, full_trial)
-    title = (f"quickstart grid ({len(configs)} configs), median and quartiles over {args.seeds} sampler seeds; "
-             f"budget {args.budget_trials:g} full trials")
+    variants = {name: [replay(table, "tpe", True, seed, budget, steps, reference, options, exact)
+                       for seed in range(args.seeds)] for name, (options, exact) in VARIANTS.items()}
+    summary["variants"] = {name: summarize({"tpe": runs["tpe"], name: v}, budget, full_trial)[name]
+                           for name, v in variants.items()}
+    title = (f"quickstart grid ({len(configs)} configs), median and quartiles over {args.seeds} sampler seeds;\n"
+             f"budget {args.budget_trials:g} full trials; reference point top-1 {reference[0]:.3f}, "
+             f"{reference[1] / MEGA:.1f} MB (DDP)")
     plot(runs, budget, args.out / "hypervolume.png", title)
     live_results = live(args.out, table, args.live_trials, steps, reference) if args.live_trials else {}
     (args.out / "results.json").write_text(json.dumps(
@@ -337,6 +364,13 @@ def print_table(summary: dict[str, Any], live_results: dict[str, Any], budget: f
         hv = [q(s["hv_at"][f], 1 / MEGA, 3) for f in (0.25, 0.5, 1.0)]
         print(f"| {arm} | {q(s['fraction_to_target'])} | {s['reached_target']} | {' | '.join(hv)} "
               f"| {s['trials']:.0f} | {s['pruned']:.0f} | {s['seconds_per_trial']:.1f} |")
+    print("\n| pareto-asha setting (TPE) | trial time to target / budget | seeds reaching it | HV at 50% "
+          "| HV at 100% | trials | pruned |")
+    print("|---|---|---|---|---|---|---|")
+    for name, s in summary["variants"].items():
+        print(f"| {name} | {q(s['fraction_to_target'])} | {s['reached_target']} | "
+              f"{q(s['hv_at'][0.5], 1 / MEGA, 3)} | {q(s['hv_at'][1.0], 1 / MEGA, 3)} | {s['trials']:.0f} "
+              f"| {s['pruned']:.0f} |")
     if live_results:
         print("\n| live study (seed 0) | trials | pruned | trial s | HV | values as in the table | load |")
         print("|---|---|---|---|---|---|---|")

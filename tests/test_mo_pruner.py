@@ -14,6 +14,7 @@ from optuna.trial import TrialState, create_trial
 from abtune.config import AbConfig, ABSchedule
 from abtune.methods.ab import predict_ab_training_bytes
 from abtune.study.attrs import EVALUATIONS_ATTR, REFERENCE_ATTR
+from abtune.study.curves import describe, early_vs_final, spearman
 from abtune.study.definition import PAPER_DEFAULTS
 from abtune.study.pareto_pruner import ParetoAshaPruner, crowding_distances, pareto_order, rung_steps
 from abtune.study.pruning import PruningHook
@@ -180,3 +181,26 @@ def test_bad_pareto_asha_options_are_one_line(tmp_path: Path, capsys: pytest.Cap
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and expected in err[0], err
     assert not (tmp_path / "optuna.db").exists()
+
+
+def test_early_accuracy_against_final_is_a_rank_correlation_per_step() -> None:
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 1, 2, 3], [5, 6, 7, 8]) == pytest.approx(0.9486833)  # ties share their mean rank
+    finals = [0.90, 0.80, 0.95, 0.70, 0.85, 0.60]
+    trials = []
+    for n, final in enumerate(finals):
+        curve = {"10": {"top1": 0.5}, "20": {"top1": final - 0.1 if n % 2 else 1 - final}, "30": {"top1": final}}
+        if n == 5:  # one trial evaluated at step 20 only after the others: 5 trials there, not 6
+            curve = {"10": {"top1": 0.5}, "30": {"top1": final}}
+        trials.append(create_trial(state=TrialState.COMPLETE, values=[final, 1.0], params={"x": 0.5},
+                                   distributions=DIST, user_attrs={"top1": final, EVALUATIONS_ATTR: curve}))
+    correlations = early_vs_final(trials)
+    assert set(correlations) == {10, 20}  # step 30 is every trial's last: its final value
+    assert correlations[10][1] == 6 and correlations[10][0] != correlations[10][0]  # all equal: nan
+    rho, count = correlations[20]
+    assert count == 5 and rho == pytest.approx(spearman([1 - 0.90, 0.70, 1 - 0.95, 0.60, 1 - 0.85],
+                                                        [0.90, 0.80, 0.95, 0.70, 0.85]))
+    assert describe(correlations).startswith(
+        f"top-1 at an evaluation vs final top-1 (Spearman over 6 completed trials): step 10 all equal, step 20 {rho:.2f}")
+    assert early_vs_final(trials[:4]) == {}  # too few trials to say anything

@@ -17,7 +17,7 @@ from rich.table import Table
 from abtune.errors import ConfigError
 from abtune.launch.launchers import launcher_type
 from abtune.objectives import OBJECTIVES
-from abtune.study import importance, repeats, results, workers
+from abtune.study import curves, importance, repeats, results, workers
 from abtune.study.attrs import (
     ATTEMPT_ATTR,
     FAIL_REASON_ATTR,
@@ -138,6 +138,9 @@ def print_best(storage: BaseStorage, name: str) -> None:
     metrics = importance.shown_objectives(spec)
     front = results.pareto_front([t for t in results.search_trials(trials) if results.feasible(t)], metrics)
     console.print(trial_table(f"Pareto front ({', '.join(metrics)}): {len(front)} trial(s)", front, trials, spec))
+    early = curves.describe(curves.early_vs_final(results.search_trials(trials)))
+    if early:
+        console.print(early)
     pruned = [t for t in trials if t.state == TrialState.PRUNED]
     if pruned:
         console.print(f"{len(pruned)} trial(s) pruned ({spec.pruner.name}; stopped early, so never on the front): "
