@@ -172,3 +172,31 @@ def test_a_command_in_a_session_of_its_own_owns_a_server(tmp_path: Path, own_ser
     path = owned(new_session=True)
     assert path != "None" and path != str(own_server)
     assert not Path(path).parent.exists()  # the command's server ended with it
+
+
+def test_a_killed_owner_s_folder_is_removed_by_the_next_owner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGKILL skips an owner's cleanup; the next owner removes the folder of an owner that is gone (and only
+    that: a live owner's folder stays)."""
+    import signal
+    import subprocess
+    import sys
+
+    for variable in (warm.SOCKET_VARIABLE, warm.WARM_VARIABLE, warm.OWNER_VARIABLE):
+        monkeypatch.delenv(variable, raising=False)
+    probe = "import sys, time\nfrom abtune.launch import warm\nwith warm.owned_server() as path:\n" \
+            "    print(path, flush=True)\n    time.sleep(600)\n"
+    killed = subprocess.Popen([sys.executable, "-c", probe], stdout=subprocess.PIPE, text=True)
+    live = subprocess.Popen([sys.executable, "-c", probe], stdout=subprocess.PIPE, text=True)
+    try:
+        dead_folder, live_folder = (Path(p.stdout.readline().strip()).parent for p in (killed, live))
+        assert dead_folder.is_dir() and live_folder.is_dir()
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(timeout=30)
+        assert dead_folder.is_dir()  # nobody cleaned up after it
+        with warm.owned_server() as path:
+            assert path is not None and path.parent.is_dir()
+            assert not dead_folder.exists() and live_folder.is_dir()
+        assert not path.parent.exists()
+    finally:
+        live.kill()
+        live.wait(timeout=30)

@@ -92,7 +92,8 @@ def owned_server(start: bool = False, wait: bool = False) -> Iterator[Path | Non
     if not enabled() or _outer_server_takes_our_ranks():
         yield None
         return
-    folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))
+    _remove_dead_owners_folders()
+    folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
     path = folder / SOCKET_NAME
     try:
         with exported({SOCKET_VARIABLE: str(path), OWNER_VARIABLE: str(os.getpid())}):  # then an outer owner's again
@@ -106,6 +107,34 @@ def owned_server(start: bool = False, wait: bool = False) -> Iterator[Path | Non
         elif wait:
             wait_for_exit(server, STOP_TIMEOUT_S)
             shutil.rmtree(folder, ignore_errors=True)  # gone already, unless the server had to be killed
+
+
+def _remove_dead_owners_folders() -> None:
+    """An owner killed by SIGKILL skips its cleanup: its folder (named after its pid) stays behind, empty
+    or with a lock and a log. Remove those of this user whose owner is gone and where no server listens."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*-*"):
+        pid = folder.name.removeprefix(FOLDER_PREFIX).partition("-")[0]
+        with contextlib.suppress(OSError, ValueError):
+            if folder.stat().st_uid == os.getuid() and not _alive(int(pid)) and not _listening(folder / SOCKET_NAME):
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        pass
+    return True
+
+
+def _listening(path: Path) -> bool:
+    try:
+        _connect(path).close()
+    except OSError:
+        return False
+    return True
 
 
 def _outer_server_takes_our_ranks() -> bool:
