@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -71,6 +73,43 @@ def write_config(path: Path, **sections: Any) -> Path:
         config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) else value
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+# Tests that must not run beside each other on two pytest-xdist workers, by file: the SLURM cluster's fixed
+# ports (tests/slurm), the fabric tests' before/after snapshots of every namespace, link and qdisc; and a
+# server each worker would start a copy of (PostgreSQL).
+SHARED_MACHINE = {"tests/slurm/": "slurm", "tests/test_fabric.py": "fabric", "tests/postgres/": "postgres",
+                  "tests/test_study_postgres.py": "postgres"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`pytest -q` runs on two pytest-xdist workers (pyproject's addopts: `-n 2 --dist loadgroup`): most
+    tests wait on process start-up, polls and schedulers. Our own groups, by test id (pytest 9 ignores the
+    ids pytest-xdist 3.8 gives `xdist_group` marks, so those marks would group nothing)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Groups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid)
+
+    return Groups(config, log)
+
+
+def xdist_group(nodeid: str) -> str:
+    """The unit one worker runs in turn: a group of SHARED_MACHINE, a whole file whose fixtures train once
+    for the module, or else the test alone."""
+    path = nodeid.split("::")[0]
+    shared = next((group for prefix, group in SHARED_MACHINE.items() if path.startswith(prefix)), None)
+    return shared or (path if _has_module_fixture(path) else nodeid)
+
+
+@functools.cache
+def _has_module_fixture(path: str) -> bool:
+    file = REPO / path
+    return file.is_file() and re.search(r"""scope=["'](module|class)["']""", file.read_text()) is not None
 
 
 @pytest.fixture
