@@ -67,11 +67,11 @@ ARMS = {  # name: (sampler, pruned)
 }
 LIVE_ARMS = ("tpe", "tpe + pareto-asha", "random + pareto-asha")
 VARIANTS = {  # pareto-asha's settings, replayed with TPE: name -> (options, exact_only)
-    "defaults (rungs 1/9, 1/3; keep 1/3; min 3)": ({}, False),
-    "judged on exact bytes only": ({}, True),
-    "first_rung 1/3 (one rung)": ({"first_rung": 1 / 3}, False),
-    "reduction_factor 2 (rungs 1/9..1/2, keep 1/2)": ({"reduction_factor": 2}, False),
-    "min_trials 6": ({"min_trials": 6}, False),
+    "defaults (rungs 1/9, 1/3; keep 1/3; min 3)": ({}, True),
+    "first version: bytes before AB's first sync as an upper bound": ({}, False),
+    "first_rung 1/3 (one rung)": ({"first_rung": 1 / 3}, True),
+    "reduction_factor 2 (rungs 1/9..1/2, keep 1/2)": ({"reduction_factor": 2}, True),
+    "min_trials 6": ({"min_trials": 6}, True),
 }
 MEGA = 1e6
 
@@ -184,9 +184,9 @@ def first_exact_step(params: dict[str, Any], steps: int) -> int:
 
 def replay(table: dict[str, Any], sampler: str, pruned: bool, seed: int, budget: float, steps: int,
            reference: tuple[float, float], pruner_options: dict[str, Any] | None = None,
-           exact_only: bool = False) -> Replayed:
-    """`exact_only`: the pruner sees no bytes (so does not judge) before AB's first sync, instead of
-    the upper bound the trainer predicts there."""
+           exact_only: bool = True) -> Replayed:
+    """`exact_only`: as the trainer predicts, no bytes (so no judgement) before AB's first sync; False: the
+    upper bound the first version predicted there (what tables recorded before it hold)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     samplers: dict[str, Callable[[], optuna.samplers.BaseSampler]] = {
         "tpe": lambda: optuna.samplers.TPESampler(seed=seed, n_startup_trials=3, constant_liar=True),

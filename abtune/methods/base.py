@@ -124,10 +124,11 @@ class Method(ABC):
         paper's estimated communication reduction (equation 4) applies only then."""
         return False
 
-    def predict_training_bytes(self, so_far: dict[str, float], steps_done: int) -> float:
+    def predict_training_bytes(self, so_far: dict[str, float], steps_done: int) -> float | None:
         """The training bytes (one kind: all, or inter-node) this run will have sent after its last step,
-        from what each phase sent in its first `steps_done` steps. Here: a steady rate per step, exact
-        for DDP and fp16, within one exchange for SBC; AB predicts from its schedule."""
+        from what each phase sent in its first `steps_done` steps; None while that cannot be known. Here: a
+        steady rate per step, exact for DDP and fp16, within one exchange for SBC; AB predicts from its
+        schedule."""
         sent = sum(so_far.values())
         return sent * self.ctx.total_steps / steps_done if steps_done else sent
 

@@ -155,7 +155,7 @@ class ABTraining(Method):
         if self.in_ab:
             self._sync()
 
-    def predict_training_bytes(self, so_far: dict[str, float], steps_done: int) -> float:
+    def predict_training_bytes(self, so_far: dict[str, float], steps_done: int) -> float | None:
         return predict_ab_training_bytes(self.schedule, so_far, steps_done)
 
     # --- compression --------------------------------------------------------------------
@@ -194,27 +194,27 @@ class ABTraining(Method):
             self._factor_all(dict(state["ranks"]))  # the saved factors are loaded into these shapes next
 
 
-def predict_ab_training_bytes(schedule: ABSchedule, so_far: dict[str, float], steps_done: int) -> float:
+def predict_ab_training_bytes(schedule: ABSchedule, so_far: dict[str, float], steps_done: int) -> float | None:
     """AB's training bytes after its last step: what was sent, plus each phase's remaining steps at the
     rate that phase has had so far, plus the remaining syncs at the cost of one sync so far.
 
-    Full-rank steps (warmup and rebound) all cost the same. Once an AB step and a sync have run, the
-    prediction is exact as long as later decompositions choose the ranks of the last one. Before the
-    first AB step an AB step is assumed to cost a full-rank step, and before the first sync a sync to
-    cost one full-rank step (nothing factored): the first decomposition is what makes AB cheap.
+    Full-rank steps (warmup and rebound) all cost the same. Once the first AB phase has been synced,
+    the prediction is exact as long as later decompositions choose the ranks of the last one. Before
+    that it is None: what AB saves is decided by the ranks of its first decomposition, and a guess
+    (nothing factored: 2.1x the final bytes, median over the quickstart's grid at step 50) made a
+    pruner stop trials that would have ended on the front (BENCHMARKS.md, issue 24).
     """
     sent = sum(so_far.values())
-    if steps_done >= schedule.total_steps or steps_done <= 0:
+    if steps_done >= schedule.total_steps:
         return sent
-    done, total = schedule.steps_by_phase(steps_done), schedule.steps_by_phase(schedule.total_steps)
     syncs_done = schedule.syncs_done(steps_done)
+    if syncs_done == 0:
+        return None
+    done, total = schedule.steps_by_phase(steps_done), schedule.steps_by_phase(schedule.total_steps)
     full_steps = done[Phase.WARMUP] + done[Phase.REBOUND]
-    full = (so_far.get(Phase.WARMUP, 0.0) + so_far.get(Phase.REBOUND, 0.0)) / full_steps if full_steps else None
-    ab = so_far.get(Phase.AB, 0.0) / done[Phase.AB] if done[Phase.AB] else None
-    if full is None:  # no warmup, and the first evaluation came before the first rebound
-        full = ab if ab is not None else sent / steps_done
-    ab = full if ab is None else ab
-    sync = so_far.get("sync", 0.0) / syncs_done if syncs_done else full
+    ab = so_far.get(Phase.AB, 0.0) / done[Phase.AB]  # a sync follows an AB phase: it has steps
+    full = (so_far.get(Phase.WARMUP, 0.0) + so_far.get(Phase.REBOUND, 0.0)) / full_steps if full_steps else ab
+    sync = so_far.get("sync", 0.0) / syncs_done
     rate = {Phase.WARMUP: full, Phase.AB: ab, Phase.REBOUND: full}
     remaining_steps = sum((total[p] - done[p]) * rate[p] for p in rate)
     return sent + remaining_steps + (schedule.syncs_done(schedule.total_steps) - syncs_done) * sync
