@@ -60,7 +60,11 @@ def test_a_frozen_rank_is_detected_by_its_peer_which_names_itself_and_what_it_wa
     command = [*abtune_command(), "train", str(config), "--nproc", "2", "--run-dir", str(tmp_path / "run"),
                "--no-tracking"]
     cold = {**os.environ, "ABTUNE_WARM_START": "0"}  # ranks as the launcher's children
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cold)
+    # In a session of its own: a stopped process in pytest's process group gets that whole group SIGHUP from
+    # the kernel once the group is orphaned (as under CI or setsid), here when a warm rank of the test that
+    # runs beside this one (pytest-xdist) exits.
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cold,
+                               start_new_session=True)
     deadline = time.monotonic() + 120
     while len(ranks := _children(process.pid)) < 2 or not (tmp_path / "run" / "metrics.jsonl").exists():
         assert time.monotonic() < deadline and process.poll() is None
