@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from abtune.launch.base import exported
+from abtune.launch.pids import process_alive
 
 WARM_VARIABLE = "ABTUNE_WARM_START"  # "0": every rank starts cold
 SOCKET_VARIABLE = "ABTUNE_WARM_SOCKET"  # the server's socket; set by its owner, inherited by launchers
@@ -115,18 +116,8 @@ def _remove_dead_owners_folders() -> None:
     for folder in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*-*"):
         pid = folder.name.removeprefix(FOLDER_PREFIX).partition("-")[0]
         with contextlib.suppress(OSError, ValueError):
-            if folder.stat().st_uid == os.getuid() and not _alive(int(pid)) and not _listening(folder / SOCKET_NAME):
+            if folder.stat().st_uid == os.getuid() and not process_alive({"pid": int(pid)}) and not _listening(folder / SOCKET_NAME):
                 shutil.rmtree(folder, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        pass
-    return True
 
 
 def _listening(path: Path) -> bool:

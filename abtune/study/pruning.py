@@ -17,7 +17,6 @@ reports the mean over them and itself at each step, over the value the previous 
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import optuna
 
 from abtune.objectives import OBJECTIVES
+from abtune.study import stats
 from abtune.study.attrs import EVALUATIONS_ATTR
 from abtune.study.definition import SearchStudy, build_pruner, stored_spec
 from abtune.study.storage import open_storage, quiet_optuna, url_from_environment
@@ -65,7 +65,7 @@ def mean_values(rows: Sequence[dict[str, Any]], objectives: Sequence[str]) -> St
     for name in objectives:
         read = OBJECTIVES[name].at_evaluation
         each = [read(r) for r in rows] if read is not None else [None]
-        values[name] = None if any(v is None for v in each) else statistics.fmean(each)  # type: ignore[arg-type]
+        values[name] = None if any(v is None for v in each) else stats.mean(each)  # type: ignore[arg-type]
     return values
 
 

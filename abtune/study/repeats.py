@@ -53,7 +53,6 @@ from abtune.study.attrs import (
 from abtune.study.pool import JobPool
 from abtune.study.pruning import mean_evaluations
 from abtune.study.trials import adopt_checkpoint, trial_dir, trial_hook_specs
-from abtune.training.hooks import evaluation_curve
 
 if TYPE_CHECKING:
     import optuna
@@ -118,13 +117,6 @@ def spread_metrics(attrs: dict[str, Any]) -> dict[str, float]:
         metrics[f"{key}_mean"], metrics[f"{key}_std"] = attrs[key], attrs[f"{key}_std"]
         metrics.update({f"{key}_seed_{s}": v for s, v in zip(attrs["seeds_done"], attrs[f"{key}_seeds"], strict=True)})
     return {k: float(v) for k, v in metrics.items() if isinstance(v, int | float) and math.isfinite(v)}
-
-
-def mean_curve(run_dirs: Sequence[Path]) -> dict[int, float]:
-    """The mean validation top-1 at every step all runs evaluated."""
-    curves = [evaluation_curve(d) for d in run_dirs]
-    steps = set.intersection(*(set(c) for c in curves)) if curves else set()
-    return {step: stats.mean([c[step] for c in curves]) for step in sorted(steps)}
 
 
 class TrialRunner(Protocol):
@@ -282,11 +274,11 @@ def _repeated_run(runner: TrialRunner, trial: Any, config: RunConfig, run_id: st
 
     def complete() -> None:
         if hooks:  # the trial reports its evaluations: make them the means over the seeds
-            finished = [r.run_dir for r in runs if r.finished]
-            trial.set_user_attr(EVALUATIONS_ATTR, mean_evaluations(finished, runner.spec.objectives))
+            evaluations = mean_evaluations([r.run_dir for r in runs if r.finished], runner.spec.objectives)
+            trial.set_user_attr(EVALUATIONS_ATTR, evaluations)
             if not runner.spec.multi_objective:  # Optuna's intermediate values hold one objective
-                for step, value in mean_curve(finished).items():
-                    runner.storage.set_trial_intermediate_value(trial._trial_id, step, value)
+                for step, values in evaluations.items():
+                    runner.storage.set_trial_intermediate_value(trial._trial_id, int(step), values["top1"])
         attrs = trial_attrs(trial_dir, seeds, 0.0)
         if isinstance(attrs, dict):
             runner.tracking.log_metrics(run_id, spread_metrics(attrs))

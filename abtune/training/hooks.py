@@ -87,10 +87,6 @@ def evaluation_rows(run_dir: Path) -> dict[int, dict[str, Any]]:
     return {int(r["step"]): r for r in read_metrics(run_dir) if r.get("kind") == "evaluation"}
 
 
-def evaluation_curve(run_dir: Path) -> dict[int, float]:
-    """Validation top-1 by step, from the run's evaluation records."""
-    return {step: float(r["val_top1"]) for step, r in evaluation_rows(run_dir).items()}
-
 
 def _step_of(line: str) -> float:
     try:
