@@ -7,12 +7,18 @@ A group is "inter" (its locality) when it spans more than one node.
 
 Inter-node bytes are the bytes this rank sends to a rank on another node, from the algorithm gloo
 (2.14) really runs, checked against a shaped link's kernel counters: all-reduce and all-gather are
-rings over the group's ranks in order (each rank sends its wire bytes to the next one), a broadcast is
+rings over the group's ranks in order (all-reduce: each rank sends its wire bytes to the previous one;
+all-gather: to the next one), a broadcast is
 a binomial tree (in round d = 1, 2, 4, ..., a rank d or more positions past the root, counting from
 the root, receives the whole payload from the rank d positions before it). Summed over ranks they
 are the bytes that cross node boundaries.
 
-Only some ranks of a ring send across (in 2 nodes x 2 ranks, ranks 1 and 3), so one rank's own figure
+Beside the bytes, each tally counts the messages this rank sends to other nodes and the framing gloo
+puts around every message it sends or receives across (`inter_node_framing_bytes`: 48-byte preambles,
+`abtune.wire`), from the message schedule of each algorithm. Bytes stay the algorithm's payload, what any
+backend must move; payload plus framing is what gloo's TCP streams carry, headers of packets aside.
+
+Only some ranks of a ring send across (in 2 nodes x 2 ranks, ranks 0 and 2 in an all-reduce), so one rank's own figure
 says little about the run. Each tally therefore also keeps the group's mean per rank
 (`group_mean_inter_node_bytes`), which every rank can compute from the placement alone: rank 0's
 live evaluation rows show that. It is the run's mean per rank when every group rank 0 is not in
@@ -37,7 +43,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from abtune import strict_device
+from abtune import strict_device, wire
 from abtune.errors import TrainingFailed
 
 
@@ -99,8 +105,24 @@ class Topology:
         if op is Op.BROADCAST:
             children = broadcast_children((me - src) % size, size)
             return float(payload_bytes * sum(self.node_of_rank[ranks[(c + src) % size]] != node for c in children))
-        successor = ranks[(me + 1) % size]
-        return payload_bytes * wire_factor(op, size) if self.node_of_rank[successor] != node else 0.0
+        # gloo's all-reduce ring sends to the previous rank, its all-gather ring to the next one
+        peer = ranks[(me - 1) % size] if op is Op.ALL_REDUCE else ranks[(me + 1) % size]
+        return payload_bytes * wire_factor(op, size) if self.node_of_rank[peer] != node else 0.0
+
+    def inter_node_messages(self, rank: int, op: Op, payload_bytes: int, ranks: tuple[int, ...], src: int = 0,
+                            element_size: int = 4) -> tuple[int, int]:
+        """Messages `rank` sends to other nodes in this collective, and the framing bytes it sends to other
+        nodes (for those, and for the messages it receives from other nodes): gloo's schedule (`abtune.wire`)."""
+        if rank not in ranks:
+            return 0, 0
+        me, node = ranks.index(rank), self.node_of_rank[rank]
+        sent = received = 0
+        for message in wire.messages(op.value, len(ranks), payload_bytes, element_size, src):
+            if message.src == me and self.node_of_rank[ranks[message.dst]] != node:
+                sent += 1
+            elif message.dst == me and self.node_of_rank[ranks[message.src]] != node:
+                received += 1
+        return sent, wire.framing_bytes(sent, received)
 
 
 @dataclass(frozen=True)
@@ -128,13 +150,18 @@ class Tally:
     wire_bytes: float = 0.0
     inter_node_bytes: float = 0.0
     group_mean_inter_node_bytes: float = 0.0
+    inter_node_messages: int = 0
+    inter_node_framing_bytes: int = 0
 
-    def add(self, payload: int, wire: float, inter_node: float, group_mean_inter_node: float) -> None:
+    def add(self, payload: int, wire: float, inter_node: float, group_mean_inter_node: float,
+            messages: int = 0, framing: int = 0) -> None:
         self.calls += 1
         self.payload_bytes += payload
         self.wire_bytes += wire
         self.inter_node_bytes += inter_node
         self.group_mean_inter_node_bytes += group_mean_inter_node
+        self.inter_node_messages += messages
+        self.inter_node_framing_bytes += framing
 
 
 class CommMeter:
@@ -157,14 +184,19 @@ class CommMeter:
     def world(self) -> CommGroup:
         return self.group("world", tuple(range(self.topology.world_size)))
 
-    def record(self, op: Op, payload_bytes: int, group: CommGroup, src: int | None = None) -> None:
-        """Count one collective; `src`: a broadcast's root, as a global rank (default: the group's first)."""
-        wire = payload_bytes * wire_factor(op, group.size)
+    def record(self, op: Op, payload_bytes: int, group: CommGroup, src: int | None = None,
+               element_size: int = 4) -> None:
+        """Count one collective; `src`: a broadcast's root, as a global rank (default: the group's first);
+        `element_size`: bytes per element (gloo's all-reduce cuts its segments at whole elements)."""
+        wire_bytes = payload_bytes * wire_factor(op, group.size)
         root = group.ranks.index(src) if src is not None else 0
         inter = self.topology.inter_node_bytes(self.rank, op, payload_bytes, group.ranks, root)
         group_mean = sum(self.topology.inter_node_bytes(r, op, payload_bytes, group.ranks, root)
                          for r in group.ranks) / group.size
-        self._tallies[(self.phase, group.name, group.locality, op.value)].add(payload_bytes, wire, inter, group_mean)
+        messages, framing = self.topology.inter_node_messages(self.rank, op, payload_bytes, group.ranks, root,
+                                                              element_size)
+        self._tallies[(self.phase, group.name, group.locality, op.value)].add(
+            payload_bytes, wire_bytes, inter, group_mean, messages, framing)
         self.last_issued = f"{op.value} over group '{group.name}' of {group.size} ranks in phase {self.phase}"
 
     def check_device(self, what: str, group: CommGroup, *tensors: torch.Tensor) -> None:
@@ -175,7 +207,7 @@ class CommMeter:
     # --- metered collectives -------------------------------------------------------------
     def all_reduce(self, tensor: torch.Tensor, group: CommGroup, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM) -> None:
         self.check_device(Op.ALL_REDUCE, group, tensor)
-        self.record(Op.ALL_REDUCE, tensor.nbytes, group)
+        self.record(Op.ALL_REDUCE, tensor.nbytes, group, element_size=tensor.element_size())
         with self._waiting():
             dist.all_reduce(tensor, op=op, group=group.handle)
 
@@ -225,7 +257,8 @@ class CommMeter:
             key = (row["phase"], row["group"], row["locality"], row["op"])
             self._tallies[key] = Tally(row["calls"], row["payload_bytes"], row["wire_bytes"],
                                        row.get("inter_node_bytes", 0.0),
-                                       row.get("group_mean_inter_node_bytes", 0.0))
+                                       row.get("group_mean_inter_node_bytes", 0.0),
+                                       row.get("inter_node_messages", 0), row.get("inter_node_framing_bytes", 0))
 
 
 def check_device(tensor: torch.Tensor, device: torch.device, what: str) -> None:

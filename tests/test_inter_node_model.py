@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from abtune import wire
 from abtune.comm import GROUP_MEAN_INTER, CommMeter, Op, Topology, broadcast_children
 from abtune.errors import ConfigError
 from abtune.study.spec import load_study_spec
@@ -28,7 +29,7 @@ def per_node(topology: Topology, op: Op, ranks: tuple[int, ...] = WORLD, src: in
 
 
 def test_a_ring_all_reduce_crosses_only_on_the_hops_that_leave_a_node() -> None:
-    assert per_node(TWO_BY_TWO, Op.ALL_REDUCE) == [1.5 * PAYLOAD, 1.5 * PAYLOAD]  # hops 1->2 and 3->0
+    assert per_node(TWO_BY_TWO, Op.ALL_REDUCE) == [1.5 * PAYLOAD, 1.5 * PAYLOAD]  # hops 2->1 and 0->3
     assert per_node(FOUR_BY_ONE, Op.ALL_REDUCE) == [1.5 * PAYLOAD] * 4
     assert per_node(TWO_BY_TWO, Op.ALL_REDUCE, ranks=(0, 1)) == [0.0, 0.0]  # a group inside node 0
 
@@ -53,12 +54,50 @@ def test_every_rank_meters_its_own_inter_node_bytes_and_its_groups_mean() -> Non
         meter.record(Op.ALL_REDUCE, PAYLOAD, meter.world())
         meter.record(Op.ALL_REDUCE, PAYLOAD, meter.group("node", (0, 1) if meter.rank < 2 else (2, 3)))
     own = [m.total("inter_node_bytes") for m in meters]
-    assert own == [0.0, 1.5 * PAYLOAD, 0.0, 1.5 * PAYLOAD]  # only ranks 1 and 3 send to the other node
+    assert own == [1.5 * PAYLOAD, 0.0, 1.5 * PAYLOAD, 0.0]  # gloo's ring sends backwards: 0->3 and 2->1 leave
     # what rank 0 shows live is the run's mean per rank, as its summary will be
     assert [m.total(GROUP_MEAN_INTER) for m in meters] == [sum(own) / len(own)] * 4
     restored = CommMeter(TWO_BY_TWO, rank=0)
     restored.load_state_dict(meters[0].state_dict())  # a resumed run keeps both figures
     assert restored.rows() == meters[0].rows()
+
+
+def test_gloo_s_all_reduce_ring_cuts_its_segments_as_gloo_does() -> None:
+    # 1000 B over 4 ranks: segments = the least multiple of 4 >= max(1, 2 x 4) = 8, each 125 B rounded up to
+    # whole float32s = 128 B, the last one 1000 - 7 x 128 = 104 B; reduce-scatter and all-gather each run
+    # 8 - 8 / 4 = 6 iterations of one message per rank, to the previous rank
+    sent = wire.messages("all_reduce", 4, PAYLOAD, 4)
+    assert len(sent) == 2 * 6 * 4 and {(m.src, m.dst) for m in sent} == {(0, 3), (1, 0), (2, 1), (3, 2)}
+    assert sorted({m.nbytes for m in sent}) == [104, 128]
+    assert sum(m.nbytes for m in sent) == 2 * 3 * PAYLOAD and wire.rounds("all_reduce", 4, PAYLOAD) == 12
+    # 3 MiB in float32 over 2 ranks: ceil(3 MiB / 1 MiB) = 3 segments, rounded up to a multiple of 2, at least 4
+    assert wire.rounds("all_reduce", 2, 3 << 20, 4) == 2 * (4 - 2)
+    assert [len(wire.messages("all_reduce", 2, 5 << 20, 4)), wire.messages("all_reduce", 1, 10)] == [2 * (6 - 3) * 2, ()]
+    # 24 B of float64 over 4 ranks: 8 segments of 8 B, 5 of them empty and never sent
+    assert sorted(m.nbytes for m in wire.messages("all_reduce", 4, 24, 8)) == [8] * 18
+
+
+def test_gloo_s_all_gather_sends_halves_and_even_empty_ones() -> None:
+    sent = wire.messages("all_gather", 4, 4 * 9)  # 9 B a rank: halves of 4 and 5 B, 2 x 3 rounds
+    assert sorted({m.nbytes for m in sent}) == [4, 5] and len(sent) == 6 * 4
+    assert {(m.src, m.dst) for m in sent} == {(0, 1), (1, 2), (2, 3), (3, 0)}
+    assert [m.nbytes for m in wire.messages("all_gather", 2, 2)] == [0, 0, 1, 1]  # 1 B a rank: an empty half
+
+
+def test_messages_and_framing_across_nodes_per_rank() -> None:
+    # the 1000 B all-reduce in 2 x 2: ranks 0 and 2 send their 12 messages across, ranks 3 and 1 receive them;
+    # each message: two 48 B preambles from the sender, one back from the receiver
+    counts = [TWO_BY_TWO.inter_node_messages(rank, Op.ALL_REDUCE, PAYLOAD, WORLD) for rank in WORLD]
+    assert counts == [(12, 12 * 96), (0, 12 * 48), (12, 12 * 96), (0, 12 * 48)]
+    # a barrier: rounds at distance 1 and 2; in 2 x 2 the crossing messages are 1->2, 3->0 (d=1) and all four (d=2)
+    barrier = [TWO_BY_TWO.inter_node_messages(rank, Op.BARRIER, 0, WORLD) for rank in WORLD]
+    assert [sent for sent, _ in barrier] == [1, 2, 1, 2] and sum(f for _, f in barrier) == 6 * 144
+    assert FOUR_BY_ONE.inter_node_messages(0, Op.BROADCAST, PAYLOAD, WORLD) == (2, 2 * 96)
+    assert FOUR_BY_ONE.inter_node_messages(3, Op.BROADCAST, PAYLOAD, WORLD) == (0, 48)
+    meter = CommMeter(TWO_BY_TWO, rank=0)
+    meter.record(Op.ALL_REDUCE, PAYLOAD, meter.world())
+    (row,) = meter.rows()
+    assert (row["inter_node_messages"], row["inter_node_framing_bytes"]) == (12, 12 * 96)
 
 
 def test_time_to_target_is_the_first_evaluation_at_or_above_it() -> None:

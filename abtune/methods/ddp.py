@@ -36,7 +36,7 @@ def metered_allreduce_hook(state: MeteredHookState, bucket: dist.GradBucket) -> 
     state.buckets_seen.add(bucket.index())
     buffer = bucket.buffer()
     state.meter.check_device(Op.ALL_REDUCE, state.group, buffer)
-    state.meter.record(Op.ALL_REDUCE, buffer.nbytes, state.group)
+    state.meter.record(Op.ALL_REDUCE, buffer.nbytes, state.group, element_size=buffer.element_size())
     return default_hooks.allreduce_hook(state.group.handle, bucket)
 
 

@@ -17,7 +17,7 @@ def metered_fp16_hook(state: MeteredHookState, bucket: dist.GradBucket) -> torch
     """Counts the half-precision copy of each bucket that the built-in hook all-reduces."""
     state.buckets_seen.add(bucket.index())
     state.meter.check_device(Op.ALL_REDUCE, state.group, bucket.buffer())
-    state.meter.record(Op.ALL_REDUCE, bucket.buffer().numel() * FP16_BYTES, state.group)
+    state.meter.record(Op.ALL_REDUCE, bucket.buffer().numel() * FP16_BYTES, state.group, element_size=FP16_BYTES)
     return default_hooks.fp16_compress_hook(state.group.handle, bucket)
 
 

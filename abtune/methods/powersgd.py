@@ -3,7 +3,7 @@
 The built-in hook issues its own all-reduces (P, Q and the uncompressed rest). It keeps exact
 running counts of the elements it sends (`total_numel_after_compression`), so the metered hook
 records the difference of that counter around each call; before `start_step` it sends the whole
-bucket. The P and Q all-reduces are recorded as one row (same operation, same group).
+bucket. Its three all-reduces (the uncompressed rest, P, Q) are recorded one by one, for their messages.
 
 No `from __future__ import annotations`: DDP checks the comm hook's annotations at run time.
 """
@@ -36,9 +36,15 @@ def metered_powersgd_hook(state: MeteredPowerSgdState, bucket: dist.GradBucket) 
     compressing = inner.iter >= inner.start_powerSGD_iter
     sent_before = inner.total_numel_after_compression
     future = powersgd.powerSGD_hook(inner, bucket)
-    buffer = bucket.buffer()
-    sent = (inner.total_numel_after_compression - sent_before) * buffer.element_size() if compressing else buffer.nbytes
-    state.meter.record(Op.ALL_REDUCE, sent, state.group)
+    buffer, element = bucket.buffer(), bucket.buffer().element_size()
+    if not compressing:
+        state.meter.record(Op.ALL_REDUCE, buffer.nbytes, state.group, element_size=element)
+        return future
+    # Three all-reduces, one after the other: the uncompressed rest, the Ps, the Qs (their own messages each).
+    p, q = (memory[bucket.index()].numel() for memory in (inner.p_memory_dict, inner.q_memory_dict))
+    rest = inner.total_numel_after_compression - sent_before - p - q
+    for numel in (rest, p, q):
+        state.meter.record(Op.ALL_REDUCE, numel * element, state.group, element_size=element)
     return future
 
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from abtune.training.trainer import Trainer
 
 INTER = "inter_node_bytes"
+MESSAGES, FRAMING = "inter_node_messages", "inter_node_framing_bytes"
 GIGA = 1e9
 # Equation 4 of the AB paper as its Table 2 reads it: near full rank for 25% of training (F), at the
 # final compression for the other 75% (L); c = 1 / compression ratio.
@@ -37,9 +38,21 @@ def gather_rows(trainer: Trainer) -> list[list[dict[str, Any]]]:
     report = [row for row in meter.rows() if row["phase"] == "report"]
     for rank, rows in enumerate(per_rank):
         rows[:] = [row for row in rows if row["phase"] != "report"] + [
-            {**row, "inter_node_bytes": meter.topology.inter_node_bytes(
-                rank, Op(row["op"]), row["payload_bytes"], trainer.world.ranks)} for row in report]
+            _as_sent_by(meter, rank, row, trainer.world.ranks) for row in report]
     return per_rank
+
+
+def _as_sent_by(meter: CommMeter, rank: int, row: dict[str, Any], ranks: tuple[int, ...]) -> dict[str, Any]:
+    """A world all-gather row of this rank as `rank` sent it (the report's gather: one call of each size)."""
+    inter = messages = framing = 0.0
+    gathers = 2  # all_gather_bytes: the lengths (int64s), then the padded messages
+    lengths = len(ranks) * 8
+    for size in (lengths, row["payload_bytes"] - lengths) if row["calls"] == gathers else (row["payload_bytes"],):
+        op = Op(row["op"])
+        inter += meter.topology.inter_node_bytes(rank, op, size, ranks)
+        sent, framed = meter.topology.inter_node_messages(rank, op, size, ranks)
+        messages, framing = messages + sent, framing + framed
+    return {**row, "inter_node_bytes": inter, "inter_node_messages": int(messages), "inter_node_framing_bytes": framing}
 
 
 def estimated_communication_reduction(ratio: float, full_rank_share: float = ECR_FULL_RANK_SHARE,
@@ -70,6 +83,9 @@ def traffic_summary(per_rank: list[list[dict[str, Any]]], steps: int, seconds: f
         "inter_node_bytes": stats(INTER),
         "intra_node_bytes": {"mean": sum(intra) / len(intra), "max": max(intra)},
         "inter_node_bytes_by_node": _by_node([sum_rows(rows, INTER) for rows in per_rank], node_of_rank),
+        # gloo's messages across nodes and the preambles around them (abtune/wire.py), every phase
+        "inter_node_messages": stats(MESSAGES),
+        "inter_node_framing_bytes_by_node": _by_node([sum_rows(rows, FRAMING) for rows in per_rank], node_of_rank),
         "by_phase": {p: {"total": stats(phase=p), "inter": stats(INTER, phase=p)} for p in phases},
         "per_step_bytes": training_bytes / max(1, steps),
         "training_inter_node_gb_per_s": inter_training / GIGA / seconds if seconds else 0.0,
@@ -111,11 +127,12 @@ def add_measured_traffic(summary: dict[str, Any], tx_bytes: list[int], rx_bytes:
     """The bytes each node's link really carried (kernel counters of the emulated interconnect), beside
     the model: `payload` drops `header_bytes` per packet (Ethernet, IP, TCP headers) to compare like with like."""
     traffic = summary["traffic"]
-    modelled = sum(traffic["inter_node_bytes_by_node"])
+    modelled = sum(traffic["inter_node_bytes_by_node"]) + sum(traffic.get("inter_node_framing_bytes_by_node", [0]))
     payload = sum(tx_bytes) - header_bytes * sum(tx_packets)
     traffic["measured_inter_node_bytes"] = {
         "note": "bytes that left each node over its link (tx) and reached it (rx), headers included; "
-                f"payload: tx minus {header_bytes} header bytes per packet",
+                f"payload: tx minus {header_bytes} header bytes per packet; modelled: the meter's inter-node "
+                "bytes plus gloo's framing of its messages",
         "total": sum(tx_bytes), "by_node_tx": tx_bytes, "by_node_rx": rx_bytes, "packets": sum(tx_packets),
         "payload": payload, "modelled": modelled,
         "payload_vs_modelled": payload / modelled if modelled else None,
