@@ -45,6 +45,18 @@ def build_model(cfg: ModelConfig, info: DatasetInfo) -> nn.Module:
     return model
 
 
+def forward_flops_per_sample(cfg: ModelConfig, info: DatasetInfo) -> int:
+    """FLOPs of one sample's forward pass through a fresh dense model on the CPU (torch's flop counter:
+    matrix products and convolutions, 2 per multiply-add); the cluster time model scales compute with it."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = build_model(cfg, info).eval()
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        model(torch.zeros(1, info.in_channels, info.image_size, info.image_size))
+    return int(counter.get_total_flops())
+
+
 def parameter_count(model: nn.Module) -> int:
     return sum(parameter.numel() for parameter in model.parameters())
 

@@ -1,4 +1,5 @@
-"""`pip install .` outside the checkout: the shipped launcher profiles (top-level launchers/) come along.
+"""`pip install .` outside the checkout: the shipped launcher profiles (top-level launchers/) and cluster
+descriptions (clusters/) come along.
 
 The venv is fresh and holds only abtune (installed without dependencies, from a copy of the files a
 source distribution has); its dependencies come from the test's own venv through a .pth line, so
@@ -19,7 +20,7 @@ import pytest
 from tests.conftest import write_config
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCE_FILES = ("pyproject.toml", "setup.py", "README.md", "abtune", "launchers")
+SOURCE_FILES = ("pyproject.toml", "setup.py", "README.md", "abtune", "launchers", "clusters")
 INSTALL_TIMEOUT_S = 300
 
 
@@ -80,6 +81,9 @@ def test_installed_abtune_finds_the_shipped_profiles_from_any_folder(tmp_path: P
     assert unknown.returncode == 2
     offered = unknown.stderr.split("choose one of ", 1)[1].split(" or ", 1)[0].split(", ")
     assert set(offered) == {p.stem for p in (REPO / "launchers").glob("*.yaml")}  # each file of launchers/ installed
+    clusters = subprocess.run([str(python), "-c", "from abtune.timing import cluster_names; print(*cluster_names())"],
+                              cwd=work, env=env, check=True, capture_output=True, text=True).stdout.split()
+    assert set(clusters) == {p.stem for p in (REPO / "clusters").glob("*.yaml")}  # and each of clusters/
 
 
 def test_the_shipped_profiles_have_one_home() -> None:

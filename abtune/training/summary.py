@@ -14,6 +14,7 @@ from abtune import strict_device
 from abtune.comm import CommMeter, Op, all_gather_bytes, sum_rows, wire_factor
 from abtune.config import TRAINING_PHASES, flatten
 from abtune.methods.base import Method, ParameterCounts
+from abtune.models import forward_flops_per_sample
 
 if TYPE_CHECKING:
     from abtune.training.trainer import Trainer
@@ -183,6 +184,11 @@ def build_summary(trainer: Trainer) -> dict[str, Any]:
                       "loss_scale": trainer.precision.loss_scale()},
         "timing": {"train_seconds": trainer.state.train_seconds,
                    "seconds_per_step": trainer.state.train_seconds / max(1, trainer.state.step),
+                   "by_phase": {phase: {"steps": int(steps), "seconds": seconds}
+                                for phase, (steps, seconds) in trainer.state.seconds_by_phase.items()},
+                   "phase_starts": [list(start) for start in trainer.state.phase_starts],
+                   "forward_flops_per_sample": forward_flops_per_sample(config.model, trainer.data_info),
+                   "local_batch_size": config.train.local_batch_size,
                    "target_top1": config.train.target_top1,
                    "time_to_target_seconds": time_to_target(history, config.train.target_top1)},
         "config": flatten(config),

@@ -46,6 +46,9 @@ class TrainState:
     epoch: int = 0
     batch_in_epoch: int = 0
     train_seconds: float = 0.0
+    # {phase: [steps, seconds]}: the run's compute profile for the cluster time model (abtune/timing.py)
+    seconds_by_phase: dict[str, list[float]] = field(default_factory=dict)
+    phase_starts: list[tuple[str, int]] = field(default_factory=list)  # (phase, first step) at each change
     skipped_steps: int = 0  # fp16: steps the gradient scaler skipped (overflow)
     stopped_early: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -129,12 +132,20 @@ class Trainer:
                 self.state.step += 1
                 seconds = time.perf_counter() - started
                 self.state.train_seconds += seconds
+                self._time_phase(step, seconds)
                 self.progress.step(self.state.step, loss, self.method.phase)
                 self._log(loss, seconds)
                 if self.state.step % self.eval_every == 0 and self.state.step < self.config.train.steps:
                     self._evaluate()
                 if self._checkpoint_due():
                     self._save()
+
+    def _time_phase(self, step: int, seconds: float) -> None:
+        phase = self.method.phase
+        if not self.state.phase_starts or self.state.phase_starts[-1][0] != phase:
+            self.state.phase_starts.append((phase, step))
+        tally = self.state.seconds_by_phase.setdefault(phase, [0, 0.0])
+        tally[0], tally[1] = tally[0] + 1, tally[1] + seconds
 
     def _train_step(self, step: int, images: torch.Tensor, labels: torch.Tensor) -> float:
         images, labels = images.to(self.env.device), labels.to(self.env.device)

@@ -1,0 +1,156 @@
+"""The cluster step-time model (abtune/timing.py) against hand computations: a ring all-reduce and a tree
+broadcast in alpha-beta terms with gloo's messages, the overlap rule, an AB cycle, time to target and the
+break-even rate; and the cluster files' one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from abtune.comm import CommMeter, Op, Topology
+from abtune.errors import ConfigError
+from abtune.timing import (
+    Cluster,
+    break_even_gbit,
+    cluster_names,
+    load_cluster,
+    overlapped_step,
+    predict,
+    with_link_rate,
+)
+
+GBIT = 1e9
+LINK = {"gbit_per_s": 1.0, "latency_us": 10.0, "header_bytes_per_packet": 66, "packet_payload_bytes": 1448}
+
+
+def cluster(**compute: Any) -> Cluster:
+    return Cluster.model_validate({
+        "name": "hand", "nodes": 4, "accelerators_per_node": 2, "inter_node": LINK,
+        "intra_node": {"gbit_per_s": 8.0, "latency_us": 1.0},
+        "compute": {"from_run": True, "backward_overlap": 2 / 3, **compute}})
+
+
+def summary(topology: Topology, calls: dict[str, list[tuple[Op, int, tuple[int, ...]]]], steps: dict[str, int],
+            seconds: dict[str, float], starts: list[tuple[str, int]] | None = None, **extra: Any) -> dict[str, Any]:
+    """A summary.json as the trainer writes it, with every rank's meter rows from the given collectives."""
+    meters = [CommMeter(topology, rank=rank) for rank in range(topology.world_size)]
+    for phase, collectives in calls.items():
+        for meter in meters:
+            meter.phase = phase
+            for op, nbytes, ranks in collectives:
+                if meter.rank in ranks:
+                    meter.record(op, nbytes, meter.group("world" if len(ranks) == topology.world_size
+                                                         else f"ab_group{ranks[0] // len(ranks)}", ranks))
+    total = sum(steps.values())
+    return {"world_size": topology.world_size, "num_nodes": topology.num_nodes,
+            "ranks_per_node": topology.ranks_per_node, "steps_done": total, "history": extra.pop("history", []),
+            "traffic": {"rows_per_rank": [m.rows() for m in meters]},
+            "timing": {"by_phase": {p: {"steps": n, "seconds": seconds[p]} for p, n in steps.items()},
+                       "phase_starts": starts or [(p, 0) for p in steps], "target_top1": extra.pop("target", None)},
+            **extra}
+
+
+def test_a_ring_all_reduce_costs_its_bytes_framing_and_headers_at_the_rate_plus_its_rounds_of_latency() -> None:
+    # 2 nodes x 1 rank, 10 steps of one 1000 B float32 all-reduce: gloo cuts 4 segments (252, 252, 252, 244 B),
+    # each rank sends 2 reduce-scatter + 2 all-gather messages (1000 B) a call and receives 4.
+    # Per node and call: 1000 B + framing 4 x 96 + 4 x 48 = 576 B + headers 66 x (1576 / 1448 + 3 x 4) packets.
+    run = summary(Topology((0, 1)), {"train": [(Op.ALL_REDUCE, 1000, (0, 1))] * 10}, {"train": 10}, {"train": 0.0})
+    egress = 1000 + 576 + 66 * (1576 / 1448 + 12)
+    link = 10 * egress * 8 / GBIT + 10 * 4 * 10e-6  # 4 rounds a call (2 iterations each way), 10 us each
+    assert predict(run, cluster()).train_seconds == pytest.approx(link)
+    # at a tenth of the rate, the bandwidth term alone grows tenfold
+    slow = predict(run, with_link_rate(cluster(), 0.1)).train_seconds
+    assert slow == pytest.approx(10 * 10 * egress * 8 / GBIT + 10 * 4 * 10e-6)
+
+
+def test_a_tree_broadcast_costs_its_busiest_node_and_log2_rounds() -> None:
+    # 4 nodes x 1 rank, one broadcast of 8000 B from rank 0: rounds 1 (0->1) and 2 (0->2, 1->3); node 0's link
+    # sends twice: 2 x (8000 + 2 x 48) B + one receive notification each way back... it receives none, so
+    # 2 x 96 of framing, and 66 B headers on 2 x 8096 / 1448 + 3 x 2 packets
+    run = summary(Topology((0, 1, 2, 3)), {"sync": [(Op.BROADCAST, 8000, (0, 1, 2, 3))]}, {"ab": 1}, {"ab": 0.0})
+    node0 = 2 * 8000 + 2 * 96 + 66 * (2 * 8096 / 1448 + 3 * 2)
+    assert predict(run, cluster()).sync_seconds == pytest.approx(node0 * 8 / GBIT + 2 * 10e-6)
+
+
+def test_the_overlap_rule_by_hand() -> None:
+    # one bucket: it is ready when the backward ends, nothing overlaps
+    assert overlapped_step(0.03, 0.06, 1, 2 / 3) == pytest.approx(0.09)
+    # three buckets of 0.02 s, ready at 0.03 x (1/3 + 2/9 j): 0.01667, 0.02333, 0.03; the link ends them at
+    # 0.03667, 0.05667, 0.07667
+    assert overlapped_step(0.03, 0.06, 3, 2 / 3) == pytest.approx(0.07667, abs=1e-5)
+    # a link much faster than the backward: only the last bucket, ready as the backward ends, shows
+    assert overlapped_step(0.03, 0.003, 3, 2 / 3) == pytest.approx(0.031)
+
+
+def test_an_ab_cycle_its_phases_syncs_and_time_to_target() -> None:
+    # 2 nodes x 2 ranks. warmup: world all-reduce 4000 B a step (one bucket); ab: group all-reduces inside
+    # each node (intra rate, no link); one sync: a world all-reduce of 2000 B; rebound like warmup.
+    topology, world = Topology((0, 0, 1, 1)), (0, 1, 2, 3)
+    calls = {"warmup": [(Op.ALL_REDUCE, 4000, world)] * 10,
+             "ab": [(Op.ALL_REDUCE, 1000, (0, 1)), (Op.ALL_REDUCE, 1000, (2, 3))] * 20,
+             "sync": [(Op.ALL_REDUCE, 2000, world)], "rebound": [(Op.ALL_REDUCE, 4000, world)] * 10}
+    steps = {"warmup": 10, "ab": 20, "rebound": 10}
+    history = [{"step": 20, "val_top1": 0.5}, {"step": 40, "val_top1": 0.9}]
+    run = summary(topology, calls, steps, {"warmup": 0.2, "ab": 0.2, "rebound": 0.2},
+                  starts=[("warmup", 0), ("ab", 10), ("rebound", 30)], history=history, target=0.9)
+    hand = cluster()
+    p = predict(run, hand)
+    # each phase: compute from the run (0.02, 0.01, 0.02 s a step); warmup's all-reduce adds its link time
+    world_call = predict(summary(topology, {"train": [(Op.ALL_REDUCE, 4000, world)]}, {"train": 1},
+                                 {"train": 0.0}), hand).train_seconds
+    assert p.step_seconds["warmup"] == pytest.approx(0.02 + world_call)
+    assert p.step_seconds["rebound"] == pytest.approx(p.step_seconds["warmup"])
+    # the group all-reduce stays in the node: 2 ranks x 1000 B ring = 1000 B wire a rank at 8 Gbit/s, 4 rounds of 1 us
+    assert p.step_seconds["ab"] == pytest.approx(0.01 + 1000 * 8 / 8e9 + 4 * 1e-6)
+    assert p.train_seconds == pytest.approx(10 * p.step_seconds["warmup"] + 20 * p.step_seconds["ab"]
+                                            + 10 * p.step_seconds["rebound"] + p.sync_seconds)
+    assert p.time_to_target_seconds == pytest.approx(p.train_seconds)  # reached at the last step
+    history[1]["val_top1"] = 0.5
+    assert predict(run, hand).time_to_target_seconds == float("inf")
+    history[0]["val_top1"] = 0.95  # at step 20: all of warmup, half of ab, half the syncs (spread by steps)
+    assert predict(run, hand).time_to_target_seconds == pytest.approx(
+        10 * p.step_seconds["warmup"] + 10 * p.step_seconds["ab"] + p.sync_seconds / 2)
+
+
+def test_break_even_is_the_rate_where_both_take_as_long() -> None:
+    # ddp: 0.01 s compute + a 100 kB all-reduce a step; ab: 0.02 s compute + 10 kB: equal near the rate r
+    # where 100 kB x c / r = 0.01 + 10 kB x c / r (c: bytes on the link per payload byte, framing included)
+    world, topology = (0, 1), Topology((0, 1))
+    ddp = summary(topology, {"train": [(Op.ALL_REDUCE, 100_000, world)] * 10}, {"train": 10}, {"train": 0.1})
+    ab = summary(topology, {"train": [(Op.ALL_REDUCE, 10_000, world)] * 10}, {"train": 10}, {"train": 0.2})
+    rate = break_even_gbit(ab, ddp, cluster())
+    assert rate is not None
+    at = with_link_rate(cluster(), rate)
+    assert predict(ab, at).train_seconds == pytest.approx(predict(ddp, at).train_seconds, rel=1e-6)
+    faster = with_link_rate(cluster(), rate * 2)
+    assert predict(ab, faster).train_seconds > predict(ddp, faster).train_seconds
+
+
+def test_throughput_compute_scales_with_flops_and_ab_s_parameters() -> None:
+    run = summary(Topology((0, 1)), {}, {"warmup": 10, "ab": 10}, {"warmup": 1.0, "ab": 1.0},
+                  compression={"dense_params": 1000, "trained_model_params": 250})
+    run["timing"].update(forward_flops_per_sample=1e9, local_batch_size=100)
+    p = predict(run, cluster(from_run=False, throughput={"tflops": 100, "efficiency": 0.5}))
+    full = 3 * 1e9 * 100 / (100e12 * 0.5)  # forward + backward (2x) FLOPs of a batch at half the peak
+    assert p.step_seconds == pytest.approx({"warmup": full, "ab": full / 4})
+
+
+def test_shipped_clusters_load_and_bad_files_are_one_line(tmp_path: Path) -> None:
+    assert {"paper-a100-hdr200", "ethernet-25g", "this-machine"} <= set(cluster_names())
+    assert load_cluster("paper-a100-hdr200").inter_node.gbit_per_s == 200
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nnodes: 2\naccelerators_per_node: 1\ninter_node: {gbit_per_s: 0}\n"
+                   "intra_node: {gbit_per_s: 1}\ncompute: {from_run: true}\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: inter_node.gbit_per_s: Input should be greater than 0"):
+        load_cluster(str(bad))
+    bad.write_text("name: x\nnodes: 2\naccelerators_per_node: 1\ninter_node: {gbit_per_s: 1}\n"
+                   "intra_node: {gbit_per_s: 1}\ncompute: {}\n")
+    with pytest.raises(ConfigError, match="compute needs from_run: true or a throughput"):
+        load_cluster(str(bad))
+    with pytest.raises(ConfigError, match="no such description; choose one of .*this-machine"):
+        load_cluster("nowhere")
+    run = summary(Topology((0, 0, 0, 1, 1, 1)), {}, {"train": 1}, {"train": 1.0})
+    with pytest.raises(ConfigError, match=r"2 node\(s\) x 3 rank\(s\) do not fit cluster hand \(4 x 2\)"):
+        predict(run, cluster())
