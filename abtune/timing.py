@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from abtune import wire
 from abtune.errors import ConfigError
-from abtune.yamlfile import read_yaml
+from abtune.yamlfile import find_named, names_in, read_yaml
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _INSTALLED_DIR = _PACKAGE_DIR / "clusters"
@@ -88,18 +88,15 @@ class Cluster(_Strict):
 
 
 def resolve_cluster_path(name_or_path: str) -> Path:
-    given = Path(name_or_path)
-    if given.suffix in (".yaml", ".yml") or "/" in name_or_path:
-        return given
-    for folder in (PROJECT_DIR, BUILTIN_DIR):
-        if (folder / f"{name_or_path}.yaml").is_file():
-            return folder / f"{name_or_path}.yaml"
+    found = find_named(name_or_path, (PROJECT_DIR, BUILTIN_DIR))
+    if found is not None:
+        return found
     raise ConfigError(f"cluster {name_or_path}: no such description; choose one of {', '.join(cluster_names())} "
                       "or give the path of a YAML file (see clusters/ in the checkout)")
 
 
 def cluster_names() -> list[str]:
-    return sorted({p.stem for folder in (PROJECT_DIR, BUILTIN_DIR) if folder.is_dir() for p in folder.glob("*.yaml")})
+    return names_in((PROJECT_DIR, BUILTIN_DIR))
 
 
 def load_cluster(name_or_path: str) -> Cluster:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from abtune.config import RunConfig, StrictModel, describe_validation_error
 from abtune.errors import ConfigError
 from abtune.launch.base import Layout
-from abtune.yamlfile import read_yaml
+from abtune.yamlfile import find_named, names_in, read_yaml
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 # Installed from a wheel the profiles sit inside the package; in a checkout (editable install or
@@ -202,19 +202,15 @@ KINDS: dict[str, type[Profile]] = {"local": LocalProfile, "debug": DebugProfile,
 
 def resolve_profile_path(name_or_path: str) -> Path:
     """A path if it looks like one (or exists), else ./launchers/NAME.yaml, else the shipped NAME.yaml."""
-    given = Path(name_or_path)
-    if given.suffix in (".yaml", ".yml") or given.exists() or "/" in name_or_path:
-        return given
-    for folder in (PROJECT_DIR, BUILTIN_DIR):
-        if (folder / f"{name_or_path}.yaml").is_file():
-            return folder / f"{name_or_path}.yaml"
+    found = find_named(name_or_path, (PROJECT_DIR, BUILTIN_DIR))
+    if found is not None:
+        return found
     raise ConfigError(f"--launcher {name_or_path}: no such profile; choose one of {', '.join(profile_names())} "
                       "or give the path of a YAML file")
 
 
 def profile_names() -> list[str]:
-    names = {p.stem for folder in (PROJECT_DIR, BUILTIN_DIR) if folder.is_dir() for p in folder.glob("*.yaml")}
-    return sorted(names)
+    return names_in((PROJECT_DIR, BUILTIN_DIR))
 
 
 def load_profile(name_or_path: str) -> Profile:
