@@ -29,6 +29,8 @@ from abtune.runfiles import CONFIG_FILE, HOOKS_FILE, read_summary, summary_path
 from abtune.runs import FAILED, KILLED, Run, status_of
 from abtune.study.cli import register_study_commands
 from abtune.study.storage import resolve_storage_url
+from abtune.timing import check_fits as fits_cluster
+from abtune.timing import load_cluster
 from abtune.tracking.uri import add_tracking_arguments
 from abtune.yamlfile import parse_yaml
 
@@ -148,16 +150,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
     configs = {m: compare.method_config(base, m, per_method[m]) for m in methods}
     for config in configs.values():
         check_fits(config, layout)
+    cluster = load_cluster(args.cluster) if args.cluster else None
+    if cluster is not None:
+        fits_cluster(layout.nodes, layout.ranks_per_node, cluster)
     out_dir = args.out or DEFAULT_RUNS_DIR / f"{base.name}-compare-{time.strftime('%Y%m%d-%H%M%S')}"
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ConfigError(f"{out_dir} is not empty; choose another --out")
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        rows = compare.run_methods(configs, out_dir, functools.partial(_train_one, launcher=launcher, layout=layout))
+        rows = compare.run_methods(configs, out_dir, functools.partial(_train_one, launcher=launcher, layout=layout),
+                                   cluster)
     except KeyboardInterrupt:
         print(f"abtune: interrupted; finished runs are in {out_dir}", file=sys.stderr)
         return INTERRUPTED_EXIT
     compare.print_table(rows)
+    if cluster is not None and (line := compare.break_even_line(out_dir, rows, cluster)):
+        print(line)
     for path in compare.write_outputs(rows, out_dir):
         print(f"wrote {path}")
     failed = [r.method for r in rows if r.error is not None]
@@ -301,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--launcher", default="local", metavar="NAME|PATH",
                       help="a local profile: local (default), emulated (an emulated, shaped interconnect)")
     comp.add_argument("--out", type=Path, default=None, help="output folder (default: runs/NAME-compare-TIME)")
+    comp.add_argument("--cluster", default=None, metavar="NAME|PATH",
+                      help="also predict each method's time on this cluster (clusters/NAME.yaml) and the link rate "
+                           "at which ab's time equals ddp's")
     comp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="override a config field; METHOD.key=value sets a field of one method (sbc.delay=20)")
     comp.set_defaults(func=cmd_compare)

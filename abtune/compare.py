@@ -25,6 +25,7 @@ from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.methods import METHOD_NAMES
 from abtune.runfiles import RunSummary, read_summary
+from abtune.timing import Cluster, break_even_gbit, predict
 
 MEGA = 1e6
 CSV_FILE, JSON_FILE, PLOT_FILE = "compare.csv", "compare.json", "compare.png"
@@ -48,6 +49,8 @@ class ComparisonRow:
     wall_seconds: float | None = None
     train_seconds: float | None = None
     measured_inter_node_mb: float | None = None  # what the emulated links carried (all nodes), headers included
+    predicted_train_seconds: float | None = None  # on --cluster (abtune/timing.py)
+    predicted_time_to_target_seconds: float | None = None
     error: str | None = None
 
 
@@ -92,7 +95,7 @@ def _ratio(reference: float, value: float) -> float | None:
 
 
 def row_from_summary(method: str, summary: RunSummary, wall_seconds: float,
-                     ddp: RunSummary | None) -> ComparisonRow:
+                     ddp: RunSummary | None, cluster: Cluster | None = None) -> ComparisonRow:
     """Reductions against the measured ddp run when there is one, else against DDP's formula."""
     training, inter = summary.training_bytes, summary.training_inter_node_bytes
     if ddp is not None:
@@ -108,7 +111,30 @@ def row_from_summary(method: str, summary: RunSummary, wall_seconds: float,
         compression=summary.compression, ecr_percent=summary.ecr_percent,
         method_ratio=summary.method_ratio, wall_seconds=wall_seconds,
         train_seconds=summary.train_seconds, measured_inter_node_mb=_measured_mb(summary),
+        **_predicted(summary, cluster),
     )
+
+
+def _predicted(summary: RunSummary, cluster: Cluster | None) -> dict[str, float | None]:
+    if cluster is None:
+        return {}
+    prediction = predict(summary.raw, cluster)
+    return {"predicted_train_seconds": prediction.train_seconds,
+            "predicted_time_to_target_seconds": prediction.time_to_target_seconds}
+
+
+def break_even_line(out_dir: Path, rows: list[ComparisonRow], cluster: Cluster) -> str | None:
+    """Where ab's predicted time on `cluster` equals ddp's, when both ran."""
+    done = {r.method for r in rows if r.error is None}
+    if not {"ab", "ddp"} <= done:
+        return None
+    ab, ddp = (read_summary(out_dir / m).raw for m in ("ab", "ddp"))
+    rate = break_even_gbit(ab, ddp, cluster)
+    if rate is None:
+        faster = "ab" if predict(ab, cluster).train_seconds < predict(ddp, cluster).train_seconds else "ddp"
+        return f"on {cluster.name}, {faster} is predicted faster at every inter-node rate from 0.01 to 10,000 Gbit/s"
+    return (f"on {cluster.name} ({cluster.inter_node.gbit_per_s:g} Gbit/s), ab's predicted training time equals "
+            f"ddp's at {rate:.3g} Gbit/s per node: ab is faster on slower links, ddp on faster ones")
 
 
 def _measured_mb(summary: RunSummary) -> float | None:
@@ -117,7 +143,7 @@ def _measured_mb(summary: RunSummary) -> float | None:
 
 
 def run_methods(configs: dict[str, RunConfig], out_dir: Path,
-                train: Callable[[RunConfig, Path], None]) -> list[ComparisonRow]:
+                train: Callable[[RunConfig, Path], None], cluster: Cluster | None = None) -> list[ComparisonRow]:
     """Train each method in OUT/METHOD (`train` raises when the run failed); a failed method becomes a row
     with its error, the others still run."""
     summaries: dict[str, tuple[RunSummary, float]] = {}
@@ -138,7 +164,7 @@ def run_methods(configs: dict[str, RunConfig], out_dir: Path,
             rows.append(ComparisonRow(method=method, error=errors[method]))
         else:
             summary, wall = summaries[method]
-            rows.append(row_from_summary(method, summary, wall, ddp))
+            rows.append(row_from_summary(method, summary, wall, ddp, cluster))
     return rows
 
 
@@ -216,11 +242,13 @@ def print_table(rows: list[ComparisonRow]) -> None:
     from rich.table import Table
 
     measured = any(r.measured_inter_node_mb is not None for r in rows)
+    predicted = any(r.predicted_train_seconds is not None for r in rows)
     table = Table(title="methods compared (training traffic: MB per rank on the wire, mean over ranks"
                         + ("; link MB: all nodes' links, measured)" if measured else ")"))
     columns = ["method", "final top-1", "val loss", "training MB", "inter-node MB", "ddp inter-node MB",
                "inter-node vs ddp", "reduction vs ddp", "other MB", "compression", "ECR", "train s", "wall s"]
-    for column in columns + (["link MB"] if measured else []):
+    extra = (["link MB"] if measured else []) + (["predicted train s", "predicted s to target"] if predicted else [])
+    for column in columns + extra:
         table.add_column(column, justify="left" if column == "method" else "right")
     for r in rows:
         if r.error is not None:
@@ -231,8 +259,16 @@ def print_table(rows: list[ComparisonRow]) -> None:
                       _x(r.inter_node_reduction_vs_ddp), _x(r.reduction_vs_ddp), f"{r.other_mb:.3f}",
                       _x(r.compression), "-" if r.ecr_percent is None else f"{r.ecr_percent:.2f}%",
                       f"{r.train_seconds:.1f}", f"{r.wall_seconds:.1f}",
-                      *([f"{r.measured_inter_node_mb:.3f}"] if measured else []))
+                      *([f"{r.measured_inter_node_mb:.3f}"] if measured else []),
+                      *([_seconds(r.predicted_train_seconds), _seconds(r.predicted_time_to_target_seconds)]
+                        if predicted else []))
     Console(width=160).print(table)
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "never" if value == float("inf") else f"{value:.4g}"
 
 
 def _x(ratio: float | None) -> str:

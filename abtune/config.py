@@ -122,6 +122,19 @@ class TrainConfig(StrictModel):
     loss_scale: float = Field(2.0**16, gt=0.0, description="fp16 only: the gradient scaler's initial loss scale")
     target_top1: float | None = Field(None, gt=0.0, le=1.0, description="report the training seconds until the "
                                       "first evaluation at or above this top-1 (time_to_target)")
+    cluster: str | None = Field(None, description="predict the run's time on this cluster (a name in clusters/ "
+                                "or a YAML path; abtune/timing.py): the summary's `predicted`")
+
+    @model_validator(mode="after")
+    def _cluster_exists(self) -> TrainConfig:
+        if self.cluster is not None:
+            from abtune.timing import load_cluster  # only when named: keeps config light for every import
+
+            try:
+                load_cluster(self.cluster)
+            except ConfigError as error:
+                raise ValueError(str(error)) from None
+        return self
 
 
 class OptimizerConfig(StrictModel):

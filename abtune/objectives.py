@@ -41,7 +41,7 @@ class Objective:
     scale: float = 1.0  # shown = value / scale
     digits: int = 4
     needs_multi_node: bool = False  # meaningless when every rank is on one node
-    needs_base_key: str | None = None  # a dotted key of the study's base run config that must be set
+    needs_base_keys: tuple[str, ...] = ()  # dotted keys of the study's base run config that must be set
     description: str = ""
 
     @property
@@ -67,6 +67,11 @@ def _time_to_target(summary: RunSummary) -> float:
     return math.inf if seconds is None else float(seconds)
 
 
+def _predicted_time_to_target(summary: RunSummary) -> float:
+    seconds = summary.raw.get("predicted", {}).get("time_to_target_seconds")
+    return math.inf if seconds is None else float(seconds)
+
+
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
     Objective("top1", "maximize", lambda s: float(s.final_top1), lambda row: float(row["val_top1"]), "top-1",  # type: ignore[arg-type]
               description="the final validation top-1"),
@@ -83,9 +88,13 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
               "train s", "s", 1.0, 1,
               description="training seconds (steps only: start-up, evaluations and checkpoints excluded)"),
     Objective("time_to_target", "minimize", _time_to_target, None, "s to target", "s", 1.0, 1,
-              needs_base_key="train.target_top1",
+              needs_base_keys=("train.target_top1",),
               description="training seconds until the first evaluation at or above train.target_top1 "
                           "(infinite when never reached)"),
+    Objective("predicted_time_to_target", "minimize", _predicted_time_to_target, None, "predicted s to target",
+              "s", 1.0, 2, needs_base_keys=("train.target_top1", "train.cluster"),
+              description="predicted training seconds on the study's cluster (`cluster:` in the study file; "
+                          "abtune/timing.py) until the step at which the run reached train.target_top1"),
 )}
 
 ObjectiveName = Literal[tuple(OBJECTIVES)]  # type: ignore[valid-type]  # the study file's `objectives:` accepts these

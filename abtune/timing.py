@@ -204,12 +204,16 @@ def _compute_seconds(summary: dict[str, Any], phase: str, cluster: Cluster) -> f
 
 
 # --- the model --------------------------------------------------------------------------------------
-def placement(summary: dict[str, Any], cluster: Cluster) -> tuple[int, ...]:
-    nodes, per_node = summary["num_nodes"], summary["ranks_per_node"]
+def check_fits(nodes: int, per_node: int, cluster: Cluster) -> None:
     if nodes > cluster.nodes or per_node > cluster.accelerators_per_node:
         raise ConfigError(f"the run's {nodes} node(s) x {per_node} rank(s) do not fit cluster {cluster.name} "
                           f"({cluster.nodes} x {cluster.accelerators_per_node}); train it at a layout that fits")
-    return tuple(rank // per_node for rank in range(summary["world_size"]))
+
+
+def placement(summary: dict[str, Any], cluster: Cluster) -> tuple[int, ...]:
+    """The run's ranks on the cluster's nodes as they were on its own: a block of ranks_per_node per node."""
+    check_fits(summary["num_nodes"], summary["ranks_per_node"], cluster)
+    return tuple(rank // summary["ranks_per_node"] for rank in range(summary["world_size"]))
 
 
 def predict(summary: dict[str, Any], cluster: Cluster) -> Prediction:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from abtune.compare import ComparisonRow, plot_comparison, plot_points
 from abtune.runfiles import read_summary
+from abtune.timing import break_even_gbit, load_cluster, predict
 from tests.conftest import run_cli, write_config
 
 QUICKSTART = Path(__file__).parent.parent / "studies" / "run_quickstart.yaml"
@@ -25,7 +27,8 @@ def test_compare_runs_every_method_on_the_same_budget(tmp_path: Path) -> None:
     out = tmp_path / "cmp"
     result = run_cli("compare", str(QUICKSTART), "--methods", "ddp,ab,sbc,powersgd,fp16", "--nproc", "4",
                      "--ranks-per-node", "2", "--out", str(out), "--set", f"train.steps={STEPS}",
-                     "--set", "sbc.delay=10", "--set", "sbc.sparsity=0.01")
+                     "--set", "sbc.delay=10", "--set", "sbc.sparsity=0.01", "--set", "train.target_top1=0.5",
+                     "--cluster", "ethernet-25g")
     assert "methods compared" in result.stdout and "ECR" in result.stdout
     rows = {r["method"]: r for r in csv.DictReader((out / "compare.csv").open())}
     assert list(rows) == ["ddp", "ab", "sbc", "powersgd", "fp16"]
@@ -48,6 +51,19 @@ def test_compare_runs_every_method_on_the_same_budget(tmp_path: Path) -> None:
     assert float(rows["sbc"]["reduction_vs_ddp"]) >= SBC_MIN_REDUCTION
     assert float(rows["fp16"]["reduction_vs_ddp"]) == pytest.approx(2.0, rel=1e-3)
     assert 1.0 < float(rows["powersgd"]["reduction_vs_ddp"]) < float(rows["sbc"]["reduction_vs_ddp"])
+    # --cluster: each method's predicted time on the named cluster, and where ab's equals ddp's
+    cluster = load_cluster("ethernet-25g")
+    for method, row in rows.items():
+        predicted = predict(read_summary(out / method).raw, cluster)
+        assert float(row["predicted_train_seconds"]) == pytest.approx(predicted.train_seconds)
+        assert row["predicted_time_to_target_seconds"] == str(predicted.time_to_target_seconds)
+    rate = break_even_gbit(ab, ddp, cluster)
+    if rate is None:  # the tiny model computes in microseconds at the cluster's FLOP/s: bytes and latency decide
+        faster = "ab" if predict(ab, cluster).train_seconds < predict(ddp, cluster).train_seconds else "ddp"
+        assert f"{faster} is predicted faster at every inter-node rate" in result.stdout, result.stdout
+    else:
+        said = re.search(r"ab's predicted training time equals ddp's at ([0-9.e+]+) Gbit/s", result.stdout)
+        assert said is not None and float(said.group(1)) == pytest.approx(rate, rel=1e-2), result.stdout
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, model_validator
 from abtune.config import StrictModel, apply_overrides, describe_validation_error, parse_run_config
 from abtune.errors import ConfigError
 from abtune.objectives import OBJECTIVES, ObjectiveName
+from abtune.timing import check_fits, load_cluster
 from abtune.yamlfile import read_yaml
 
 SamplerName = Literal["tpe", "random", "nsgaii", "nsgaiii", "gp", "qmc", "cmaes"]
@@ -130,6 +131,8 @@ class StudySpec(StrictModel):
     repeats: int = Field(1, ge=1, description="seeds per configuration; objectives are the means over them")
     retries: Retries = Retries()
     trial_timeout_min: int = Field(24 * 60, ge=1)
+    cluster: str | None = Field(None, description="the cluster whose predicted time trials report (clusters/NAME.yaml "
+                                "or a path): sets base train.cluster, for the predicted_time_to_target objective")
     storage: str | None = Field(None, description="default storage for `study create`; --storage wins")
     study_dir: str | None = Field(None, description="folder of the trial runs; default runs/studies/NAME")
 
@@ -150,7 +153,15 @@ def load_study_spec(path: Path) -> StudySpec:
     raw = read_yaml(path)
     raw["base"] = _resolve_base(raw, path)
     raw.pop("overrides", None)
-    return parse_study_spec(raw, str(path))
+    if raw.get("cluster") is not None:
+        raw["base"] = {**raw["base"], "train": {**raw["base"].get("train", {}), "cluster": raw["cluster"]}}
+    spec = parse_study_spec(raw, str(path))
+    if spec.cluster is not None:
+        try:
+            check_fits(spec.layout.nproc // spec.layout.per_node, spec.layout.per_node, load_cluster(spec.cluster))
+        except ConfigError as error:
+            raise ConfigError(f"{path}: cluster: {error}") from None
+    return spec
 
 
 def parse_study_spec(raw: dict[str, Any], source: str) -> StudySpec:
@@ -174,9 +185,10 @@ def _inconsistency(spec: StudySpec) -> str | None:
     if spec.constraints.max_inter_node_mb is not None and spec.sampler.name not in CONSTRAINED_SAMPLERS:
         return f"sampler: {spec.sampler.name} ignores constraints; use one of {', '.join(CONSTRAINED_SAMPLERS)}"
     for objective in (OBJECTIVES[m] for m in spec.objectives):
-        key = objective.needs_base_key
-        if key is not None and _dotted(spec.base, key) is None:
-            return f"objectives: {objective.name} needs {key} in the base config"
+        for key in objective.needs_base_keys:
+            if _dotted(spec.base, key) is None:
+                hint = " (or `cluster: NAME` in the study file)" if key == "train.cluster" else ""
+                return f"objectives: {objective.name} needs {key} in the base config{hint}"
     needs_nodes = any(OBJECTIVES[m].needs_multi_node for m in spec.objectives) \
         or spec.constraints.max_inter_node_mb is not None
     if needs_nodes and not spec.layout.multi_node:

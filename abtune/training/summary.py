@@ -15,6 +15,7 @@ from abtune.comm import CommMeter, Op, all_gather_bytes, sum_rows, wire_factor
 from abtune.config import TRAINING_PHASES, flatten
 from abtune.methods.base import Method, ParameterCounts
 from abtune.models import forward_flops_per_sample
+from abtune.timing import load_cluster, predict
 
 if TYPE_CHECKING:
     from abtune.training.trainer import Trainer
@@ -194,6 +195,8 @@ def build_summary(trainer: Trainer) -> dict[str, Any]:
         "config": flatten(config),
     }
     summary.update(method.summary())
+    if config.train.cluster is not None:
+        summary["predicted"] = predict(summary, load_cluster(config.train.cluster)).as_dict()
     return summary
 
 

@@ -24,6 +24,7 @@ from abtune.errors import TrainingFailed
 from abtune.methods import MethodContext, build_method
 from abtune.models import build_model
 from abtune.runfiles import write_summary
+from abtune.timing import check_fits, load_cluster
 from abtune.training.checkpoint import (
     Checkpointer,
     load_optimizer_state_by_name,
@@ -75,6 +76,8 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.topology, self.meter = discover_topology(env)
         self.world = self.meter.world()
+        if config.train.cluster is not None:  # found now, not when the summary is written
+            check_fits(self.topology.num_nodes, self.topology.ranks_per_node, load_cluster(config.train.cluster))
         self.hang = HangDetector(config.train.hang, f"rank {env.rank} (node {env.node_rank})",
                                  lambda: self.meter.waiting_in, lambda: self.meter.last_issued)
         train_set, val_set, self.data_info = build_datasets(config.data, config.seed)
