@@ -9,8 +9,11 @@ line of it can be checked by hand:
                                    + packet headers) x 8 / inter-node rate
                                  + calls x rounds of its algorithm x latency        (alpha-beta)
     compute seconds of a step    = the run's own step time here (`compute.from_run`), or
-                                   3 x forward FLOPs a sample x local batch x (phase params / dense params)
-                                   / (TFLOP/s x efficiency)                         (`compute.throughput`)
+                                   local batch x seconds a sample measured on the cluster's accelerator for
+                                   the model and precision, between its dense and factored measurements by
+                                   the phase's parameters                            (`compute.measured`), or
+                                   3 x forward FLOPs a sample x local batch / (TFLOP/s x efficiency), AB's
+                                   phase too (it runs the dense product of its factors) (`compute.throughput`)
     step seconds of a phase      = when DDP's last gradient bucket is all-reduced (see overlap)
                                    + blocking collectives
     train seconds                = sum over phases of steps x step seconds, + AB's syncs
@@ -69,8 +72,20 @@ class Throughput(_Strict):
     efficiency: float = Field(gt=0.0, le=1.0, description="the share of the peak a training step reaches")
 
 
+class MeasuredStep(_Strict):
+    """One rank's step (forward, backward, AdamW) measured on the cluster's accelerator (calibrate_cluster.py)."""
+    arch: str
+    forward_flops_per_sample: int = Field(gt=0, description="identifies the model and image size")
+    precision: str
+    full_seconds_per_sample: float = Field(gt=0.0, description="the dense model")
+    lowrank_seconds_per_sample: float = Field(gt=0.0, description="every eligible weight factored")
+    lowrank_params_ratio: float = Field(gt=0.0, le=1.0, description="the factored model's parameters / the dense one's")
+    device: str = ""
+
+
 class Compute(_Strict):
     from_run: bool = Field(False, description="the run's own step times (a description of the machine it ran on)")
+    measured: list[MeasuredStep] = Field(default_factory=list)
     throughput: Throughput | None = None
     backward_overlap: float = Field(2 / 3, ge=0.0, le=1.0,
                                     description="the share of a step's compute gradient all-reduces can hide behind")
@@ -108,8 +123,9 @@ def load_cluster(name_or_path: str) -> Cluster:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise ConfigError(f"{path}: {where}: {first['msg']}") from None
-    if not cluster.compute.from_run and cluster.compute.throughput is None:
-        raise ConfigError(f"{path}: compute needs from_run: true or a throughput (tflops, efficiency)")
+    compute = cluster.compute
+    if not compute.from_run and compute.throughput is None and not compute.measured:
+        raise ConfigError(f"{path}: compute needs from_run: true, measured steps or a throughput (tflops, efficiency)")
     return cluster
 
 
@@ -194,13 +210,35 @@ def _compute_seconds(summary: dict[str, Any], phase: str, cluster: Cluster) -> f
     measured = timing["by_phase"][phase]
     if cluster.compute.from_run:
         return measured["seconds"] / measured["steps"]
-    throughput = cluster.compute.throughput
-    assert throughput is not None
     compression = summary["compression"]
-    dense, trained = compression["dense_params"], compression["trained_model_params"]
-    share = trained / dense if phase == "ab" else 1.0
-    flops = timing["forward_flops_per_sample"] * (1 + BACKWARD_FLOPS_PER_FORWARD) * timing["local_batch_size"] * share
+    if (step := _measured_step(summary, cluster)) is not None:
+        share = compression["trained_model_params"] / compression["dense_params"] if phase == "ab" else 1.0
+        return timing["local_batch_size"] * _interpolate(step, share)
+    throughput = cluster.compute.throughput
+    if throughput is None:
+        raise ConfigError(f"cluster {cluster.name} has no measured step for {summary['config'].get('model.arch')} "
+                          f"({timing['forward_flops_per_sample']:.3g} FLOPs a sample) in "
+                          f"{summary['config'].get('train.precision')} and no throughput; calibrate it for this model")
+    # every phase at the dense model's FLOPs: a factored layer forms A·B and runs the dense product (the
+    # parametrization of abtune/methods/ab/lowrank.py), measured no cheaper (benchmarks/calibrate_cluster.py)
+    flops = timing["forward_flops_per_sample"] * (1 + BACKWARD_FLOPS_PER_FORWARD) * timing["local_batch_size"]
     return flops / (throughput.tflops * 1e12 * throughput.efficiency)
+
+
+def _measured_step(summary: dict[str, Any], cluster: Cluster) -> MeasuredStep | None:
+    flops, config = summary["timing"]["forward_flops_per_sample"], summary["config"]
+    return next((m for m in cluster.compute.measured if m.arch == config.get("model.arch")
+                 and m.precision == config.get("train.precision")
+                 and abs(m.forward_flops_per_sample - flops) <= 0.01 * flops), None)
+
+
+def _interpolate(step: MeasuredStep, share: float) -> float:
+    """Seconds a sample with `share` of the dense parameters: on the line through the factored and the dense
+    measurement (compute of a factored layer grows with its rank, so with its parameters)."""
+    if step.lowrank_params_ratio >= 1.0:
+        return step.full_seconds_per_sample
+    slope = (step.full_seconds_per_sample - step.lowrank_seconds_per_sample) / (1.0 - step.lowrank_params_ratio)
+    return step.full_seconds_per_sample - slope * (1.0 - share)
 
 
 # --- the model --------------------------------------------------------------------------------------

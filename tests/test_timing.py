@@ -4,6 +4,8 @@ break-even rate; and the cluster files' one-line errors."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from abtune.timing import (
     with_link_rate,
 )
 
+REPO = Path(__file__).resolve().parent.parent
 GBIT = 1e9
 LINK = {"gbit_per_s": 1.0, "latency_us": 10.0, "header_bytes_per_packet": 66, "packet_payload_bytes": 1448}
 
@@ -47,6 +50,7 @@ def summary(topology: Topology, calls: dict[str, list[tuple[Op, int, tuple[int, 
     return {"world_size": topology.world_size, "num_nodes": topology.num_nodes,
             "ranks_per_node": topology.ranks_per_node, "steps_done": total, "history": extra.pop("history", []),
             "traffic": {"rows_per_rank": [m.rows() for m in meters]},
+            "config": {"model.arch": "vit", "train.precision": "bf16"},
             "timing": {"by_phase": {p: {"steps": n, "seconds": seconds[p]} for p, n in steps.items()},
                        "phase_starts": starts or [(p, 0) for p in steps], "target_top1": extra.pop("target", None)},
             **extra}
@@ -128,13 +132,27 @@ def test_break_even_is_the_rate_where_both_take_as_long() -> None:
     assert predict(ab, faster).train_seconds > predict(ddp, faster).train_seconds
 
 
-def test_throughput_compute_scales_with_flops_and_ab_s_parameters() -> None:
+def test_throughput_compute_is_the_dense_model_s_flops_in_every_phase() -> None:
     run = summary(Topology((0, 1)), {}, {"warmup": 10, "ab": 10}, {"warmup": 1.0, "ab": 1.0},
                   compression={"dense_params": 1000, "trained_model_params": 250})
     run["timing"].update(forward_flops_per_sample=1e9, local_batch_size=100)
     p = predict(run, cluster(from_run=False, throughput={"tflops": 100, "efficiency": 0.5}))
     full = 3 * 1e9 * 100 / (100e12 * 0.5)  # forward + backward (2x) FLOPs of a batch at half the peak
-    assert p.step_seconds == pytest.approx({"warmup": full, "ab": full / 4})
+    assert p.step_seconds == pytest.approx({"warmup": full, "ab": full})  # AB's factors run as their dense product
+
+
+def test_measured_compute_lies_between_the_dense_and_the_factored_step() -> None:
+    run = summary(Topology((0, 1)), {}, {"warmup": 10, "ab": 10}, {"warmup": 1.0, "ab": 1.0},
+                  compression={"dense_params": 1000, "trained_model_params": 600})
+    run["timing"].update(forward_flops_per_sample=1e9, local_batch_size=100)
+    step = {"arch": "vit", "forward_flops_per_sample": 1_000_000_000, "precision": "bf16",
+            "full_seconds_per_sample": 1e-4, "lowrank_seconds_per_sample": 6e-5, "lowrank_params_ratio": 0.2}
+    p = predict(run, cluster(from_run=False, measured=[step]))
+    # the factored phase at 0.6 of the parameters: halfway from 0.2 (6e-5 s) to 1.0 (1e-4 s) is 8e-5 s a sample
+    assert p.step_seconds == pytest.approx({"warmup": 100 * 1e-4, "ab": 100 * 8e-5})
+    other = cluster(from_run=False, measured=[{**step, "precision": "fp32"}])
+    with pytest.raises(ConfigError, match="has no measured step for vit .* in bf16 and no throughput; calibrate"):
+        predict(run, other)
 
 
 def test_shipped_clusters_load_and_bad_files_are_one_line(tmp_path: Path) -> None:
@@ -147,10 +165,25 @@ def test_shipped_clusters_load_and_bad_files_are_one_line(tmp_path: Path) -> Non
         load_cluster(str(bad))
     bad.write_text("name: x\nnodes: 2\naccelerators_per_node: 1\ninter_node: {gbit_per_s: 1}\n"
                    "intra_node: {gbit_per_s: 1}\ncompute: {}\n")
-    with pytest.raises(ConfigError, match="compute needs from_run: true or a throughput"):
+    with pytest.raises(ConfigError, match="compute needs from_run: true, measured steps or a throughput"):
         load_cluster(str(bad))
     with pytest.raises(ConfigError, match="no such description; choose one of .*this-machine"):
         load_cluster("nowhere")
     run = summary(Topology((0, 0, 0, 1, 1, 1)), {}, {"train": 1}, {"train": 1.0})
     with pytest.raises(ConfigError, match=r"2 node\(s\) x 3 rank\(s\) do not fit cluster hand \(4 x 2\)"):
         predict(run, cluster())
+
+
+def test_calibration_writes_a_cluster_whose_measured_compute_predicts_a_run(tmp_path: Path) -> None:
+    out = tmp_path / "node.yaml"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "calibrate_cluster.py"), "--out", str(out), "--name",
+                    "node", "--models", "quickstart", "--batch", "2", "--steps", "1", "--nodes", "2"],
+                   check=True, capture_output=True, text=True)
+    node = load_cluster(str(out))
+    (step,) = node.compute.measured
+    assert (step.arch, step.precision, node.nodes) == ("vit", "fp32", 2) and 0 < step.lowrank_params_ratio < 1
+    # a run of the quickstart model (its FLOPs a sample identify it) gets the measured seconds a sample
+    run = summary(Topology((0, 1)), {}, {"train": 10}, {"train": 1.0}, compression={"dense_params": 1, "trained_model_params": 1})
+    run["config"]["train.precision"] = "fp32"
+    run["timing"].update(forward_flops_per_sample=step.forward_flops_per_sample, local_batch_size=32)
+    assert predict(run, node).step_seconds["train"] == pytest.approx(32 * step.full_seconds_per_sample)
