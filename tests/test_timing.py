@@ -187,3 +187,14 @@ def test_calibration_writes_a_cluster_whose_measured_compute_predicts_a_run(tmp_
     run["config"]["train.precision"] = "fp32"
     run["timing"].update(forward_flops_per_sample=step.forward_flops_per_sample, local_batch_size=32)
     assert predict(run, node).step_seconds["train"] == pytest.approx(32 * step.full_seconds_per_sample)
+
+
+def test_mlflow_gets_the_prediction_and_never_an_infinity() -> None:
+    from abtune.tracking.records import predicted_metrics
+
+    run = summary(Topology((0, 1)), {"train": [(Op.ALL_REDUCE, 1000, (0, 1))]}, {"train": 1}, {"train": 0.5},
+                  history=[{"step": 1, "val_top1": 0.1}], target=0.9)
+    metrics = predicted_metrics(predict(run, cluster()).as_dict())
+    assert metrics["predicted/time_to_target_seconds"] is None  # never reached: inf, which MLflow cannot plot
+    assert metrics["predicted/train_seconds"] == metrics["predicted/step_seconds_train"] > 0.5
+    assert predicted_metrics(None) == {}

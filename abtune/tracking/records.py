@@ -128,7 +128,20 @@ def summary_metrics(summary: dict[str, Any], wall_seconds: float | None) -> dict
     for phase, by in traffic["by_phase"].items():
         values[f"bytes_{phase}"] = by["total"]["mean"]
         values[f"inter_node_bytes_{phase}"] = by["inter"]["mean"]
-    return {**values, **measured_metrics(traffic)}
+    if "inter_node_messages" in traffic:
+        values["inter_node_messages"] = traffic["inter_node_messages"]["mean"]
+    return {**values, **measured_metrics(traffic), **predicted_metrics(summary.get("predicted"))}
+
+
+def predicted_metrics(predicted: dict[str, Any] | None) -> dict[str, float | None]:
+    """With train.cluster: the run's predicted time on that cluster (abtune/timing.py); inf becomes None."""
+    if predicted is None:
+        return {}
+    finite = lambda value: None if value is None or value == float("inf") else value  # noqa: E731
+    return {"predicted/train_seconds": predicted["train_seconds"],
+            "predicted/time_to_target_seconds": finite(predicted["time_to_target_seconds"]),
+            "predicted/sync_seconds": predicted["sync_seconds"],
+            **{f"predicted/step_seconds_{phase}": s for phase, s in predicted["step_seconds"].items()}}
 
 
 def measured_metrics(traffic: dict[str, Any]) -> dict[str, float | None]:
