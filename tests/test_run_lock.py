@@ -18,7 +18,7 @@ from abtune.runfiles import read_summary
 from abtune.runlock import LOCK_FILE, claim_run
 from abtune.training.hooks import hook_spec, read_metrics, write_hook_specs
 from tests.conftest import abtune_command, run_cli, wait_for, with_checkout_on_path, write_config
-from tests.test_tracking_e2e import gate
+from tests.gate import gate
 
 HOST = socket.gethostname()
 WAIT_S = 300  # a safety net for a hung run, never a pass/fail criterion
@@ -63,7 +63,8 @@ def test_resume_is_refused_while_the_old_ranks_run_and_the_first_run_finishes_un
     env = with_checkout_on_path(os.environ)
     log_path = tmp_path / "first.log"
     with log_path.open("w") as log:
-        first = subprocess.Popen(train, cwd=tmp_path, stdout=log, stderr=log, start_new_session=True, env=env)
+        # its own process group (the killpg below), in pytest's session (its ranks fork from the warm server)
+        first = subprocess.Popen(train, cwd=tmp_path, stdout=log, stderr=log, process_group=0, env=env)
     try:
         wait_for(lambda: (run_dir / "gate.paused").exists() or _ended(first, log_path), WAIT_S, "rank 0 to reach step 20")
         config_before = (run_dir / "config.yaml").read_text()

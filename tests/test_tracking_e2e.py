@@ -24,8 +24,9 @@ from abtune.launch.local import free_port, launch
 from abtune.runfiles import read_summary
 from abtune.tracking import LaunchInfo, open_tracking
 from abtune.tracking.servers import Service, start_mlflow_server, stop, wait_ready
-from abtune.training.hooks import TrainingHook, hook_spec, read_metrics, write_hook_specs
+from abtune.training.hooks import hook_spec, read_metrics, write_hook_specs
 from tests.conftest import abtune_command, run_cli, write_config
+from tests.gate import gate
 
 pytestmark = pytest.mark.slow
 
@@ -130,25 +131,6 @@ def test_a_run_against_a_real_server_reads_back_over_rest_and_never_shows_the_pa
     files = [p for p in [*Path(folder).rglob("*"), *(tmp_path / "run").rglob("*")] if p.is_file()]
     everything += [p.read_bytes().decode(errors="replace") for p in files]
     assert not [text[:200] for text in everything if SECRET in text]
-
-
-class Gate(TrainingHook):
-    """Holds rank 0 at one step until the test says go (the test stops the server meanwhile)."""
-
-    def __init__(self, run_dir: Path, step: int) -> None:
-        self.run_dir, self.step = run_dir, step
-
-    def on_log(self, record: dict[str, Any]) -> None:
-        if record["step"] != self.step:
-            return
-        (self.run_dir / "gate.paused").touch()
-        deadline = time.monotonic() + 300
-        while not (self.run_dir / "gate.go").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-
-
-def gate(run_dir: Path, step: int) -> Gate:
-    return Gate(run_dir, step)
 
 
 def _logged_through(client: MlflowClient, run_id: str, step: int) -> bool:

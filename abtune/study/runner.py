@@ -274,7 +274,9 @@ class StudyRunner:
         """A trial's run (or a seed's) on this runner's launcher, recorded in tracking run `run_id`.
         `continues_checkpoint`: the folder holds a checkpoint (a retried trial's, or its own seed's when a
         repeated trial is re-attached), and training resumes it. A folder that already holds this run (a
-        re-attached seed's) is continued, its config checked to be the same."""
+        re-attached seed's) is continued, its config checked to be the same. The study's own `hooks:`
+        follow `hooks` in every such run."""
+        hooks = [*hooks, *(hook.model_dump() for hook in self.spec.hooks)]
         run = Run.prepare(config, run_dir, self.launcher, self.layout, resume=(run_dir / CONFIG_FILE).exists(),
                           hooks=hooks)
         run.resume = continues_checkpoint

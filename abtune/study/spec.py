@@ -108,6 +108,13 @@ class References(StrictModel):
     ddp: bool = Field(True, description="enqueue a plain-DDP reference run (outside the search space)")
 
 
+class TrialHook(StrictModel):
+    """A training hook every trial's rank 0 runs besides the study's own (abtune/training/hooks.py)."""
+    factory: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$", description="module:callable returning a TrainingHook")
+    options: dict[str, Any] = Field(default_factory=dict, description="its keyword arguments (plain values, never secrets)")
+    may_stop: bool = Field(True, description="false: it never stops the run (no stop decision broadcast)")
+
+
 class Retries(StrictModel):
     stale: int = Field(2, ge=0, description="re-runs of a trial whose worker died (crash, kill, lost node)")
     failed: int = Field(0, ge=0, description="re-runs of a trial whose training failed (NaN loss, dead rank)")
@@ -131,6 +138,7 @@ class StudySpec(StrictModel):
     repeats: int = Field(1, ge=1, description="seeds per configuration; objectives are the means over them")
     retries: Retries = Retries()
     trial_timeout_min: int = Field(24 * 60, ge=1)
+    hooks: list[TrialHook] = Field(default_factory=list, description="training hooks of every trial (and seed)")
     cluster: str | None = Field(None, description="the cluster whose predicted time trials report (clusters/NAME.yaml "
                                 "or a path): sets base train.cluster, for the predicted_time_to_target objective")
     storage: str | None = Field(None, description="default storage for `study create`; --storage wins")
