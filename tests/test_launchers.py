@@ -18,7 +18,8 @@ from abtune.launch.outcome import recorded_failure
 from abtune.launch.profiles import KINDS, SlurmProfile, load_profile, parse_time_limit, profile_names
 from abtune.launch.slurm import sbatch_script
 from abtune.runfiles import read_summary
-from tests.conftest import run_cli, write_config
+from abtune.training.hooks import read_metrics
+from tests.conftest import run_cli, wait_for, write_config
 
 SLURM_PROFILE = {"kind": "slurm", "partition": "gpu4", "nodes": 2, "tasks_per_node": 2, "time_limit": "0:30:00"}
 
@@ -198,6 +199,22 @@ def test_local_submit_reports_the_failure(tmp_path: Path) -> None:
     assert not outcome.ok and outcome.exit_code == 1
     assert outcome.reason is not None and "the loss became nan" in outcome.reason
     assert recorded_failure(run_dir) == outcome.reason
+
+
+@pytest.mark.slow  # trains: left out of the fast subset
+def test_a_cancelled_local_job_ends_without_a_result_at_once(tmp_path: Path) -> None:
+    """A cancelled local job writes no result. submitit would wait 15 s for one before telling its end (a
+    `study stop` waited that long a trial, one after the other: issue 21); the job tells it as soon as its
+    controller has ended, with its own reason, never submitit's "ended abnormally" that follows the wait."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write_config(run_dir / "config.yaml", train={"steps": 100_000, "log_every": 10})
+    job = load_launcher("local").submit(run_dir, Layout(1, 1))
+    wait_for(lambda: read_metrics(run_dir), 300, "the run to train")
+    job.cancel()
+    outcome = wait_for(job.poll, 300, "the cancelled job's end")
+    assert not outcome.ok and outcome.reason == f"local job {job.job_id} ended without a result (cancelled or killed)"
+    assert not list((run_dir / "jobs").glob("*_result.pkl"))
 
 
 def test_recorded_failure_prefers_errors_to_crashes(tmp_path: Path) -> None:
