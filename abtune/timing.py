@@ -129,9 +129,10 @@ def load_cluster(name_or_path: str) -> Cluster:
     return cluster
 
 
-def with_link_rate(cluster: Cluster, gbit_per_s: float) -> Cluster:
+def with_link_rate(cluster: Cluster, gbit_per_s: float, efficiency: float | None = None) -> Cluster:
     """The same cluster with another inter-node rate (for break-even rates and the fabric check)."""
-    return cluster.model_copy(update={"inter_node": cluster.inter_node.model_copy(update={"gbit_per_s": gbit_per_s})})
+    link = {"gbit_per_s": gbit_per_s, **({"efficiency": efficiency} if efficiency is not None else {})}
+    return cluster.model_copy(update={"inter_node": cluster.inter_node.model_copy(update=link)})
 
 
 @dataclass

@@ -8,7 +8,8 @@ the training seconds of shaped runs, and measure them, methods and link rates in
 Each run is one `abtune train --launcher PROFILE` of the quickstart config, 4 ranks as 2 simulated nodes.
 A repeat trains every method unshaped (the compute profile), then every (rate, method) pair; the order of
 the methods turns with each repeat. The prediction of a shaped run uses the unshaped run of the same method
-in the same repeat, and clusters/this-machine.yaml at the shaped rate (abtune/timing.py). Latencies the
+in the same repeat, and clusters/this-machine.yaml at the shaped rate (abtune/timing.py), with the share of
+that rate one TCP stream sustains over the shaped link (measured first, by a bulk transfer, not by training). Latencies the
 kernel cannot emulate (no netem) are reported as such, not measured. Results go to OUT/results.json; the
 tables (predicted / measured per row with the spread over repeats; predicted time to target on the shipped
 clusters, with ab's break-even rate against ddp) are printed from it.
@@ -55,12 +56,42 @@ def train(args: argparse.Namespace, run_dir: Path, method: str, rate: str, laten
     return json.loads((run_dir / "summary.json").read_text())
 
 
+RECEIVER = ("import socket,sys\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+            "s.bind(('0.0.0.0',5999));s.listen(1);print('ready',flush=True);c,_=s.accept();n=0\n"
+            "while (b:=c.recv(1<<20)):\n n+=len(b)\nprint(n,flush=True)")
+SENDER = ("import socket,sys,time\nc=socket.create_connection((sys.argv[1],5999));chunk=b'x'*(1<<16);t=time.perf_counter()\n"
+          "for _ in range(int(sys.argv[2])): c.sendall(chunk)\nc.shutdown(socket.SHUT_WR);c.recv(1);print(time.perf_counter()-t)")
+
+
+def link_efficiency(rate: str, seconds: float = 4.0) -> float:
+    """One TCP stream between two nodes of a fabric shaped at `rate`, independent of training: the share of the
+    rate it sustains, on the wire (payload plus 66 header bytes per 1448)."""
+    from abtune.launch.fabric import Fabric, FabricSpec
+
+    bits = parse_rate_bits(rate)
+    chunks = max(1, int(bits / 8 * seconds / (1 << 16)))
+    fabric = Fabric.create(FabricSpec(nodes=2, bandwidth=rate))
+    try:
+        receiver = subprocess.Popen([*fabric.node_prefix(1), sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE,
+                                    text=True)
+        assert receiver.stdout is not None and receiver.stdout.readline().strip() == "ready"
+        took = float(subprocess.run([*fabric.node_prefix(0), sys.executable, "-c", SENDER, fabric.address(1),
+                                     str(chunks)], capture_output=True, text=True, check=True).stdout)
+        received = int(receiver.stdout.readline())
+        receiver.wait(timeout=30)
+    finally:
+        fabric.remove()
+    return received * (1 + 66 / 1448) * 8 / took / bits
+
+
 def measure(args: argparse.Namespace) -> dict:
     methods = args.methods.split(",")
     rates = args.rates.split(",")
     latencies = [float(x) for x in args.latencies.split(",")]
     results: dict = {"machine": f"{platform.platform()}, {os.cpu_count()} cores", "steps": args.steps,
-                     "config": str(args.config), "load_before": os.getloadavg(), "runs": []}
+                     "config": str(args.config), "load_before": os.getloadavg(), "runs": [],
+                     "link_efficiency": {rate: link_efficiency(rate) for rate in rates}}
+    print(f"link efficiency (one TCP stream): {results['link_efficiency']}", flush=True)
     for repeat in range(args.repeats):
         order = methods[repeat % len(methods):] + methods[:repeat % len(methods)]
         for rate, latency in [(UNSHAPED, 0.0)] + [(r, lat) for lat in latencies for r in rates]:
@@ -92,7 +123,8 @@ def prediction_table(results: dict) -> list[str]:
     for run in runs:
         if run["rate"] == UNSHAPED:
             continue
-        linked = with_link_rate(cluster, parse_rate_bits(run["rate"]) / 1e9)
+        linked = with_link_rate(cluster, parse_rate_bits(run["rate"]) / 1e9,
+                                results.get("link_efficiency", {}).get(run["rate"], 1.0))
         predicted = predict(profiles[(run["repeat"], run["method"])], linked).train_seconds
         rows.setdefault((run["rate"], run["latency_ms"], run["method"]), []).append((predicted, run["train_seconds"]))
     lines = ["| link | latency | method | predicted s | measured s (min-max) | predicted / measured (min-max) |",
