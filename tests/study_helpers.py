@@ -13,7 +13,7 @@ import yaml
 from optuna.trial import FrozenTrial
 
 from abtune.study.storage import open_storage
-from tests.conftest import TINY_VIT, abtune_command
+from tests.conftest import TINY_VIT, abtune_command, with_checkout_on_path
 
 TINY_BASE = {"name": "tiny", "seed": 0, "model": dict(TINY_VIT), "data": {"name": "digits", "augment": False},
              "train": {"steps": 30, "local_batch_size": 16, "eval_every": 10, "log_every": 5},
@@ -41,10 +41,12 @@ def study_attrs(url: str, name: str = "tiny") -> dict[str, Any]:
 
 
 def start_run(cwd: Path, *args: str) -> subprocess.Popen[str]:
-    """`abtune study run` in its own process group, as a terminal would start it."""
-    env = {**os.environ, "COLUMNS": "200"}
+    """`abtune study run` in its own process group, as a terminal would start it. In pytest's session, so
+    that the session's warm rank server forks its trials' ranks (a command in another session starts a
+    server of its own: seconds of CPU for each)."""
+    env = {**with_checkout_on_path(os.environ), "COLUMNS": "200"}  # as run_cli: it loads the tests' hooks
     return subprocess.Popen([*abtune_command(), "study", "run", *args], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0)
 
 
 def signal_group(process: subprocess.Popen[str], sig: signal.Signals) -> None:

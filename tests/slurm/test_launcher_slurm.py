@@ -23,8 +23,9 @@ from abtune.launch.profiles import load_profile
 from abtune.launch.slurm import in_queue, job_folder, submit_array
 from abtune.rundir import prepare_run_dir
 from abtune.runfiles import read_summary
-from abtune.training.hooks import read_metrics
-from tests.conftest import abtune_command, run_cli, wait_for, write_config
+from abtune.training.hooks import read_metrics, write_hook_specs
+from tests.conftest import abtune_command, run_cli, wait_for, with_checkout_on_path, write_config
+from tests.gate import gate_spec, paused, release
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]  # slow too: `-m "not slow"` is the quick subset
 
@@ -58,12 +59,13 @@ def prepared_run(config: Path, run_dir: Path) -> Path:
 def preempt(job: submitit.Job) -> None:
     """Preempt a running job the way submitit's own tests do, SIGTERM then the preemption signal (USR2),
     but in order. Sent back to back, slurmd delivered the TERM after the USR2 in CI, and it also killed
-    the `scontrol requeue` that rank 0 runs in its USR2 handler: the job never came back. So USR2 goes
-    once every task has logged that it let the SIGTERM pass, as submitit does on preemption."""
-    logs = sorted(job.paths.folder.glob(f"{job.job_id}_*_log.out"))
-    assert logs, f"job {job.job_id} has no task logs in {job.paths.folder}"
+    the `scontrol requeue` that task 0 runs in its USR2 handler: the job never came back. So USR2 goes
+    once task 0 has logged that it let the SIGTERM pass, as submitit does on preemption. (Only task 0:
+    the others may be waiting in a collective, inside C++, where no Python signal handler runs.)"""
+    log = job.paths.folder / f"{job.job_id}_0_log.out"
+    assert log.exists(), f"job {job.job_id} has no task 0 log in {job.paths.folder}"
     subprocess.run(["scancel", job.job_id, "--signal", "SIGTERM"], check=True, timeout=30)
-    wait_for(lambda: all("Bypassing signal SIGTERM" in p.read_text() for p in logs), 60, "the tasks to pass SIGTERM")
+    wait_for(lambda: "Bypassing signal SIGTERM" in log.read_text(), 60, "task 0 to pass SIGTERM")
     subprocess.run(["scancel", job.job_id, "--signal", SlurmJobEnvironment.USR_SIG], check=True, timeout=30)
 
 
@@ -211,33 +213,38 @@ def test_a_frozen_rank_gets_its_job_ended_by_a_peer_not_its_time_limit(tmp_path:
     wait_for(lambda: not in_queue(job.job_id), 60, "the job to leave the queue")
 
 
-def test_interrupted_job_resumes_from_its_checkpoint(tmp_path: Path, profile: Path) -> None:
+def test_interrupted_job_resumes_from_its_checkpoint(tmp_path: Path, profile: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Interrupted twice, then completes: first preempted the way submitit sees it (rank 0 calls
     checkpoint() and requeues), then requeued by SLURM itself (`scontrol requeue`: the job restarts
     as first submitted, and SLURM_RESTART_COUNT tells it to resume). Same job, same run folder."""
-    # Long enough that the second interruption lands before the run ends on a fast, idle machine (600
-    # steps were not: the run could finish between seeing a checkpoint and `scontrol requeue`). ddp: what
-    # is tested here is the job's requeue (AB's resume is tested in tests/test_resume_after_sync.py).
-    steps = 2000
+    # Each interruption comes while rank 0 is held at a gate (tests/gate.py), so the run cannot end before it
+    # whatever the machine's speed, and each resume step is known: the gate at step 30 holds once checkpoint
+    # 20 is complete, the one at step 70 once 60 is. ddp: what is tested here is the job's requeue (AB's
+    # resume is tested in tests/test_resume_after_sync.py).
+    steps = 100
     config = write_config(tmp_path / "ddp.yaml", train={"steps": steps, "eval_every": steps, "log_every": 10,
                                                         "checkpoint_every": 20})
     run_dir = prepared_run(config, tmp_path / "run")
+    write_hook_specs(run_dir, [gate_spec(30, "first"), gate_spec(70, "second")])
+    monkeypatch.setenv("PYTHONPATH", with_checkout_on_path(os.environ)["PYTHONPATH"])  # the ranks import the gate
     job = load_launcher(str(profile)).submit(run_dir, Layout(2, 1))  # 2 ranks: half the start-up cost of 4
     assert isinstance(job, SlurmJob)
     log = job_folder(run_dir) / f"{job.job_id}_0_log.out"
 
-    wait_for(lambda: any((run_dir / "checkpoints").glob("step_*/COMPLETE")), JOB_TIMEOUT_S, "a first checkpoint")
+    wait_for(lambda: paused(run_dir, "first"), JOB_TIMEOUT_S, "rank 0 at step 30")
     preempt(job.submitit_job)
     wait_for(lambda: len(resumed_at(log, run_dir)) == 1, JOB_TIMEOUT_S, "the first resume")
-    first = resumed_at(log, run_dir)[0]
-    wait_for(lambda: _latest_checkpoint(run_dir) > first, JOB_TIMEOUT_S, "a checkpoint after the first resume")
+    release(run_dir, "first")  # the requeued job's rank 0 trains on past step 30
+    wait_for(lambda: paused(run_dir, "second"), JOB_TIMEOUT_S, "rank 0 at step 70")
     subprocess.run(["scontrol", "requeue", job.job_id], check=True, timeout=30)
+    wait_for(lambda: len(resumed_at(log, run_dir)) == 2, JOB_TIMEOUT_S, "the second resume")
+    release(run_dir, "second")
     result = job.wait(poll_s=0.5)
 
     assert result.ok, result
     assert read_summary(run_dir).raw["steps_done"] == steps
-    first, second = resumed_at(log, run_dir)
-    assert 20 <= first < second < steps
+    assert resumed_at(log, run_dir) == [20, 60]  # the newest complete checkpoint each time
     steps_logged = [r["step"] for r in read_metrics(run_dir) if r["kind"] == "log"]
     assert steps_logged == list(range(10, steps + 1, 10))  # the count continues: no step twice, none missing
     wait_for(lambda: sacct_states(job.job_id)[-1] == "COMPLETED", 30, "sacct to record COMPLETED")
@@ -253,9 +260,6 @@ def resumed_at(log: Path, run_dir: Path) -> list[int]:
     return [int(step) for step in re.findall(pattern, text)]
 
 
-def _latest_checkpoint(run_dir: Path) -> int:
-    done = [int(p.parent.name.removeprefix("step_")) for p in (run_dir / "checkpoints").glob("step_*/COMPLETE")]
-    return max(done, default=0)
 
 
 def test_unknown_partition_is_one_line(tmp_path: Path, profile: Path) -> None:

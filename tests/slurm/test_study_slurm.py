@@ -20,6 +20,7 @@ from abtune.study import workers
 from abtune.study.attrs import SLURM_JOB_ATTR
 from abtune.study.stop import STOPPED
 from tests.conftest import run_cli, wait_for
+from tests.gate import gate_spec, paused, release
 from tests.slurm.test_launcher_slurm import JOB_TIMEOUT_S, cluster_profile, preempt, sacct_states
 from tests.study_helpers import TINY_BASE, running, signal_group, start_run, trials_of, write_study
 
@@ -27,6 +28,8 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]  # slow too: `-m "not slow"` 
 
 FINISHED = {TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL}
 NO_REFERENCES = {"paper_defaults": False, "ddp": False}
+# A trial that must still train when the test acts holds at step 20 until the test releases it (tests/gate.py).
+HELD = [gate_spec(20)]
 
 
 @pytest.fixture
@@ -55,6 +58,15 @@ def trial_in_running_job(url: str) -> FrozenTrial | None:
         if job_id and sacct_states(job_id)[-1:] == ["RUNNING"]:
             return trial
     return None
+
+
+def held_trial(url: str) -> FrozenTrial | None:
+    """A RUNNING trial whose job holds at the gate, mid-training."""
+    return next((t for t in running(url) if t.user_attrs.get(SLURM_JOB_ATTR) and paused(run_dir(t))), None)
+
+
+def run_dir(trial: FrozenTrial) -> Path:
+    return Path(trial.user_attrs["run_dir"])
 
 
 def summary(trial: FrozenTrial) -> dict:
@@ -105,10 +117,10 @@ def test_study_launch_runs_the_budget_on_a_job_array(tmp_path: Path, profile: Pa
 
 
 def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, profile: Path) -> None:
-    url = created_study(tmp_path, steps=600, trials=1, references=NO_REFERENCES)
+    url = created_study(tmp_path, steps=60, trials=1, references=NO_REFERENCES, hooks=HELD)
     runner = start_run(tmp_path, "tiny", "--launcher", str(profile), "--storage", url, "--no-tracking")
-    # Stop as soon as the job exists, before its ranks are up: waiting until it trained lost a race in
-    # CI, where the job finished between the first logged step and the runner handling Ctrl-C.
+    # Stop as soon as the job exists; the job holds at the gate until the rerun, so it is still training
+    # when the runner handles Ctrl-C.
     trial = wait_for(lambda: submitted_trial(url), JOB_TIMEOUT_S, "a trial's job to be submitted")
     job_id = trial.user_attrs[SLURM_JOB_ATTR]
     signal_group(runner, signal.SIGINT)
@@ -118,11 +130,12 @@ def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, pr
     status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert f"running: trial {trial.number} in SLURM job {job_id} on " in status
 
+    release(run_dir(trial))  # it may end before the rerun looks (then its result is told): both re-attach it
     out = run_cli("study", "run", "tiny", "--launcher", str(profile), "--storage", url, "--no-tracking", cwd=tmp_path).stdout
     assert f"trial {trial.number}: re-attached to SLURM job {job_id}" in out
     trials = trials_of(url)
     assert [(t.number, t.state) for t in trials] == [(trial.number, TrialState.COMPLETE)]  # no duplicate
-    assert trials[0].user_attrs[SLURM_JOB_ATTR] == job_id and summary(trials[0])["steps_done"] == 600
+    assert trials[0].user_attrs[SLURM_JOB_ATTR] == job_id and summary(trials[0])["steps_done"] == 60
     assert sacct_states(job_id) == ["COMPLETED"]  # the same job: not cancelled by the stop, never resubmitted
 
 
@@ -167,14 +180,18 @@ def test_sbatch_refusal_is_one_line_and_loses_no_trial(tmp_path: Path, profile: 
 def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, profile: Path) -> None:
     """A worker signalled as SLURM preempts (or times out) a job requeues itself; the new run of the
     same array task finds its trial by its SLURM job id and follows the same trial job to the end."""
-    url = created_study(tmp_path, steps=600, trials=1, references=NO_REFERENCES)
+    url = created_study(tmp_path, steps=60, trials=1, references=NO_REFERENCES, hooks=HELD)
     out = run_cli("study", "launch", "tiny", "--workers", "1", "--launcher", str(profile), "--storage", url,
                   cwd=tmp_path).stdout
     worker_id = re.search(r"SLURM job\(s\) (\d+)\n", out)[1]  # type: ignore[index]  # one body: no array
-    trial = wait_for(lambda: submitted_trial(url), JOB_TIMEOUT_S, "a trial's job to be submitted")
+    trial = wait_for(lambda: held_trial(url), JOB_TIMEOUT_S, "a trial's job training")
     job_id, first_pid = trial.user_attrs[SLURM_JOB_ATTR], trial.system_attrs[workers.WORKER_ATTR]["pid"]
     folder = tmp_path / "runs" / "studies" / "tiny" / "workers"
     preempt(attach(worker_id, folder))  # submitit requeues the worker
+    worker_log = folder / f"{worker_id}_0_log.out"
+    wait_for(lambda: f"re-attached to SLURM job {job_id}" in worker_log.read_text(), 2 * JOB_TIMEOUT_S,
+             "the requeued worker to re-attach the trial job")
+    release(run_dir(trial))  # only now may the trial job end: the requeued worker follows it to its end
     wait_for(lambda: sacct_states(worker_id)[-1:] == ["COMPLETED"], 2 * JOB_TIMEOUT_S, "the worker")
 
     assert sacct_states(worker_id) == ["REQUEUED", "COMPLETED"]
@@ -183,7 +200,7 @@ def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, 
     assert trials[0].user_attrs[SLURM_JOB_ATTR] == job_id and sacct_states(job_id) == ["COMPLETED"]
     owner = trials[0].system_attrs[workers.WORKER_ATTR]
     assert owner["slurm_job"] == worker_id and owner["pid"] != first_pid  # followed by the requeued worker
-    assert f"re-attached to SLURM job {job_id}" in (folder / f"{worker_id}_0_log.out").read_text()
+    assert f"re-attached to SLURM job {job_id}\n" in worker_log.read_text()  # still training: no "(ended"
 
 
 def test_study_stop_cancels_the_workers_then_the_trial_jobs(tmp_path: Path, profile: Path) -> None:
@@ -191,7 +208,7 @@ def test_study_stop_cancels_the_workers_then_the_trial_jobs(tmp_path: Path, prof
     could hold every node a trial needs is refused (sinfo). `study stop` mid-trial: the worker array goes
     first (no worker asks a trial as its trial job dies), then every trial job; the stopped trials are
     re-enqueued; nothing is RUNNING and no job of the study is left in squeue."""
-    url = created_study(tmp_path, steps=3000, trials=4, references=NO_REFERENCES)
+    url = created_study(tmp_path, steps=60, trials=4, references=NO_REFERENCES, hooks=HELD)  # held till cancelled
     fields = yaml.safe_load(profile.read_text())
     blocking = tmp_path / "blocking.yaml"  # trials need 2 of each node's 4 CPUs; 3-CPU workers leave 1
     blocking.write_text(yaml.safe_dump({**fields, "cpus_per_task": 2, "worker": {"cpus": 3}}))
@@ -221,7 +238,7 @@ def test_study_stop_cancels_the_workers_then_the_trial_jobs(tmp_path: Path, prof
     match = re.search(r"SLURM job\(s\) (\d+)_0 \1_1\n", out)
     assert match, out
     worker_ids = [f"{match[1]}_0", f"{match[1]}_1"]
-    started = wait_for(lambda: trial_in_running_job(url), JOB_TIMEOUT_S, "a trial's job to start")
+    started = wait_for(lambda: held_trial(url), JOB_TIMEOUT_S, "a trial's job training")
     status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert re.search(rf"running: trial {started.number} in SLURM job {started.user_attrs[SLURM_JOB_ATTR]} on .*"
                      r"since [\d:]+: (RUNNING|COMPLETING)\n", status), status
