@@ -163,7 +163,8 @@ def test_killed_mid_ab_run_resumes_to_the_same_parameters(
     run_dir = workdir / "killed_run"
     command = [*abtune_command(), "train", str(ab_config), "--nproc", str(NPROC), "--ranks-per-node",
                str(RANKS_PER_NODE), "--run-dir", str(run_dir), "--no-tracking"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    # its own process group (killpg), in pytest's session: its ranks fork from the warm server
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, process_group=0)
     mid_ab = run_dir / "checkpoints" / "step_00000015"  # AB phase runs [10, 20)
     _kill_when_checkpoint_appears(process, mid_ab, timeout=300)
     # The kill may land a little after step 15: drop newer checkpoints so the resume starts mid-AB.
