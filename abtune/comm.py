@@ -280,7 +280,8 @@ GROUP_MEAN_INTER = "group_mean_inter_node_bytes"
 
 
 def sum_rows(rows: list[dict[str, Any]], key: str = "wire_bytes", **match: str) -> float:
-    return sum(row[key] for row in rows if all(row[field] == value for field, value in match.items()))
+    """Sum of `key` over the matching rows; a row from before `key` existed (messages, framing) counts 0."""
+    return sum(row.get(key, 0) for row in rows if all(row[field] == value for field, value in match.items()))
 
 
 def _coalesced_(meter: CommMeter, tensors: list[torch.Tensor], group: CommGroup, op: Op,
