@@ -15,7 +15,7 @@ from abtune.comm import CommMeter, Op, all_gather_bytes, sum_rows, wire_factor
 from abtune.config import TRAINING_PHASES, flatten
 from abtune.methods.base import Method, ParameterCounts
 from abtune.models import forward_flops_per_sample
-from abtune.timing import load_cluster, predict
+from abtune.timing import predict
 
 if TYPE_CHECKING:
     from abtune.training.trainer import Trainer
@@ -188,16 +188,21 @@ def build_summary(trainer: Trainer) -> dict[str, Any]:
                    "by_phase": {phase: {"steps": int(steps), "seconds": seconds}
                                 for phase, (steps, seconds) in trainer.state.seconds_by_phase.items()},
                    "phase_starts": [list(start) for start in trainer.state.phase_starts],
-                   "forward_flops_per_sample": forward_flops_per_sample(config.model, trainer.data_info),
                    "local_batch_size": config.train.local_batch_size,
                    "target_top1": config.train.target_top1,
                    "time_to_target_seconds": time_to_target(history, config.train.target_top1)},
         "config": flatten(config),
     }
     summary.update(method.summary())
-    if config.train.cluster is not None:
-        summary["predicted"] = predict(summary, load_cluster(config.train.cluster)).as_dict()
     return summary
+
+
+def add_cluster_time(summary: dict[str, Any], trainer: Trainer) -> None:
+    """What the cluster time model needs beyond the run's counts (its forward FLOPs a sample), and with
+    train.cluster the prediction itself (abtune/timing.py). Rank 0's, for the summary it writes."""
+    summary["timing"]["forward_flops_per_sample"] = forward_flops_per_sample(trainer.config.model, trainer.data_info)
+    if trainer.cluster is not None:
+        summary["predicted"] = predict(summary, trainer.cluster).as_dict()
 
 
 def time_to_target(history: list[dict[str, Any]], target: float | None) -> float | None:

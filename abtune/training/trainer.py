@@ -38,7 +38,7 @@ from abtune.training.hooks import MetricsFile, TrainingHook, build_hooks, config
 from abtune.training.lr import scheduled_lr
 from abtune.training.precision import Precision
 from abtune.training.progress import ProgressReporter
-from abtune.training.summary import build_summary, intra_node_bytes
+from abtune.training.summary import add_cluster_time, build_summary, intra_node_bytes
 
 
 @dataclass
@@ -76,8 +76,10 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.topology, self.meter = discover_topology(env)
         self.world = self.meter.world()
-        if config.train.cluster is not None:  # found now, not when the summary is written
-            check_fits(self.topology.num_nodes, self.topology.ranks_per_node, load_cluster(config.train.cluster))
+        # the cluster whose time the summary predicts: found now, not when the summary is written
+        self.cluster = load_cluster(config.train.cluster) if config.train.cluster is not None else None
+        if self.cluster is not None:
+            check_fits(self.topology.num_nodes, self.topology.ranks_per_node, self.cluster)
         self.hang = HangDetector(config.train.hang, f"rank {env.rank} (node {env.node_rank})",
                                  lambda: self.meter.waiting_in, lambda: self.meter.last_issued)
         train_set, val_set, self.data_info = build_datasets(config.data, config.seed)
@@ -297,6 +299,7 @@ class Trainer:
         self.hang.ending(self.state.step, self.method.phase)  # rank 0's trackers may upload for a while
         summary = build_summary(self)
         if self.env.is_main:
+            add_cluster_time(summary, self)
             write_summary(self.run_dir, summary)
             for hook in self.hooks:
                 hook.on_end(summary)
