@@ -248,6 +248,7 @@ class SlurmJob(Job):
     def __init__(self, job: submitit.Job[RunOutcome], run_dir: Path) -> None:
         super().__init__(str(job.job_id), run_dir)
         self.submitit_job = job
+        slurm.QUEUE.follow(self.job_id)  # asked about in the same squeue call as every other job followed
 
     @classmethod
     def reattach(cls, record: Any, run_dir: Path) -> SlurmJob:
@@ -285,10 +286,13 @@ class SlurmLauncher(Launcher):
 
     kind = "slurm"
     job_type = SlurmJob
-    poll_s = slurm.POLL_SECONDS  # every poll of a SLURM job asks sacct
     jobs_outlive_driver = True
     launches_workers = True
     profile: SlurmProfile
+
+    def __init__(self, profile: SlurmProfile) -> None:
+        super().__init__(profile)
+        self.poll_s = slurm.poll_interval(profile)  # one squeue per poll for all jobs (slurm.QueueView)
 
     def layout(self, nproc: int | None, ranks_per_node: int | None) -> Layout:
         if nproc is not None or ranks_per_node is not None:

@@ -14,13 +14,14 @@ import pytest
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
-from abtune.launch.slurm import attach
+from abtune.launch.slurm import POLL_SECONDS, attach
 from abtune.runfiles import read_summary
 from abtune.study import workers
 from abtune.study.attrs import SLURM_JOB_ATTR
 from abtune.study.stop import STOPPED
 from tests.conftest import run_cli, wait_for
 from tests.gate import gate_spec, paused, release
+from tests.slurm import rpc_counts
 from tests.slurm.test_launcher_slurm import JOB_TIMEOUT_S, cluster_profile, preempt, sacct_states
 from tests.study_helpers import TINY_BASE, running, signal_group, start_run, trials_of, write_study
 
@@ -30,6 +31,9 @@ FINISHED = {TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL}
 NO_REFERENCES = {"paper_defaults": False, "ddp": False}
 # A trial that must still train when the test acts holds at step 20 until the test releases it (tests/gate.py).
 HELD = [gate_spec(20)]
+# squeue calls a worker may make for one trial job beyond one per poll: its first look after the
+# submission and the one that sees it end
+STATUS_RPCS_PER_TRIAL_JOB = 2
 
 
 @pytest.fixture
@@ -83,11 +87,16 @@ def test_study_launch_runs_the_budget_on_a_job_array(tmp_path: Path, profile: Pa
     assert "#SBATCH --array=0-1%2" in dry and "#SBATCH --nodes=2" in dry  # workers, then a trial
     assert not (tmp_path / "runs").exists() and trials_of(url) and not running(url)  # nothing submitted
 
+    rpc_counts.reset()
     out = run_cli(*launch, cwd=tmp_path).stdout
     match = re.search(r"SLURM job\(s\) (\d+)_0 \1_1\n", out)
     assert match, out
     ids = [f"{match[1]}_0", f"{match[1]}_1"]
-    wait_for(lambda: all(sacct_states(i)[-1:] == ["COMPLETED"] for i in ids), 2 * JOB_TIMEOUT_S, "the workers")
+    # waiting on the workers' result files asks the daemons nothing: every job-status RPC counted is abtune's
+    wait_for(lambda: len(list(tmp_path.rglob("workers/*_result.pkl"))) == 2, 2 * JOB_TIMEOUT_S, "the workers")
+    controller, database = rpc_counts.controller(), rpc_counts.database()
+    wait_for(lambda: all(sacct_states(i)[-1:] == ["COMPLETED"] for i in ids), JOB_TIMEOUT_S, "the workers' ends")
+    _check_rpc_budget(controller, database, ids, trial_jobs=3)
 
     # the budget is counted across the workers: a worker that asked just as the other took the last
     # trial runs nothing for it (FAIL, over_budget, no job)
@@ -114,6 +123,23 @@ def test_study_launch_runs_the_budget_on_a_job_array(tmp_path: Path, profile: Pa
     files = [p for p in (tmp_path / "runs").rglob("*") if p.suffix in (".sh", ".pkl")]
     assert len(files) >= 2 * len(trials)
     assert not [p for p in files if str(tmp_path / "optuna.db").encode() in p.read_bytes()]
+
+
+def _check_rpc_budget(controller: dict[str, int], database: dict[str, int], workers: list[str],
+                      trial_jobs: int) -> None:
+    """The RPC budget of a study's polling, from the daemons' own counts: a worker asks squeue once per
+    poll for all the jobs it follows (slurm.QueueView) and sacct never while the controller knows the
+    job. Before, every poll of a trial job was a forced sacct: a slurmdbd RPC per job every 2 s."""
+    followed_s = sum(_elapsed_s(worker) for worker in workers)
+    polls = followed_s / POLL_SECONDS
+    assert database.get(rpc_counts.SACCT, 0) <= trial_jobs, (database, polls)
+    assert rpc_counts.job_info(controller) <= polls + STATUS_RPCS_PER_TRIAL_JOB * trial_jobs, (controller, polls)
+
+
+def _elapsed_s(job_id: str) -> float:
+    out = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "ElapsedRaw"], check=True,
+                         capture_output=True, text=True, timeout=30).stdout
+    return float(out.split()[-1])
 
 
 def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, profile: Path) -> None:
