@@ -6,7 +6,7 @@ import pytest
 
 from abtune.launch.capacity import Node, nodes_left, pending_note, room_advice
 from abtune.launch.profiles import SlurmProfile
-from abtune.launch.slurm import worker_profile
+from abtune.launch.slurm import STUDY_POLLS_PER_S, poll_interval, worker_profile
 
 TWO_BY_TWO = [Node("n1", 2), Node("n2", 2)]
 TEST_CLUSTER = [Node("n1", 4), Node("n2", 4)]
@@ -60,3 +60,17 @@ def test_room_advice_names_only_what_works() -> None:
     assert room_advice(0, [], rerun) == login
     assert room_advice(2, ["cpu"], rerun) == ("launch at most 2 worker(s); or put the workers on another partition "
                                               f"(`worker: {{partition: cpu}}` in the launcher profile); or {login}")
+
+
+@pytest.mark.parametrize(("array_tasks", "parallelism", "seconds"),
+                         [(None, 8, 2.0), ("4", 8, 2.0), ("16", 16, 8.0), ("64", 64, 32.0), ("64", 8, 4.0)])
+def test_a_worker_of_a_big_array_polls_so_the_array_asks_squeue_at_most_twice_a_second(
+        monkeypatch: pytest.MonkeyPatch, array_tasks: str | None, parallelism: int, seconds: float) -> None:
+    """Only the array's running workers poll: `array_parallelism` of them at most."""
+    if array_tasks is None:
+        monkeypatch.delenv("SLURM_ARRAY_TASK_COUNT", raising=False)
+    else:
+        monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", array_tasks)
+    profile = SlurmProfile(array_parallelism=parallelism)
+    assert poll_interval(profile) == seconds
+    assert min(int(array_tasks or 1), parallelism) / poll_interval(profile) <= STUDY_POLLS_PER_S
