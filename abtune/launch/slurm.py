@@ -259,6 +259,11 @@ ENDED_STATES = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FA
                           "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT"})
 
 
+# Each call costs slurmctld two RPCs: the jobs (one: REQUEST_JOB_INFO_SINGLE, several: REQUEST_JOB_INFO)
+# and the partitions, which squeue always loads; --local spares a third, the federation's (sdiag, 22.05).
+SQUEUE = ["squeue", "--local", "-h", "-r", "-t", "all", "-o", "%i %T"]
+
+
 class QueueView:
     """What squeue says of every job this process follows, from one squeue call per refresh for all.
 
@@ -298,8 +303,8 @@ class QueueView:
         asked = frozenset(self._followed)
         self.calls += 1
         try:
-            listed = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i %T", "-j", ",".join(sorted(asked))],
-                                    capture_output=True, text=True, timeout=SQUEUE_TIMEOUT_S)
+            listed = subprocess.run(SQUEUE + ["-j", ",".join(sorted(asked))], capture_output=True, text=True,
+                                    timeout=SQUEUE_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired):
             self._states = None
         else:

@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
-# Bring up a real, throw-away SLURM cluster (2 virtual nodes) on this single machine.
+# Bring up a real, throw-away SLURM cluster (2 virtual nodes by default) on this single machine.
 #
 #   cluster.sh install            apt-get the Debian packages if missing (root)
-#   cluster.sh up STATE_DIR       write configs, start munged, mariadbd, slurmdbd, slurmctld, 2x slurmd
+#   cluster.sh up STATE_DIR       write configs, start munged, mariadbd, slurmdbd, slurmctld, N x slurmd
 #   cluster.sh down STATE_DIR     stop every daemon by its pid file and wait for it to exit
 #   cluster.sh status STATE_DIR   show daemons + sinfo; exit 0 only if everything is up
 #
 # Everything (configs, keys, databases, spools, logs, pid files, sockets) lives in STATE_DIR.
 # Slurm tools find the config via SLURM_CONF; `up` prints the `export SLURM_CONF=...` line on stdout.
-# Environment: ABTUNE_SLURM_PORT_BASE (default 6817: ctld=base, dbd=base+2, slurmd n1/n2=base+4/base+5),
+# Environment: ABTUNE_SLURM_NODES (virtual nodes n1..nN, default 2),
+#              ABTUNE_SLURM_PORT_BASE (default 6817: ctld=base, dbd=base+2, slurmd n1..nN=base+4..base+3+N),
 #              ABTUNE_SLURM_TIMEOUT (seconds for each bounded wait, default 60).
+# `down` stops every slurmd the STATE_DIR ever ran; `status` checks n1..nN (use the N of `up`).
 set -euo pipefail
 
 PACKAGES=(slurmctld slurmd slurm-client munge slurmdbd mariadb-server)
 NEEDED_CMDS=(slurmctld slurmd slurmdbd sinfo sacct scontrol srun munged munge mariadbd mariadb-install-db mariadb)
-NODES=(n1 n2)
+NODE_COUNT=${ABTUNE_SLURM_NODES:-2}
+[[ $NODE_COUNT =~ ^[1-9][0-9]*$ ]] || {
+    echo "cluster.sh: ERROR: ABTUNE_SLURM_NODES must be a positive integer, got '$NODE_COUNT'" >&2
+    exit 2
+}
+NODES=()
+for ((i = 1; i <= NODE_COUNT; i++)); do NODES+=("n$i"); done
 PARTITION=debug
 CLUSTER_NAME=abtune
 PORT_BASE=${ABTUNE_SLURM_PORT_BASE:-6817}
@@ -238,8 +246,17 @@ any_running() {
     local n
     pid_alive "$MUNGE_DIR/munged.pid" munged || pid_alive "$DB_DIR/mysqld.pid" mariadbd ||
         pid_alive "$SLURM_DIR/slurmdbd.pid" slurmdbd || pid_alive "$SLURM_DIR/slurmctld.pid" slurmctld && return 0
-    for n in "${NODES[@]}"; do pid_alive "$SLURMD_DIR/$n/slurmd.pid" slurmd && return 0; done
+    for n in $(all_node_names); do pid_alive "$SLURMD_DIR/$n/slurmd.pid" slurmd && return 0; done
     return 1
+}
+
+# all_node_names: NODES plus any other node with a folder in SLURMD_DIR (an earlier `up` with more nodes)
+all_node_names() {
+    local d
+    printf '%s\n' "${NODES[@]}"
+    for d in "$SLURMD_DIR"/n*/; do
+        [[ -d $d ]] && basename "$d"
+    done | grep -vxF -f <(printf '%s\n' "${NODES[@]}") || true
 }
 
 prepare_dirs() {
@@ -425,7 +442,8 @@ cmd_down() {
     }
     cancel_jobs
     local n pid
-    for n in "${NODES[@]}"; do stop_pidfile "slurmd $n" "$SLURMD_DIR/$n/slurmd.pid" slurmd; done
+    # every node this state dir ever ran, whatever ABTUNE_SLURM_NODES says now
+    for n in $(all_node_names); do stop_pidfile "slurmd $n" "$SLURMD_DIR/$n/slurmd.pid" slurmd; done
     for pid in $(stray_stepds); do
         log "killing leftover slurmstepd pid $pid"
         kill -KILL "$pid" 2>/dev/null || true
