@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]  # slow too: `-m "not slow"` 
 
 
 def sbatch_sleep(partition: str) -> str:
-    return subprocess.run(["sbatch", "--parsable", "-p", partition, "-N", "1", "-n", "1", "--wrap", "sleep 120"],
+    return subprocess.run(["sbatch", "--parsable", "-p", partition, "-N", "1", "-n", "1", "-o", "/dev/null", "--wrap", "sleep 120"],
                           check=True, capture_output=True, text=True, timeout=30).stdout.strip()
 
 
