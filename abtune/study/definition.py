@@ -78,6 +78,11 @@ class SearchStudy(optuna.Study):
         trials = super()._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
         return [t for t in trials if not (t.state.is_finished() and t.user_attrs.get(REFERENCE_ATTR) == DDP)]
 
+    def all_trials(self) -> list[FrozenTrial]:
+        """Every trial, the finished DDP reference included, through Optuna's cached storage: finished
+        trials (which never change) are read once, then only new and unfinished ones."""
+        return super()._get_trials(deepcopy=False)
+
 
 def stored_spec(storage: BaseStorage, study_id: int) -> StudySpec:
     attrs = storage.get_study_user_attrs(study_id)

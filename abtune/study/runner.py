@@ -192,7 +192,9 @@ class StudyRunner:
             self.display.note("stop requested: stopping the running trials")
 
     def all_trials(self) -> list[FrozenTrial]:
-        return self.storage.get_all_trials(self.study_id, deepcopy=False)
+        """Read at every start and end of a trial: a full read of a 1000-trial study took 1.1 s here,
+        through Optuna's cache 3.4 ms (issue 25)."""
+        return self.study.all_trials()
 
     def _may_start(self) -> bool:
         if self.max_trials is not None and self.started >= self.max_trials:
