@@ -222,8 +222,10 @@ def test_recorded_failure_prefers_errors_to_crashes(tmp_path: Path) -> None:
     (tmp_path / "failures").mkdir()
     (tmp_path / "failures" / "crash_rank_0.txt").write_text("rank 0: RuntimeError: peer gone\n\ntrace")
     assert recorded_failure(tmp_path) == "rank 0: RuntimeError: peer gone"
+    assert recorded_failure(tmp_path, crashes=False) is None  # a killed job's echo
     (tmp_path / "failures" / "error_rank_3.txt").write_text("the loss became nan at step 7")
     assert recorded_failure(tmp_path) == "the loss became nan at step 7"
+    assert recorded_failure(tmp_path, crashes=False) == "the loss became nan at step 7"
 
 
 def test_profile_errors_are_config_errors(tmp_path: Path) -> None:

@@ -15,10 +15,12 @@ class RunOutcome:
     exit_code: int = 0
 
 
-def recorded_failure(run_dir: Path) -> str | None:
-    """The first line a failed rank wrote: an abtune error (NaN loss, bad value) before a crash (often an echo)."""
+def recorded_failure(run_dir: Path, crashes: bool = True) -> str | None:
+    """The first line a failed rank wrote: an abtune error (NaN loss, bad value) before a crash (often an echo).
+    `crashes=False` for a run the scheduler ended: a rank that outlived a killed peer for a moment records
+    the broken connection, an echo of the kill, not its cause."""
     folder = run_dir / FAILURES_DIR
-    for kind in ("error", "crash"):
+    for kind in ("error", "crash") if crashes else ("error",):
         files = sorted(folder.glob(f"{kind}_rank_*.txt"))
         if files:
             return files[0].read_text().splitlines()[0]

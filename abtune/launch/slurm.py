@@ -257,6 +257,8 @@ def attach(job_id: str, folder: Path) -> submitit.Job[RunOutcome]:
 # job ending shows COMPLETING (the flag wins over the state in %T) until its processes are gone.
 ENDED_STATES = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
                           "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT"})
+# Those in which SLURM killed the ranks (scancel, time limit, preemption, a lost node) rather than a rank failing.
+ENDED_BY_SCHEDULER = frozenset({"CANCELLED", "DEADLINE", "NODE_FAIL", "PREEMPTED", "TIMEOUT"})
 
 
 # Each call costs slurmctld two RPCs: the jobs (one: REQUEST_JOB_INFO_SINGLE, several: REQUEST_JOB_INFO)
@@ -370,7 +372,7 @@ def _ended(job: submitit.Job[Any], run_dir: Path) -> RunOutcome | None:
         current = state(job)
         if not job.watcher.is_done(job.job_id, mode="cache"):  # slurmdbd has not recorded the end yet
             return None
-    cause = recorded_failure(run_dir)
+    cause = recorded_failure(run_dir, crashes=current not in ENDED_BY_SCHEDULER)
     return RunOutcome(False, f"SLURM job {job.job_id} {current}" + (f": {cause}" if cause else ""), 1)
 
 
