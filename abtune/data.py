@@ -17,6 +17,9 @@ Determinism contract (what makes a resumed run see the same batches as an uninte
 
 from __future__ import annotations
 
+import gzip
+import importlib.util
+import math
 import pickle
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,8 +29,6 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from torchvision import datasets, transforms
 from torchvision.datasets.utils import check_integrity
@@ -44,6 +45,7 @@ UINT64_MASK = 2**64 - 1
 UINT32_MODULUS = 2**32  # scikit-learn's random_state range
 
 DIGITS_SIZE = 8
+DIGITS_CLASSES = 10
 DIGITS_MAX_VALUE = 16.0  # load_digits pixels are counts 0..16
 DIGITS_MAX_SHIFT = 1  # augmentation: random shift, in pixels of the original 8x8 image
 
@@ -136,31 +138,78 @@ class DigitsDataset(Dataset):
 
 
 def _digits(cfg: DataConfig, seed: int) -> tuple[Dataset, Dataset, DatasetInfo]:
-    digits = load_digits()
+    pixels, targets = load_digits()
     size = cfg.image_size or DIGITS_SIZE
-    images = torch.from_numpy(digits.images).float().unsqueeze(1) / DIGITS_MAX_VALUE
+    images = torch.from_numpy(pixels).float().unsqueeze(1) / DIGITS_MAX_VALUE
     if size != DIGITS_SIZE:
         images = TF.resize(images, [size, size], interpolation=InterpolationMode.BILINEAR, antialias=True)
-    train_rows, val_rows = train_test_split(
-        np.arange(len(images)),
-        test_size=cfg.val_fraction,
-        random_state=seed % UINT32_MODULUS,
-        stratify=digits.target,
-    )
+    train_rows, val_rows = stratified_split(targets, cfg.val_fraction, seed % UINT32_MODULUS)
     mean, std = images[train_rows].mean().item(), images[train_rows].std().item()
     finish = transforms.Compose([transforms.Normalize([mean], [std]), _RepeatChannels(RGB_CHANNELS)])
 
     def split(rows: np.ndarray, transform: Transform | None) -> DigitsDataset:
-        labels = [int(label) for label in digits.target[rows]]
+        labels = [int(label) for label in targets[rows]]
         return DigitsDataset(images[rows], labels, rows.tolist(), transform)
 
     val = split(val_rows, finish)
     if not cfg.augment:
-        return split(train_rows, finish), val, _info(cfg, len(digits.target_names), size)
+        return split(train_rows, finish), val, _info(cfg, DIGITS_CLASSES, size)
     padding = max(1, DIGITS_MAX_SHIFT * size // DIGITS_SIZE)
     shift = transforms.RandomCrop(size, padding=padding)  # zero padding = background (before normalizing)
     train = AugmentedDataset(split(train_rows, None), transforms.Compose([shift, finish]), seed)
-    return train, val, _info(cfg, len(digits.target_names), size)
+    return train, val, _info(cfg, DIGITS_CLASSES, size)
+
+
+def load_digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits, (images N x 8 x 8 float64, labels N int), as `sklearn.datasets.load_digits`
+    returns them, read from the file scikit-learn ships without importing it: its import (SciPy
+    included) is 1.4 s of CPU, a quarter of a rank's start-up."""
+    spec = importlib.util.find_spec("sklearn")  # locates the package; runs none of it
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("the digits data set ships with scikit-learn, which is not installed: pip install scikit-learn")
+    path = Path(next(iter(spec.submodule_search_locations)), "datasets", "data", "digits.csv.gz")
+    with gzip.open(path, mode="rt", encoding="utf-8") as rows:
+        data = np.loadtxt(rows, delimiter=",")
+    return data[:, :-1].reshape(-1, DIGITS_SIZE, DIGITS_SIZE), data[:, -1].astype(int)
+
+
+def stratified_split(labels: np.ndarray, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train rows, validation rows), each class in proportion: the rows and their order are exactly
+    scikit-learn's `train_test_split(rows, test_size=val_fraction, random_state=seed, stratify=labels)`
+    (its StratifiedShuffleSplit, 1.3 to 1.9), so a seed keeps the split it had when abtune called it."""
+    rng = np.random.RandomState(seed)
+    n_val = math.ceil(val_fraction * len(labels))
+    classes, class_of_row, class_counts = np.unique(labels, return_inverse=True, return_counts=True)
+    if class_counts.min() < 2 or min(len(labels) - n_val, n_val) < len(classes):
+        raise ConfigError(f"data.val_fraction={val_fraction} leaves a split without every class: use a value "
+                          "nearer 0.5")
+    rows_of_class = np.split(np.argsort(class_of_row, kind="stable"), np.cumsum(class_counts)[:-1])
+    n_train_of_class = _apportion(class_counts, len(labels) - n_val, rng)
+    n_val_of_class = _apportion(class_counts - n_train_of_class, n_val, rng)
+    train: list[int] = []
+    val: list[int] = []
+    for rows, n_train, n_val_here in zip(rows_of_class, n_train_of_class, n_val_of_class, strict=True):
+        shuffled = rows.take(rng.permutation(len(rows)), mode="clip")
+        train.extend(shuffled[:n_train])
+        val.extend(shuffled[n_train:n_train + n_val_here])
+    return rng.permutation(train), rng.permutation(val)
+
+
+def _apportion(counts: np.ndarray, draws: int, rng: np.random.RandomState) -> np.ndarray:
+    """Draws per class in proportion to `counts`, summing to `draws`: the floors, then one more to the
+    largest remainders, ties broken at random (scikit-learn's `_approximate_mode`)."""
+    share = counts / counts.sum() * draws
+    given = np.floor(share)
+    missing = int(draws - given.sum())
+    remainder = share - given
+    for value in np.sort(np.unique(remainder))[::-1]:
+        if missing <= 0:
+            break
+        (tied,) = np.where(remainder == value)
+        chosen = rng.choice(tied, size=min(len(tied), missing), replace=False)
+        given[chosen] += 1
+        missing -= len(chosen)
+    return given.astype(int)
 
 
 class _RepeatChannels:
