@@ -140,9 +140,11 @@ def wait_until_training(launcher: subprocess.Popen[str], run_dir: Path) -> list[
 
 
 def rank_pids(namespace: str) -> list[int]:
-    """The ranks in a node's namespace (beside them: the fabric's process that reads the node's counters)."""
+    """The ranks in a node's namespace (beside them: the fabric's process that holds it open). A cold rank
+    runs abtune.training.worker; a warm one is a fork of the warm server, and shows the server's command."""
     out = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout
-    return [int(pid) for pid in out.split() if b"abtune.training.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    commands = (b"abtune.training.worker", b"abtune.launch.warm")
+    return [int(pid) for pid in out.split() if any(c in Path(f"/proc/{pid}/cmdline").read_bytes() for c in commands)]
 
 
 def running(pid: int) -> bool:

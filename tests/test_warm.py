@@ -15,7 +15,8 @@ import pytest
 
 from abtune.config import load_run_config
 from abtune.errors import TrainingFailed
-from abtune.launch import local, warm
+from abtune.launch import fabric, local, warm
+from abtune.launch.profiles import FabricProfile
 from abtune.rundir import prepare_run_dir
 from abtune.runfiles import read_summary
 from tests.conftest import write_config
@@ -32,8 +33,8 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], warm.WarmR
     ranks: list[tuple[list[str], warm.WarmRank]] = []
     spawn = warm.spawn
 
-    def recording(args: list[str], env: dict[str, str]) -> warm.WarmRank | None:
-        rank = spawn(args, env)
+    def recording(args: list[str], env: dict[str, str], namespace: str | None = None) -> warm.WarmRank | None:
+        rank = spawn(args, env, namespace)
         if rank is not None:
             ranks.append((args, rank))
         return rank
@@ -137,6 +138,33 @@ def test_a_killed_rank_fails_only_its_run(tmp_path: Path, started: list[tuple[li
     after = run(tmp_path, "after", seed=6)
     assert (after / "summary.json").exists()
     assert sum(args[0] == str(after) for args, _ in started) == NPROC  # still warm
+
+
+@pytest.mark.slow  # trains: left out of the fast subset
+def test_ranks_of_an_emulated_node_start_warm_inside_its_namespace(
+        tmp_path: Path, own_server: Path, started: list[tuple[list[str], warm.WarmRank]],
+        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    """Each warm rank moves itself into its node's namespace as `ip netns exec` would (network, /sys and
+    /etc/hosts): its bytes cross the emulated link, and its summary is the cold rank's, value for value."""
+    if fabric.missing_requirements():
+        pytest.skip(f"the emulated interconnect needs {fabric.missing_requirements()}")
+    config = load_run_config(write_config(tmp_path / "run.yaml", method=AB, seed=4))
+    summaries = []
+    for mode in ("cold", "warm"):
+        with monkeypatch.context() as setting:
+            setting.setenv(warm.WARM_VARIABLE, "0" if mode == "cold" else "1")
+            run_dir = prepare_run_dir(config, tmp_path / mode, False)
+            local.launch(run_dir, NPROC, 1, fabric=FabricProfile())
+        summaries.append(read_summary(run_dir).raw)
+    assert [args[0] for args, _ in started] == [str(tmp_path / "warm")] * NPROC
+    cold, hot = summaries
+    for summary in summaries:  # every byte between the ranks crossed the node's link
+        measured = summary["traffic"]["measured_inter_node_bytes"]
+        assert measured["payload"] > 0 and min(measured["by_node_tx"]) > 0
+    assert _without_times(hot["traffic"]["inter_node_bytes"]) == _without_times(cold["traffic"]["inter_node_bytes"])
+    assert hot["final"] == cold["final"]
+    # each peer has a name inside the node's /etc/hosts: torch's store warns of no connection it accepts
+    assert "hostname of the client socket cannot be retrieved" not in capfd.readouterr().err
 
 
 def test_a_python_path_with_another_abtune_starts_cold(tmp_path: Path, own_server: Path,

@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from abtune.errors import ConfigError
+from abtune.launch import netns
+from abtune.launch.netns import ETC_NETNS, NETNS_DIR
 from abtune.launch.pids import process_alive
 from abtune.launch.profiles import FabricFault, FabricProfile, parse_rate_bits
 from abtune.runfiles import METRICS_FILE
@@ -55,14 +57,12 @@ NODE_LINK = "fab"  # the node's end of its link, in the node's namespace
 BRIDGE = "br0"
 SUBNET = "10.213.0"  # exists only inside the run's namespaces
 PREFIX_LEN = 24
-NETNS_DIR = Path("/run/netns")
 TBF_LATENCY_MS = 50  # longest a packet may wait in the shaper's queue before tbf drops it
 TBF_MIN_BURST_BYTES = 8 * 1024  # a few full-size frames (tbf cuts larger GSO packets into frames)
 TBF_BURST_SECONDS = 0.001  # burst = 1 ms at the configured rate, when that is more
 REMOVE_ATTEMPTS = 20
 REMOVE_PAUSE_S = 0.05
 HEADER_BYTES = 14 + 20 + 32  # per packet: Ethernet, IPv4, TCP with the timestamps option (Linux's default)
-ETC_NETNS = Path("/etc/netns")  # `ip netns exec NS` shows /etc/netns/NS/hosts as /etc/hosts
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,7 @@ class Fabric:
 
     def node_prefix(self, node: int) -> list[str]:
         """The command prefix that starts a process inside `node`'s namespace."""
-        return ["ip", "netns", "exec", self.node_namespace(node)]
+        return netns.exec_prefix(self.node_namespace(node))
 
     def node_environment(self, node: int) -> dict[str, str]:
         """What a rank of `node` needs: the rendezvous on node 0's address, gloo on the node's link."""
@@ -321,8 +321,9 @@ class Fabric:
 class NodeNetwork:
     """How the ranks of each simulated node reach the others: here the loopback, nothing to set up."""
 
-    def prefix(self, node: int) -> list[str]:
-        return []
+    def namespace(self, node: int) -> str | None:
+        """The network namespace the node's ranks run in; None: this one."""
+        return None
 
     def environment(self, node: int) -> dict[str, str]:
         return {"MASTER_ADDR": "127.0.0.1"}
@@ -375,8 +376,8 @@ class EmulatedNetwork(NodeNetwork):
         tx = self.fabric.link_counters(node).tx_bytes
         return (before + time.monotonic()) / 2, tx
 
-    def prefix(self, node: int) -> list[str]:
-        return self.fabric.node_prefix(node)
+    def namespace(self, node: int) -> str | None:
+        return self.fabric.node_namespace(node)
 
     def environment(self, node: int) -> dict[str, str]:
         return self.fabric.node_environment(node)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from abtune.errors import ConfigError, TrainingFailed
-from abtune.launch import warm
+from abtune.launch import netns, warm
 from abtune.launch.fabric import NodeNetwork, node_network
 from abtune.launch.profiles import FabricProfile
 from abtune.runfiles import FAILURES_DIR
@@ -79,7 +79,7 @@ def _run_ranks(run_dir: Path, nproc: int, ranks_per_node: int, resume: bool, net
     args = [str(run_dir)] + (["--resume"] if resume else [])
     processes = [
         start_rank(args, {**rank_environment(rank, nproc, ranks_per_node, port),
-                          **network.environment(rank // ranks_per_node)}, network.prefix(rank // ranks_per_node))
+                          **network.environment(rank // ranks_per_node)}, network.namespace(rank // ranks_per_node))
         for rank in range(nproc)
     ]
     try:
@@ -94,12 +94,12 @@ def _run_ranks(run_dir: Path, nproc: int, ranks_per_node: int, resume: bool, net
         raise TrainingFailed(_failure_message(run_dir, codes))
 
 
-def start_rank(args: list[str], env: dict[str, str], prefix: list[str]) -> RankProcess:
-    """Warm when a server is there and takes it; cold otherwise, and always behind a command `prefix`
-    (`ip netns exec NS`: a fork cannot enter the mount namespace that command makes)."""
-    rank = None if prefix else warm.spawn(args, env)
+def start_rank(args: list[str], env: dict[str, str], namespace: str | None) -> RankProcess:
+    """Inside network `namespace` if given; warm when a server is there and takes it, else cold."""
+    rank = warm.spawn(args, env, namespace)
     if rank is not None:
         return rank
+    prefix = netns.exec_prefix(namespace) if namespace else []
     return subprocess.Popen([*prefix, sys.executable, "-m", warm.WORKER_MODULE, *args], env=env)
 
 

@@ -26,9 +26,9 @@ signal) and closes the connection.
 
 Refused (the launcher starts that rank cold): a different interpreter, a Python path that would import
 another copy of a module the server already holds, different thread or allocator settings that take
-effect at import, or a server that is no longer single-threaded. Ranks on an emulated interconnect
-(`ip netns exec`) always start cold: entering the namespace needs the mount namespace `ip netns exec`
-makes, which a fork cannot join.
+effect at import, or a server that is no longer single-threaded. A rank on an emulated interconnect
+names its node's network namespace; its fork moves itself in as `ip netns exec` would (launch/netns.py),
+which needs a server running as root.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
+from abtune.launch import netns
 from abtune.launch.base import exported
 from abtune.launch.pids import process_alive
 
@@ -220,8 +221,9 @@ class WarmRank:
         os.close(self.pidfd)
 
 
-def spawn(args: list[str], env: dict[str, str]) -> WarmRank | None:
-    """`python -m abtune.training.worker ARGS` with `env`, forked warm; None: start it cold."""
+def spawn(args: list[str], env: dict[str, str], namespace: str | None = None) -> WarmRank | None:
+    """`python -m abtune.training.worker ARGS` with `env`, forked warm (inside network `namespace`, if
+    given); None: start it cold."""
     path = os.environ.get(SOCKET_VARIABLE)
     if not enabled() or not path:
         return None
@@ -229,7 +231,8 @@ def spawn(args: list[str], env: dict[str, str]) -> WarmRank | None:
     if conn is None:
         return None
     request = {"args": args, "env": env, "cwd": os.getcwd(), "executable": os.path.realpath(sys.executable),
-               "path": _path_prefix(env), "launcher": os.getpid(), "group": os.getpgid(0)}
+               "path": _path_prefix(env), "launcher": os.getpid(), "group": os.getpgid(0),
+               "netns": namespace}
     conn.settimeout(REPLY_TIMEOUT_S)
     try:
         socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
@@ -388,6 +391,10 @@ class Server:
         for name in IMPORT_TIME_VARIABLES:
             if request["env"].get(name) != os.environ.get(name):
                 return f"{name} differs"
+        if request.get("netns"):
+            refusal = netns.can_enter(request["netns"])
+            if refusal:
+                return refusal
         return _path_mismatch(request["path"], self.prefix)
 
     def _reap(self) -> None:
@@ -416,6 +423,8 @@ class Server:
                 sock.close()
             os.close(self.owner)
             os.setpgid(0, request["group"])  # the launcher's: a Ctrl-C or killpg reaches the rank as a cold one
+            if request.get("netns"):
+                netns.enter(request["netns"])
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)
             for fd in fds:
