@@ -72,6 +72,9 @@ from abtune.tracking._base import RUN_ID_ATTR
 POLL_S = 0.5
 HEARTBEAT_S = 10.0
 CANCEL_GRACE_S = 30.0
+# The study plots and importances are rebuilt from every trial (a few seconds of CPU, growing with the
+# study): at most this often while trials end, and always when the runner stops.
+STUDY_ARTIFACTS_EVERY_S = 60.0
 INTERRUPTED = "interrupted by the user (Ctrl-C)"
 
 
@@ -118,6 +121,7 @@ class StudyRunner:
         self.started = 0
         self.stopping = False
         self._last_beat = self._last_scan = 0.0
+        self._artifacts_due = 0.0  # time.monotonic() from which trial ends rebuild the study's artifacts
         self._ended: list[tuple[Active, str]] = []  # trials whose MLflow runs are still to be closed
         self.display = RunDisplay(name, self.spec)
         self.trial_env = storage_environment(url)  # the pruning hook's storage; never in a file
@@ -149,6 +153,7 @@ class StudyRunner:
     def _update_study_artifacts(self) -> None:
         if self.parent_run is None:  # tracking off: no run to put the plots on, nothing to compute
             return
+        self._artifacts_due = time.monotonic() + STUDY_ARTIFACTS_EVERY_S
         trials = self.all_trials()
         analysis = importance.analysis(trials, list(self.spec.space), importance.shown_objectives(self.spec))
         self.tracking.update_study_artifacts(self.parent_run, self.study, analysis)
@@ -165,7 +170,7 @@ class StudyRunner:
         self._obey_stop()
         while not self.stopping and len(self.active) < self.parallel and self._may_start():
             self._start()
-        if self._close_ended_runs():
+        if self._close_ended_runs() and time.monotonic() >= self._artifacts_due:
             self._update_study_artifacts()
         self._keep_alive()
         return bool(self.active) and not self.stopping
