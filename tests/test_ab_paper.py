@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -233,7 +234,11 @@ def _rank_main(rank: int, port: int, out: str, scenario: str) -> None:
 
 
 def _run_ranks(tmp_path: Path, scenario: str) -> list[dict[str, Any]]:
-    mp.spawn(_rank_main, args=(free_port(), str(tmp_path), scenario), nprocs=NPROC, join=True)
+    # A fork server that has imported this module (so torch and abtune) once starts every test's ranks:
+    # each fresh interpreter of mp.spawn would import torch again, 4 ranks x 3 tests on 2 cores.
+    multiprocessing.set_forkserver_preload([__name__])
+    mp.start_processes(_rank_main, args=(free_port(), str(tmp_path), scenario), nprocs=NPROC, join=True,
+                       start_method="forkserver")
     return [torch.load(tmp_path / f"rank_{r}.pt", weights_only=False) for r in range(NPROC)]
 
 
