@@ -11,11 +11,15 @@ import os
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
+from optuna.study import StudyDirection
 from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
 from abtune.study import results
 from abtune.study.attrs import OVER_BUDGET_ATTR
+from abtune.study.storage import open_storage
+from abtune.tracking import open_tracking
 from tests.study_helpers import start_run, trials_of, write_study
 
 if (Path(__file__).parent / "postgres" / "fixture.py").exists():
@@ -62,3 +66,40 @@ def test_four_workers_on_postgresql_lose_no_trial(tmp_path: Path, postgres_study
     assert BUDGET <= results.finished_count(trials) == len(ran) <= BUDGET + WORKERS - 1
     owners = {t.system_attrs["abtune:worker"]["pid"] for t in ran}  # a skipped trial never had an owner
     assert len(owners) > 1  # the workers shared the study
+
+
+@pytest.fixture
+def fresh_database_url(request: pytest.FixtureRequest) -> str:
+    """A database of its own (tests/postgres's per-test one): connections to it are this test's alone."""
+    try:
+        return str(request.getfixturevalue("postgres_db_url"))
+    except pytest.FixtureLookupError:
+        pytest.skip("no PostgreSQL: needs the tests/postgres fixture")
+
+
+def held_connections(url: str) -> int:
+    """Connections to the database of `url`, other than the one asking (PostgreSQL's own view)."""
+    admin = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    with admin.connect() as conn:
+        return int(conn.execute(sa.text("SELECT count(*) FROM pg_stat_activity "
+                                        "WHERE datname = current_database() AND pid <> pg_backend_pid()")).scalar_one())
+
+
+# 16 workers and their trials' ranks held about 3.5 connections a process and exhausted a 60-connection
+# server (BENCHMARKS, issue 25): each store keeps one idle connection per process, not its pool's start-up two.
+def test_a_study_storage_keeps_one_connection_per_process(fresh_database_url: str) -> None:
+    storage = open_storage(fresh_database_url, create=True)
+    study_id = storage.create_new_study([StudyDirection.MAXIMIZE], f"conn-{os.getpid()}")
+    trial_id = storage.create_new_trial(study_id)
+    storage.set_trial_state_values(trial_id, TrialState.COMPLETE, [1.0])
+    assert len(storage.get_all_trials(study_id)) == 1
+    assert held_connections(fresh_database_url) == 1
+
+
+def test_an_mlflow_sql_store_keeps_one_connection_per_process(fresh_database_url: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_SQLALCHEMYSTORE_POOL_SIZE", raising=False)  # set by the tracking, restored after
+    tracking = open_tracking(fresh_database_url)
+    run_id = tracking.client.create_run(tracking._experiment_id("connections")).info.run_id
+    tracking.log_metrics(run_id, {"top1": 0.5})
+    assert held_connections(fresh_database_url) == 1

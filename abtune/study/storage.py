@@ -84,7 +84,9 @@ def open_storage(url: str, create: bool = False) -> BaseStorage:
     try:
         if url.startswith(JOURNAL_PREFIX):
             return JournalStorage(JournalFileBackend(str(path)))
-        kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else {}
+        # A server's pool keeps one idle connection (SQLAlchemy keeps up to five; Optuna's start-up alone
+        # left two open): every worker and trial rank holds its own (BENCHMARKS, issue 25).
+        kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else {"pool_size": 1}
         return RDBStorage(url, engine_kwargs=kwargs)
     except Exception as error:  # SQLAlchemy, drivers and Optuna raise many kinds; all mean "cannot use it"
         raise ConfigError(f"storage {redact(url)} is unreachable: {_first_line(error)}") from None

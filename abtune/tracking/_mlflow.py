@@ -33,6 +33,10 @@ METRICS_PER_BATCH = 1000
 # An orchestrator may wait a little for a flaky server, not MLflow's default of minutes.
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+# A SQL store's pool keeps one idle connection, not SQLAlchemy's five: every study worker and trial rank
+# holds its own, and MLflow's start-up alone left two open (the schema check), a quarter of a shared
+# PostgreSQL's connections at 16 workers (BENCHMARKS, issue 25). Concurrent users still get overflow ones.
+SQL_POOL_DEFAULTS = {"MLFLOW_SQLALCHEMYSTORE_POOL_SIZE": "1"}
 
 
 class TrackingUnavailable(AbtuneError):
@@ -60,7 +64,7 @@ class MlflowTracking(Tracking):
     def __init__(self, uri: str) -> None:
         import os
 
-        for name, value in HTTP_DEFAULTS.items():
+        for name, value in {**HTTP_DEFAULTS, **SQL_POOL_DEFAULTS}.items():
             os.environ.setdefault(name, value)
         self.uri = export_tracking_uri(uri)  # the ranks inherit it (and any credentials) from here
         from mlflow import MlflowClient
