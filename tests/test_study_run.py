@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import signal
+import time
 from pathlib import Path
 
 import pytest
+from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from abtune.runfiles import read_summary
 from abtune.study import results
+from abtune.study.attrs import ARTIFACTS_AT_ATTR
 from abtune.study.definition import DDP, PAPER_DEFAULTS
-from abtune.study.runner import INTERRUPTED
+from abtune.study.runner import INTERRUPTED, claim_study_artifacts
+from abtune.study.storage import open_storage
 from tests.conftest import run_cli, wait_for
 from tests.study_helpers import TINY_BASE, running, signal_group, start_run, trials_of, write_study
 
@@ -163,3 +168,16 @@ def test_interrupt_kill_and_resume_complete_the_budget(tmp_path: Path) -> None:
         assert f"{trial.user_attrs['inter_node_bytes'] / 1e6:.2f}" in best
     status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert "budget 2/2 finished" in status and "re-enqueued" in status
+
+
+def test_the_workers_of_a_study_rebuild_its_plots_once_a_minute_between_them(tmp_path: Path) -> None:
+    storage = open_storage(f"sqlite:///{tmp_path / 'optuna.db'}", create=True)
+    study_id = storage.create_new_study([StudyDirection.MAXIMIZE], "shared")
+    claim = functools.partial(claim_study_artifacts, storage, study_id, every_s=3600)
+    assert claim()  # the first worker whose trial ends
+    assert not claim()  # every other worker within the interval: already done for the study
+    assert not claim(ended_at=time.time() - 60)  # a worker ending whose last trial the rebuild saw
+    assert claim(ended_at=time.time() + 1)  # one whose last trial ended after it
+    assert claim(every_s=0)  # once the interval has passed
+    stamp = storage.get_study_system_attrs(study_id)[ARTIFACTS_AT_ATTR]
+    assert stamp == pytest.approx(time.time(), abs=60)

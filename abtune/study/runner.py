@@ -45,6 +45,7 @@ from abtune.runfiles import CONFIG_FILE
 from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import importance, reattach, repeats, results, retries, stop, workers
 from abtune.study.attrs import (
+    ARTIFACTS_AT_ATTR,
     FAIL_REASON_ATTR,
     LAUNCHER_ATTR,
     OVER_BUDGET_ATTR,
@@ -74,7 +75,26 @@ HEARTBEAT_S = 10.0
 CANCEL_GRACE_S = 30.0
 # The study plots and importances are rebuilt from every trial (a few seconds of CPU, growing with the
 # study): at most this often while trials end, and always when the runner stops.
-STUDY_ARTIFACTS_EVERY_S = 60.0
+STUDY_ARTIFACTS_EVERY_S = 60.0  # per study, whatever its number of workers
+
+
+def claim_study_artifacts(storage: BaseStorage, study_id: int, ended_at: float | None = None,
+                          every_s: float = STUDY_ARTIFACTS_EVERY_S) -> bool:
+    """Whether this runner should rebuild the study's plots and importances now; if so, the study records it.
+
+    Their cost grows with the trials (a 1000-trial study's evaluation curves draw 1000 lines), and every
+    worker of a study used to rebuild them once a minute: at 16 workers and ~900 trials the workers spent
+    their time drawing (BENCHMARKS, issue 25). One rebuild per `every_s` for the whole study, and at a
+    runner's end (`ended_at`: when its last trial ended) only if nobody rebuilt them since. Two workers
+    that claim at once both rebuild: harmless, the same plots."""
+    last = float(storage.get_study_system_attrs(study_id).get(ARTIFACTS_AT_ATTR, 0.0))
+    now = time.time()
+    if ended_at is None and now - last < every_s:
+        return False
+    if ended_at is not None and last > 0 and last >= ended_at:
+        return False
+    storage.set_study_system_attr(study_id, ARTIFACTS_AT_ATTR, now)
+    return True
 INTERRUPTED = "interrupted by the user (Ctrl-C)"
 
 
@@ -122,6 +142,7 @@ class StudyRunner:
         self.stopping = False
         self._last_beat = self._last_scan = 0.0
         self._artifacts_due = 0.0  # time.monotonic() from which trial ends rebuild the study's artifacts
+        self._ended_at = 0.0  # time.time() when a trial of this runner last ended (its MLflow run closed)
         self._ended: list[tuple[Active, str]] = []  # trials whose MLflow runs are still to be closed
         self.display = RunDisplay(name, self.spec)
         self.trial_env = storage_environment(url)  # the pruning hook's storage; never in a file
@@ -143,17 +164,20 @@ class StudyRunner:
                     self._cancel_all()
         finally:
             signal.signal(signal.SIGINT, previous)
-            self._close_ended_runs()
-            self._update_study_artifacts()
+            if self._close_ended_runs():
+                self._ended_at = time.time()
+            self._update_study_artifacts(final=True)
             self.tracking.finish_run(self.parent_run, None, "KILLED" if self.stopping else "FINISHED")
         if self.error is not None:
             raise self.error
         return not self.stopping
 
-    def _update_study_artifacts(self) -> None:
+    def _update_study_artifacts(self, final: bool = False) -> None:
         if self.parent_run is None:  # tracking off: no run to put the plots on, nothing to compute
             return
         self._artifacts_due = time.monotonic() + STUDY_ARTIFACTS_EVERY_S
+        if not claim_study_artifacts(self.study._storage, self.study._study_id, ended_at=self._ended_at if final else None):
+            return
         trials = self.all_trials()
         analysis = importance.analysis(trials, list(self.spec.space), importance.shown_objectives(self.spec))
         self.tracking.update_study_artifacts(self.parent_run, self.study, analysis)
@@ -170,8 +194,10 @@ class StudyRunner:
         self._obey_stop()
         while not self.stopping and len(self.active) < self.parallel and self._may_start():
             self._start()
-        if self._close_ended_runs() and time.monotonic() >= self._artifacts_due:
-            self._update_study_artifacts()
+        if self._close_ended_runs():
+            self._ended_at = time.time()
+            if time.monotonic() >= self._artifacts_due:
+                self._update_study_artifacts()
         self._keep_alive()
         return bool(self.active) and not self.stopping
 
