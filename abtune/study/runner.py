@@ -73,9 +73,10 @@ from abtune.tracking._base import RUN_ID_ATTR
 POLL_S = 0.5
 HEARTBEAT_S = 10.0
 CANCEL_GRACE_S = 30.0
-# The study plots and importances are rebuilt from every trial (a few seconds of CPU, growing with the
-# study): at most this often while trials end, and always when the runner stops.
-STUDY_ARTIFACTS_EVERY_S = 60.0  # per study, whatever its number of workers
+# The study plots and importances are rebuilt from every trial (seconds of CPU, growing with the study):
+# at most this often for the whole study while trials end (claim_study_artifacts).
+STUDY_ARTIFACTS_EVERY_S = 60.0
+INTERRUPTED = "interrupted by the user (Ctrl-C)"
 
 
 def claim_study_artifacts(storage: BaseStorage, study_id: int, ended_at: float | None = None,
@@ -95,7 +96,6 @@ def claim_study_artifacts(storage: BaseStorage, study_id: int, ended_at: float |
         return False
     storage.set_study_system_attr(study_id, ARTIFACTS_AT_ATTR, now)
     return True
-INTERRUPTED = "interrupted by the user (Ctrl-C)"
 
 
 @dataclass
@@ -164,8 +164,7 @@ class StudyRunner:
                     self._cancel_all()
         finally:
             signal.signal(signal.SIGINT, previous)
-            if self._close_ended_runs():
-                self._ended_at = time.time()
+            self._close_ended_runs()
             self._update_study_artifacts(final=True)
             self.tracking.finish_run(self.parent_run, None, "KILLED" if self.stopping else "FINISHED")
         if self.error is not None:
@@ -176,7 +175,7 @@ class StudyRunner:
         if self.parent_run is None:  # tracking off: no run to put the plots on, nothing to compute
             return
         self._artifacts_due = time.monotonic() + STUDY_ARTIFACTS_EVERY_S
-        if not claim_study_artifacts(self.study._storage, self.study._study_id, ended_at=self._ended_at if final else None):
+        if not claim_study_artifacts(self.storage, self.study_id, ended_at=self._ended_at if final else None):
             return
         trials = self.all_trials()
         analysis = importance.analysis(trials, list(self.spec.space), importance.shown_objectives(self.spec))
@@ -194,10 +193,8 @@ class StudyRunner:
         self._obey_stop()
         while not self.stopping and len(self.active) < self.parallel and self._may_start():
             self._start()
-        if self._close_ended_runs():
-            self._ended_at = time.time()
-            if time.monotonic() >= self._artifacts_due:
-                self._update_study_artifacts()
+        if self._close_ended_runs() and time.monotonic() >= self._artifacts_due:
+            self._update_study_artifacts()
         self._keep_alive()
         return bool(self.active) and not self.stopping
 
@@ -444,6 +441,8 @@ class StudyRunner:
                 active.run.finish(status)
             else:  # it failed before its run folder was prepared
                 self.tracking.finish_run(active.mlflow_run_id, None, status)
+        if ended:
+            self._ended_at = time.time()
         return bool(ended)
 
 
