@@ -22,9 +22,9 @@ PROFILE` (one trial = one SLURM job of 1 node x 1 task) with the python and PYTH
 - command invocations from the shims' log, per trial job and per worker-minute (worker jobs' elapsed time
   from one `sacct` at the end, after the RPC counters were read);
 - storage latency: a probe process every `--probe-every` s does ask + suggest + tell of a throw-away trial
-  on study `probe` in the same database (RandomSampler: the storage's time), reads the real study's trials
-  as a sampler does (`get_all_trials`), and records the real study's finished trials and PostgreSQL's
-  client connections at that moment;
+  on study `probe` in the same database (RandomSampler: the storage's time) and records the real study's
+  finished trials and PostgreSQL's client connections at that moment; it reads the real study's trials as
+  a sampler does (`get_all_trials`) at most a tenth of its time (READ_SHARE);
 - CPU seconds: the profile's `python:` is a wrapper logging each worker's and trial job's CPU (bash `times`:
   the process and the children it waited for, sbatch/squeue/sacct included); daemons' from /proc;
 - `abtune study status`, `study best`, `study export --format json` wall time at the end;
@@ -71,6 +71,9 @@ PROBE_STUDY = "probe"
 SHIMMED = ("squeue", "sacct", "sbatch", "scancel", "sinfo", "scontrol")
 SLURM_BIN = "/usr/bin"
 FINISHED_STATES = ("COMPLETE", "PRUNED", "FAIL")
+READ_SHARE = 0.1  # the probe's full read of the real study: at most this share of the probe's time
+TRIAL_STATES = sa.text("SELECT t.state, count(*) FROM trials t JOIN studies s ON s.study_id = t.study_id "
+                       "WHERE s.study_name = :name GROUP BY t.state")
 
 
 # --- parts: cluster, database, shims ---------------------------------------------------------
@@ -293,39 +296,48 @@ def jobs_since(env: dict[str, str], start: str) -> list[dict[str, str]]:
 
 # --- the storage probe -------------------------------------------------------------------------
 def probe(url: str, every_s: float, out: Path, stop: Any) -> None:
-    """Until `stop` is set: ask + suggest + tell on the probe study, and a full read of the real one."""
+    """Until `stop` is set: ask + suggest + tell on the probe study every `every_s`, and a full read of the
+    real one at most READ_SHARE of the time (at 1000 trials one read takes seconds: every 3 s, the probe
+    itself would load the machine it measures)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.RDBStorage(url)
     study = optuna.create_study(study_name=PROBE_STUDY, storage=storage, load_if_exists=True,
                                 sampler=optuna.samplers.RandomSampler(seed=0))
+    next_read = 0.0
     with out.open("a") as fh:
         while not stop.wait(every_s):
+            read = time.monotonic() >= next_read
             try:
-                sample = probe_once(storage, study)
+                sample = probe_once(storage, study, read)
             except Exception as error:  # a refused connection is a finding, not the end of the probe
                 sample = {"t": time.time(), "error": str(error).splitlines()[0][:300]}
+            if "read_real_ms" in sample:
+                next_read = time.monotonic() + sample["read_real_ms"] / 1000 / READ_SHARE
             fh.write(json.dumps(sample) + "\n")
             fh.flush()
 
 
-def probe_once(storage: Any, study: Any) -> dict[str, float]:
+def probe_once(storage: Any, study: Any, read: bool) -> dict[str, float]:
     t0 = time.perf_counter()
     trial = study.ask()
     trial.suggest_float("x", 0.0, 1.0)
     t1 = time.perf_counter()
     study.tell(trial, 0.0)
     t2 = time.perf_counter()
-    try:
-        trials = storage.get_all_trials(storage.get_study_id_from_name(STUDY), deepcopy=False)
-    except KeyError:
-        trials = []
-    t3 = time.perf_counter()
-    finished = sum(t.state.name in FINISHED_STATES for t in trials)
-    return {"t": time.time(), "ask_ms": 1000 * (t1 - t0), "tell_ms": 1000 * (t2 - t1),
-            "read_real_ms": 1000 * (t3 - t2), "real_trials": len(trials), "real_finished": finished,
-            "pg_connections": pg_connections(storage)}
+    sample = {"t": time.time(), "ask_ms": 1000 * (t1 - t0), "tell_ms": 1000 * (t2 - t1),
+              "pg_connections": pg_connections(storage)}
+    with storage.engine.connect() as conn:
+        counts = dict(conn.execute(TRIAL_STATES, {"name": STUDY}).all())
+    sample["real_trials"] = sum(counts.values())
+    sample["real_finished"] = sum(n for state, n in counts.items() if str(state) in FINISHED_STATES)
+    if read:
+        t3 = time.perf_counter()
+        with contextlib.suppress(KeyError):
+            storage.get_all_trials(storage.get_study_id_from_name(STUDY), deepcopy=False)
+        sample["read_real_ms"] = 1000 * (time.perf_counter() - t3)
+    return sample
 
 
 def pg_connections(storage: Any) -> int:
@@ -351,10 +363,10 @@ def probe_summary(path: Path) -> dict[str, Any]:
             bucket = str(min(9, 10 * r["real_finished"] // top))
             by_tenth.setdefault(bucket, []).append(r)
     return {"ask_ms": percentiles([r["ask_ms"] for r in rows]), "tell_ms": percentiles([r["tell_ms"] for r in rows]),
-            "read_real_ms": percentiles([r["read_real_ms"] for r in rows]),
+            "read_real_ms": percentiles([r["read_real_ms"] for r in rows if "read_real_ms" in r]),
             "by_finished": {k: {"finished": max(r["real_finished"] for r in v),
                                 "ask_ms": percentiles([r["ask_ms"] for r in v]),
-                                "read_real_ms": percentiles([r["read_real_ms"] for r in v])}
+                                "read_real_ms": percentiles([r["read_real_ms"] for r in v if "read_real_ms" in r])}
                             for k, v in sorted(by_tenth.items(), key=lambda kv: int(kv[0]))},
             "pg_connections_max": max((r["pg_connections"] for r in rows), default=None),
             "errors": [r for r in samples if "error" in r], "samples": rows}
@@ -363,10 +375,8 @@ def probe_summary(path: Path) -> dict[str, Any]:
 # --- waiting for the workers -------------------------------------------------------------------
 def trial_states(url: str) -> Counter[str]:
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-    query = sa.text("SELECT t.state, count(*) FROM trials t JOIN studies s ON s.study_id = t.study_id "
-                    "WHERE s.study_name = :name GROUP BY t.state")
     with engine.connect() as conn:
-        return Counter({str(state): n for state, n in conn.execute(query, {"name": STUDY})})
+        return Counter({str(state): n for state, n in conn.execute(TRIAL_STATES, {"name": STUDY})})
 
 
 def wait_for_workers(folder: Path, workers: int, url: str, deadline: float, stop_file: Path) -> bool:
