@@ -25,6 +25,9 @@ PROFILE` (one trial = one SLURM job of 1 node x 1 task) with the python and PYTH
   on study `probe` in the same database (RandomSampler: the storage's time) and records the real study's
   finished trials and PostgreSQL's client connections at that moment; it reads the real study's trials as
   a sampler does (`get_all_trials`) at most a tenth of its time (READ_SHARE);
+- the stores' work as PostgreSQL counts it (pg_stat_database before the launch and after the workers):
+  transactions, milliseconds executing statements, rows read and written, per trial job, for the
+  Optuna database (the probe's study included) and MLflow's;
 - CPU seconds: the profile's `python:` is a wrapper logging each worker's and trial job's CPU (bash `times`:
   the process and the children it waited for, sbatch/squeue/sacct included); daemons' from /proc;
 - `abtune study status`, `study best`, `study export --format json` wall time at the end;
@@ -72,6 +75,7 @@ SHIMMED = ("squeue", "sacct", "sbatch", "scancel", "sinfo", "scontrol")
 SLURM_BIN = "/usr/bin"
 FINISHED_STATES = ("COMPLETE", "PRUNED", "FAIL")
 READ_SHARE = 0.1  # the probe's full read of the real study: at most this share of the probe's time
+PG_STATS_FLUSH_S = 12  # PostgreSQL 15 flushes an idle session's statistics within 10 s
 TRIAL_STATES = sa.text("SELECT t.state, count(*) FROM trials t JOIN studies s ON s.study_id = t.study_id "
                        "WHERE s.study_name = :name GROUP BY t.state")
 
@@ -340,6 +344,26 @@ def probe_once(storage: Any, study: Any, read: bool) -> dict[str, float]:
     return sample
 
 
+DATABASE_STATS = sa.text(
+    "SELECT datname, xact_commit + xact_rollback, active_time, tup_returned + tup_fetched, "
+    "tup_inserted + tup_updated + tup_deleted FROM pg_stat_database WHERE datname IN ('abtune', 'mlflow')")
+
+
+def database_stats(url: str) -> dict[str, dict[str, float]]:
+    """Per database (`abtune`: the Optuna storage and the probe's study; `mlflow`: the MLflow store), as
+    PostgreSQL counts it: transactions, milliseconds spent executing statements, rows read and written."""
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    with engine.connect() as conn:
+        rows = conn.execute(DATABASE_STATS).all()
+    keys = ("transactions", "active_ms", "rows_read", "rows_written")
+    return {str(name): dict(zip(keys, map(float, values), strict=True)) for name, *values in rows}
+
+
+def database_per_trial_job(before: dict[str, Any], after: dict[str, Any], trial_jobs: int) -> dict[str, Any]:
+    return {name: {key: per(value - before.get(name, {}).get(key, 0.0), trial_jobs) for key, value in stats.items()}
+            for name, stats in after.items()}
+
+
 def pg_connections(storage: Any) -> int:
     with storage.engine.connect() as conn:
         return int(conn.execute(sa.text("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"))
@@ -542,7 +566,9 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
                                                   trial_jobs),
                                     **{name: per(after - result["daemon_cpu_before"].get(name, 0), trial_jobs)
                                        for name, after in result["daemon_cpu_after"].items()}},
-            "calls_per_worker_minute": {k: per(v, worker_min) for k, v in calls.items()}}
+            "calls_per_worker_minute": {k: per(v, worker_min) for k, v in calls.items()},
+            "database_per_trial_job": database_per_trial_job(result["database_before"], result["database_after"],
+                                                             trial_jobs)}
 
 
 def table_row(args: argparse.Namespace, result: dict[str, Any]) -> str:
@@ -597,6 +623,7 @@ def run_row(args: argparse.Namespace, row: Path, parts: dict[str, Any]) -> dict[
     slurm_env = cluster_env(args, state)
     dbd_before = reset_counters(slurm_env)
     result["daemon_cpu_before"] = daemon_cpu(row)
+    result["database_before"] = database_stats(storage_url)
     sacct_start = time.strftime("%Y-%m-%dT%H:%M:%S")
     parts["probe"].start()
     started = time.monotonic()
@@ -611,6 +638,8 @@ def run_row(args: argparse.Namespace, row: Path, parts: dict[str, Any]) -> dict[
     parts["probe"].join(timeout=60)
     calls_lines = len(shims_log.read_text().splitlines()) if shims_log.exists() else 0
     result["daemon_cpu_after"] = daemon_cpu(row)
+    time.sleep(PG_STATS_FLUSH_S)
+    result["database_after"] = database_stats(storage_url)
     result["live_worker_cpu_s"] = live_worker_cpu(work / "runs" / "studies" / STUDY / "workers")
     result["counters"] = read_counters(slurm_env, dbd_before)
     result["calls"] = dict(shim_counts(shims_log, calls_lines))
@@ -710,6 +739,7 @@ def main() -> int:
     (row / "result.json").write_text(json.dumps(result, indent=1, default=str))
     print(f"uptime before: {result['uptime_before']}\nuptime after:  {result['uptime_after']}")
     print(f"result: {row / 'result.json'}\n{HEADER}\n{table_row(args, result)}")
+    print(f"per trial job, as PostgreSQL counts it: {json.dumps(result['summary']['database_per_trial_job'])}")
     return 0 if result["workers_finished"] else 1
 
 
