@@ -16,7 +16,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from abtune.runfiles import read_summary
 from abtune.study import results
-from abtune.study.attrs import ARTIFACTS_AT_ATTR
+from abtune.study.attrs import ARTIFACTS_AT_ATTR, ARTIFACTS_COST_ATTR
 from abtune.study.definition import DDP, PAPER_DEFAULTS
 from abtune.study.runner import INTERRUPTED, claim_study_artifacts
 from abtune.study.storage import open_storage
@@ -76,6 +76,9 @@ def test_parallel_study_with_pruning(tmp_path: Path, mlflow_db: Path) -> None:
     assert [(t.number, t.state, t.values) for t in trials_of(url)] == [(t.number, t.state, t.values) for t in trials]
     _check_exports(tmp_path, url, trials)
     _check_mlflow(tracking, trials)
+    storage = open_storage(url)
+    rebuilt = storage.get_study_system_attrs(storage.get_study_id_from_name("tiny"))
+    assert 0 < rebuilt[ARTIFACTS_COST_ATTR] < 600 and rebuilt[ARTIFACTS_AT_ATTR] <= time.time()  # what paces the next
 
 
 def _check_mlflow(tracking: str, trials: list[FrozenTrial]) -> None:
@@ -181,3 +184,20 @@ def test_the_workers_of_a_study_rebuild_its_plots_once_a_minute_between_them(tmp
     assert claim(every_s=0)  # once the interval has passed
     stamp = storage.get_study_system_attrs(study_id)[ARTIFACTS_AT_ATTR]
     assert stamp == pytest.approx(time.time(), abs=60)
+
+
+def test_a_study_whose_plots_take_long_rebuilds_them_at_most_a_tenth_of_the_time(tmp_path: Path) -> None:
+    storage = open_storage(f"sqlite:///{tmp_path / 'optuna.db'}", create=True)
+    study_id = storage.create_new_study([StudyDirection.MAXIMIZE], "big")
+
+    def rebuilt(seconds_ago: float, took_s: float) -> None:
+        storage.set_study_system_attr(study_id, ARTIFACTS_AT_ATTR, time.time() - seconds_ago)
+        storage.set_study_system_attr(study_id, ARTIFACTS_COST_ATTR, took_s)
+
+    rebuilt(seconds_ago=120, took_s=30)  # a 10,000-trial study's plots: half a minute
+    assert not claim_study_artifacts(storage, study_id, every_s=60)  # 2 minutes < 10 x 30 s
+    assert claim_study_artifacts(storage, study_id, ended_at=time.time() + 1)  # a runner's end still rebuilds
+    rebuilt(seconds_ago=301, took_s=30)
+    assert claim_study_artifacts(storage, study_id, every_s=60)
+    rebuilt(seconds_ago=61, took_s=1)  # a cheap rebuild keeps the minute
+    assert claim_study_artifacts(storage, study_id, every_s=60)

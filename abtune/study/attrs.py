@@ -31,9 +31,10 @@ SPEC_ATTR = "abtune.spec"  # the study file's definition as created
 STUDY_DIR_ATTR = "abtune.study_dir"  # where the trials' run folders live
 CONFIRMATION_ATTR = "abtune.confirmation"  # written by `abtune study confirm`, one record per trial
 ARTIFACTS_AT_ATTR = "abtune:study_artifacts_at"  # when a runner last rebuilt the study's plots (time.time())
+ARTIFACTS_COST_ATTR = "abtune:study_artifacts_cost_s"  # how long that rebuild took (wall seconds)
 
 __all__ = [
-    "ARTIFACTS_AT_ATTR", "ATTEMPT_ATTR", "CONFIRMATION_ATTR", "EVALUATIONS_ATTR", "FAIL_REASON_ATTR", "JOB_ATTRS", "LAUNCHER_ATTR", "LOCAL_JOB_ATTR", "OVER_BUDGET_ATTR", "REFERENCE_ATTR",
+    "ARTIFACTS_AT_ATTR", "ARTIFACTS_COST_ATTR", "ATTEMPT_ATTR", "CONFIRMATION_ATTR", "EVALUATIONS_ATTR", "FAIL_REASON_ATTR", "JOB_ATTRS", "LAUNCHER_ATTR", "LOCAL_JOB_ATTR", "OVER_BUDGET_ATTR", "REFERENCE_ATTR",
     "RETRIED_ATTR", "RETRY_OF_ATTR", "REUSED_SEEDS_ATTR", "RUN_DIR_ATTR", "RUN_ID_ATTR", "SEEDS_ATTR", "SEED_JOBS_ATTR",
     "SLURM_JOB_ATTR", "SPEC_ATTR", "STUDY_DIR_ATTR",
 ]

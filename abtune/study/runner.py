@@ -46,6 +46,7 @@ from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import importance, reattach, repeats, results, retries, stop, workers
 from abtune.study.attrs import (
     ARTIFACTS_AT_ATTR,
+    ARTIFACTS_COST_ATTR,
     FAIL_REASON_ATTR,
     LAUNCHER_ATTR,
     OVER_BUDGET_ATTR,
@@ -74,8 +75,10 @@ POLL_S = 0.5
 HEARTBEAT_S = 10.0
 CANCEL_GRACE_S = 30.0
 # The study plots and importances are rebuilt from every trial (seconds of CPU, growing with the study):
-# at most this often for the whole study while trials end (claim_study_artifacts).
+# at most this often for the whole study while trials end, and never more than this share of the time
+# (claim_study_artifacts).
 STUDY_ARTIFACTS_EVERY_S = 60.0
+STUDY_ARTIFACTS_SHARE = 0.1
 INTERRUPTED = "interrupted by the user (Ctrl-C)"
 
 
@@ -86,9 +89,13 @@ def claim_study_artifacts(storage: BaseStorage, study_id: int, ended_at: float |
     Their cost grows with the trials (a 1000-trial study's evaluation curves draw 1000 lines), and every
     worker of a study used to rebuild them once a minute: at 16 workers and ~900 trials the workers spent
     their time drawing (BENCHMARKS, issue 25). One rebuild per `every_s` for the whole study, and at a
-    runner's end (`ended_at`: when its last trial ended) only if nobody rebuilt them since. Two workers
-    that claim at once both rebuild: harmless, the same plots."""
-    last = float(storage.get_study_system_attrs(study_id).get(ARTIFACTS_AT_ATTR, 0.0))
+    runner's end (`ended_at`: when its last trial ended) only if nobody rebuilt them since. The interval
+    grows to keep rebuilds under STUDY_ARTIFACTS_SHARE of the time: one that took 6 s (1000 trials here)
+    waits 60 s, one that took 60 s (about 10,000) waits 10 minutes. Two workers that claim at once both
+    rebuild: harmless, the same plots."""
+    attrs = storage.get_study_system_attrs(study_id)
+    last = float(attrs.get(ARTIFACTS_AT_ATTR, 0.0))
+    every_s = max(every_s, float(attrs.get(ARTIFACTS_COST_ATTR, 0.0)) / STUDY_ARTIFACTS_SHARE)
     now = time.time()
     if ended_at is None and now - last < every_s:
         return False
@@ -177,9 +184,11 @@ class StudyRunner:
         self._artifacts_due = time.monotonic() + STUDY_ARTIFACTS_EVERY_S
         if not claim_study_artifacts(self.storage, self.study_id, ended_at=self._ended_at if final else None):
             return
+        started = time.monotonic()
         trials = self.all_trials()
         analysis = importance.analysis(trials, list(self.spec.space), importance.shown_objectives(self.spec))
         self.tracking.update_study_artifacts(self.parent_run, self.study, analysis)
+        self.storage.set_study_system_attr(self.study_id, ARTIFACTS_COST_ATTR, time.monotonic() - started)
 
     def _step(self) -> bool:
         for active in list(self.active):
