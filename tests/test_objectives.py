@@ -8,14 +8,17 @@ from pathlib import Path
 
 import optuna
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 from rich.console import Console
 
 from abtune.errors import ConfigError
-from abtune.objectives import OBJECTIVES
+from abtune.objectives import OBJECTIVES, pareto_mask
 from abtune.runfiles import read_summary
-from abtune.study.report import trial_table
+from abtune.study import results
+from abtune.study.report import FRONT_ROWS, front_table, trial_table
 from abtune.study.spec import load_study_spec
 from abtune.timing import load_cluster, predict
 from abtune.tracking.study_plots import study_points, write_study_plots
@@ -117,3 +120,42 @@ def test_a_study_of_top1_against_predicted_time_on_the_paper_s_cluster_runs_end_
         assert 0 < trial.values[1] <= summary["predicted"]["train_seconds"] or math.isinf(trial.values[1])
     best = run_cli("study", "best", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert "predicted s to target" in best
+
+
+def _front_by_every_pair(scores: list[list[float]]) -> list[bool]:
+    def beats(a: list[float], b: list[float]) -> bool:
+        return all(x >= y for x, y in zip(a, b, strict=True)) and any(x > y for x, y in zip(a, b, strict=True))
+
+    return [not any(math.isnan(x) for x in v) and not any(beats(o, v) for o in scores) for v in scores]
+
+
+@given(st.integers(1, 3).flatmap(lambda d: st.lists(
+    st.lists(st.sampled_from([0.0, 1.0, 2.0, 3.0, -math.inf, math.nan]), min_size=d, max_size=d), max_size=40)))
+@settings(max_examples=300, deadline=None)
+def test_the_pareto_front_is_what_comparing_every_pair_finds(scores: list[list[float]]) -> None:
+    # few distinct values: ties in one component and whole vectors repeated, the cases a sweep gets wrong
+    assert pareto_mask(scores) == _front_by_every_pair(scores)
+
+
+def test_a_front_of_ties_is_found_without_comparing_every_pair() -> None:
+    # 2-step trials all tie: at 1000 trials the pairwise front took most of `study best` (issue 25)
+    scores = [[0.1, -0.0]] * 20_000 + [[0.1, -1.0], [0.05, 0.0]]
+    mask = pareto_mask(scores)
+    assert mask[:20_000] == [True] * 20_000 and mask[20_000:] == [False, False]
+
+
+def test_study_best_shows_the_head_of_a_long_front_and_says_how_long_it_is(tmp_path: Path) -> None:
+    spec = load_study_spec(write_study(tmp_path / "s.yaml", base=TINY_BASE, pruner={"name": "none"}))
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for number in range(FRONT_ROWS + 5):  # every trial alike: all on the front, as 2-step trials were
+        attrs = {"top1": 0.1, "inter_node_bytes": 5e6, "compression": 1.0}
+        study.add_trial(create_trial(params={"method.warmup_frac": 0.1 + 0.001 * number}, distributions=SPACE,
+                                     values=[0.1, 5e6], user_attrs=attrs))
+    front = results.pareto_front(study.trials, ["top1", "inter_node_bytes"])
+    console = Console(width=300, record=True)
+    console.print(front_table("tiny", ["top1", "inter_node_bytes"], front, study.trials, spec))
+    text = console.export_text()
+    title = " ".join(text.split("┏")[0].split())  # rich wraps the title to the table's width
+    assert title == (f"Pareto front (top1, inter_node_bytes): {FRONT_ROWS + 5} trial(s), the {FRONT_ROWS} with the "
+                     "best top-1 shown (every trial: abtune study export tiny)"), text
+    assert text.count("0.1000") == FRONT_ROWS

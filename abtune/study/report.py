@@ -100,6 +100,8 @@ def _delta(value: float, reference: FrozenTrial | None, key: str, ratio: bool) -
 
 
 SHOWN_ALWAYS = ("top1", "inter_node_bytes", "compression")  # with their deltas against the references
+# `study best` prints this much of a front: ties make fronts of hundreds (853 of 944 2-step trials, issue 25)
+FRONT_ROWS = 20
 
 
 def trial_table(title: str, trials: Sequence[FrozenTrial], all_trials: Sequence[FrozenTrial],
@@ -137,7 +139,7 @@ def print_best(storage: BaseStorage, name: str) -> None:
     console.print(f"run it again: {rerun_command(best, spec)}")
     metrics = importance.shown_objectives(spec)
     front = results.pareto_front([t for t in results.search_trials(trials) if results.feasible(t)], metrics)
-    console.print(trial_table(f"Pareto front ({', '.join(metrics)}): {len(front)} trial(s)", front, trials, spec))
+    console.print(front_table(name, metrics, front, trials, spec))
     early = curves.describe(curves.early_vs_final(results.search_trials(trials)))
     if early:
         console.print(early)
@@ -149,6 +151,15 @@ def print_best(storage: BaseStorage, name: str) -> None:
     if refs:
         console.print(trial_table("reference trials", refs, trials, spec))
     print_importances(console, importance.analysis(trials, list(spec.space), metrics))
+
+
+def front_table(name: str, metrics: Sequence[str], front: Sequence[FrozenTrial], all_trials: Sequence[FrozenTrial],
+                spec: StudySpec) -> Table:
+    """The front's first FRONT_ROWS trials (best top-1 first); the title says how many there are."""
+    title = f"Pareto front ({', '.join(metrics)}): {len(front)} trial(s)"
+    if len(front) > FRONT_ROWS:
+        title += f", the {FRONT_ROWS} with the best top-1 shown (every trial: abtune study export {name})"
+    return trial_table(title, front[:FRONT_ROWS], all_trials, spec)
 
 
 def print_importances(console: Console, analysis: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from abtune.objectives import OBJECTIVES
+from abtune.objectives import OBJECTIVES, pareto_mask
 from abtune.runfiles import RunSummary
 from abtune.study.attrs import OVER_BUDGET_ATTR, REFERENCE_ATTR, RETRIED_ATTR, RETRY_OF_ATTR
 from abtune.study.definition import DDP, PAPER_DEFAULTS
@@ -73,16 +73,10 @@ def feasible(trial: FrozenTrial) -> bool:
 
 def pareto_front(trials: Sequence[FrozenTrial], metrics: Sequence[str]) -> list[FrozenTrial]:
     """Trials no other trial beats on every metric (directions from abtune/objectives.py), best top-1 first."""
-    def key(trial: FrozenTrial) -> list[float]:
-        return [trial.user_attrs[m] * (1 if OBJECTIVES[m].maximize else -1) for m in metrics]
-
-    scored = [(t, key(t)) for t in trials if all(m in t.user_attrs for m in metrics)]
-    front = [t for t, k in scored if not any(_dominates(other, k) for _, other in scored)]
+    scored = [t for t in trials if all(m in t.user_attrs for m in metrics)]
+    scores = [[float(t.user_attrs[m]) * (1 if OBJECTIVES[m].maximize else -1) for m in metrics] for t in scored]
+    front = [t for t, on_front in zip(scored, pareto_mask(scores), strict=True) if on_front]
     return sorted(front, key=lambda t: (-t.user_attrs["top1"], t.number))
-
-
-def _dominates(a: list[float], b: list[float]) -> bool:
-    return all(x >= y for x, y in zip(a, b, strict=True)) and any(x > y for x, y in zip(a, b, strict=True))
 
 
 def best_trial(trials: Sequence[FrozenTrial]) -> FrozenTrial | None:

@@ -18,7 +18,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from abtune.objectives import EVALUATIONS_ATTR, OBJECTIVES, Objective
+from abtune.objectives import EVALUATIONS_ATTR, OBJECTIVES, Objective, pareto_mask
 from abtune.tracking import plots
 
 REFERENCE_ATTR = "reference"
@@ -45,16 +45,11 @@ def study_points(study: optuna.Study) -> tuple[Objective, Objective, list[dict[s
     y, x = plotted_objectives(study)
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     points = [p for t in trials if (p := _trial_point(t, y, x)) is not None]
-    signs = {"y": 1.0 if y.maximize else -1.0, "x": 1.0 if x.maximize else -1.0}
-    for p in points:
-        p["front"] = not any(_dominates(q, p, signs) for q in points)
+    signs = [1.0 if objective.maximize else -1.0 for objective in (y, x)]
+    front = pareto_mask([[signs[0] * p["y"], signs[1] * p["x"]] for p in points])
+    for p, on_front in zip(points, front, strict=True):
+        p["front"] = on_front
     return y, x, points
-
-
-def _dominates(a: dict[str, Any], b: dict[str, Any], signs: dict[str, float]) -> bool:
-    better = [signs[k] * a[k] >= signs[k] * b[k] for k in signs]
-    strictly = [signs[k] * a[k] > signs[k] * b[k] for k in signs]
-    return all(better) and any(strictly)
 
 
 def study_curves(study: optuna.Study) -> tuple[Objective, Objective, list[dict[str, Any]]]:
