@@ -734,6 +734,8 @@ def main() -> int:
     try:
         result = run_row(args, row, parts)
     finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):  # a second signal must not leave daemons behind
+            signal.signal(signum, signal.SIG_IGN)
         tear_down(args, parts)
     result["uptime_after_teardown"] = uptime()
     (row / "result.json").write_text(json.dumps(result, indent=1, default=str))
