@@ -55,15 +55,6 @@ def submitted_trial(url: str) -> FrozenTrial | None:
     return next((t for t in running(url) if t.user_attrs.get(SLURM_JOB_ATTR)), None)
 
 
-def trial_in_running_job(url: str) -> FrozenTrial | None:
-    """A RUNNING trial whose SLURM job has started (its ranks are still starting up or training)."""
-    for trial in running(url):
-        job_id = trial.user_attrs.get(SLURM_JOB_ATTR)
-        if job_id and sacct_states(job_id)[-1:] == ["RUNNING"]:
-            return trial
-    return None
-
-
 def held_trial(url: str) -> FrozenTrial | None:
     """A RUNNING trial whose job holds at the gate, mid-training."""
     return next((t for t in running(url) if t.user_attrs.get(SLURM_JOB_ATTR) and paused(run_dir(t))), None)
@@ -166,12 +157,15 @@ def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, pr
 
 
 def test_cancelled_trial_job_fails_its_trial_and_the_study_goes_on(tmp_path: Path, profile: Path) -> None:
-    url = created_study(tmp_path, steps=200, trials=2, references=NO_REFERENCES)
+    url = created_study(tmp_path, steps=60, trials=2, references=NO_REFERENCES, hooks=HELD)
     runner = start_run(tmp_path, "tiny", "--launcher", str(profile), "--storage", url, "--no-tracking")
-    # not later: on an idle machine the 200 steps take a few seconds once the ranks are up
-    trial = wait_for(lambda: trial_in_running_job(url), JOB_TIMEOUT_S, "a trial's job to start")
+    # held mid-training, so the cancel cannot come after the job's end (on an idle machine it once did)
+    trial = wait_for(lambda: held_trial(url), JOB_TIMEOUT_S, "a trial's job held mid-training")
     job_id = trial.user_attrs[SLURM_JOB_ATTR]
     subprocess.run(["scancel", job_id], check=True, timeout=30)
+    second = wait_for(lambda: next((t for t in running(url) if t.number != trial.number and t.user_attrs.get(SLURM_JOB_ATTR)
+                                    and paused(run_dir(t))), None), 2 * JOB_TIMEOUT_S, "the next trial held")
+    release(run_dir(second))
     out, err = runner.communicate(timeout=2 * JOB_TIMEOUT_S)
     assert runner.returncode == 0, err
 
