@@ -92,7 +92,9 @@ class Throughput(_Strict):
         return self
 
     def peak(self, precision: str) -> float | None:
-        return self.tflops.get(precision) if isinstance(self.tflops, dict) else self.tflops  # type: ignore[call-overload]
+        if isinstance(self.tflops, dict):
+            return dict(self.tflops).get(precision)
+        return self.tflops
 
 
 class MeasuredStep(_Strict):
@@ -297,10 +299,9 @@ class StepCompute:
     source: ComputeSource
     factored: MeasuredStep | None = None  # a calibration's factored measurement, for AB's phase
 
-    def phase_seconds(self, batch: int, phase: str, params_share: float) -> float:
-        if self.factored is not None and phase == "ab":
-            return _interpolate(self.factored, params_share, batch)
-        return self.floor_s + batch * self.seconds_per_sample * phase_flops_ratio(phase)
+    def seconds(self, batch: int, flops_ratio: float = 1.0) -> float:
+        """A step of `batch` samples of a model with `flops_ratio` of the dense model's FLOPs."""
+        return self.floor_s + batch * self.seconds_per_sample * flops_ratio
 
 
 @dataclass(frozen=True)
@@ -312,9 +313,9 @@ class _Rate:
     compute: StepCompute
 
 
-def phase_flops_ratio(phase: str) -> float:
-    """A phase's compute as a share of the dense step's. AB's factored layers form A·B and run the dense
-    product (the parametrization of abtune/methods/ab/lowrank.py), measured no cheaper
+def phase_flops_ratio(summary: dict[str, Any], phase: str) -> float:
+    """A phase's FLOPs a sample as a share of the dense model's. AB's factored layers form A·B and run the
+    dense product (the parametrization of abtune/methods/ab/lowrank.py), measured no cheaper
     (benchmarks/calibrate_cluster.py): every phase at the dense model's FLOPs."""
     return 1.0
 
@@ -395,9 +396,11 @@ def _phase_compute_seconds(summary: dict[str, Any], phase: str, compute: StepCom
     if compute.source is FROM_RUN:
         measured = timing["by_phase"][phase]
         return measured["seconds"] / measured["steps"]
-    counts = summary["compression"]
-    share = counts["trained_model_params"] / counts["dense_params"] if phase == "ab" else 1.0
-    return compute.phase_seconds(timing["local_batch_size"], phase, share)
+    batch = timing["local_batch_size"]
+    if compute.factored is not None and phase == "ab":  # a calibration measured the factored model too
+        counts = summary["compression"]
+        return _interpolate(compute.factored, counts["trained_model_params"] / counts["dense_params"], batch)
+    return compute.seconds(batch, phase_flops_ratio(summary, phase))
 
 
 def _notes(cluster: Cluster, compute: StepCompute, phases: dict[str, PhaseTime]) -> list[str]:
