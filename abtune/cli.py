@@ -164,8 +164,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"abtune: interrupted; finished runs are in {out_dir}", file=sys.stderr)
         return INTERRUPTED_EXIT
     compare.print_table(rows)
-    if cluster is not None and (line := compare.break_even_line(out_dir, rows, cluster)):
-        print(line)
+    if cluster is not None:
+        for line in compare.prediction_lines(compare.finished_predictions(out_dir, rows, cluster)):
+            print(line)
+        if line := compare.break_even_line(out_dir, rows, cluster):
+            print(line)
     for path in compare.write_outputs(rows, out_dir):
         print(f"wrote {path}")
     failed = [r.method for r in rows if r.error is not None]

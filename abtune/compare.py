@@ -25,7 +25,7 @@ from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.methods import METHOD_NAMES
 from abtune.runfiles import RunSummary, read_summary
-from abtune.timing import Cluster, break_even_gbit, predict
+from abtune.timing import Cluster, Prediction, break_even_gbit, predict
 
 MEGA = 1e6
 CSV_FILE, JSON_FILE, PLOT_FILE = "compare.csv", "compare.json", "compare.png"
@@ -51,6 +51,7 @@ class ComparisonRow:
     measured_inter_node_mb: float | None = None  # what the emulated links carried (all nodes), headers included
     predicted_train_seconds: float | None = None  # on --cluster (abtune/timing.py)
     predicted_time_to_target_seconds: float | None = None
+    predicted_compute_source: str | None = None  # measured, published, scaled or assumed (abtune/timing.py)
     error: str | None = None
 
 
@@ -115,26 +116,46 @@ def row_from_summary(method: str, summary: RunSummary, wall_seconds: float,
     )
 
 
-def _predicted(summary: RunSummary, cluster: Cluster | None) -> dict[str, float | None]:
+def _predicted(summary: RunSummary, cluster: Cluster | None) -> dict[str, Any]:
     if cluster is None:
         return {}
     prediction = predict(summary.raw, cluster)
     return {"predicted_train_seconds": prediction.train_seconds,
-            "predicted_time_to_target_seconds": prediction.time_to_target_seconds}
+            "predicted_time_to_target_seconds": prediction.time_to_target_seconds,
+            "predicted_compute_source": prediction.compute_source.kind}
+
+
+def finished_predictions(out_dir: Path, rows: list[ComparisonRow], cluster: Cluster) -> dict[str, Prediction]:
+    return {r.method: predict(read_summary(out_dir / r.method).raw, cluster) for r in rows if r.error is None}
+
+
+def prediction_lines(predictions: dict[str, Prediction]) -> list[str]:
+    """Where the predictions' compute comes from (one line per source, naming its methods) and, once each,
+    the notes a user must read beside them (compute that is a guess, steps that are mostly the floor)."""
+    by_source: dict[str, list[str]] = {}
+    for method, prediction in predictions.items():
+        by_source.setdefault(str(prediction.compute_source), []).append(method)
+    lines = [f"predicted compute ({', '.join(methods)}): {source}" for source, methods in by_source.items()]
+    notes = dict.fromkeys(note for prediction in predictions.values() for note in prediction.notes)
+    return lines + [f"note: {note}" for note in notes]
 
 
 def break_even_line(out_dir: Path, rows: list[ComparisonRow], cluster: Cluster) -> str | None:
-    """Where ab's predicted time on `cluster` equals ddp's, when both ran."""
+    """Where ab's predicted time on `cluster` equals ddp's, when both ran, and which compute it assumed."""
     done = {r.method for r in rows if r.error is None}
     if not {"ab", "ddp"} <= done:
         return None
     ab, ddp = (read_summary(out_dir / m).raw for m in ("ab", "ddp"))
+    ab_at, ddp_at = predict(ab, cluster), predict(ddp, cluster)
+    kinds = sorted({ab_at.compute_source.kind, ddp_at.compute_source.kind})
+    compute = f"with {' and '.join(kinds)} compute"
     rate = break_even_gbit(ab, ddp, cluster)
     if rate is None:
-        faster = "ab" if predict(ab, cluster).train_seconds < predict(ddp, cluster).train_seconds else "ddp"
-        return f"on {cluster.name}, {faster} is predicted faster at every inter-node rate from 0.01 to 10,000 Gbit/s"
-    return (f"on {cluster.name} ({cluster.inter_node.gbit_per_s:g} Gbit/s), ab's predicted training time equals "
-            f"ddp's at {rate:.3g} Gbit/s per node: ab is faster on slower links, ddp on faster ones")
+        faster = "ab" if ab_at.train_seconds < ddp_at.train_seconds else "ddp"
+        return (f"on {cluster.name} {compute}, {faster} is predicted faster at every inter-node rate from "
+                "0.01 to 10,000 Gbit/s")
+    return (f"on {cluster.name} ({cluster.inter_node.gbit_per_s:g} Gbit/s) {compute}, ab's predicted training "
+            f"time equals ddp's at {rate:.3g} Gbit/s per node: ab is faster on slower links, ddp on faster ones")
 
 
 def _measured_mb(summary: RunSummary) -> float | None:

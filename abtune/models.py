@@ -22,6 +22,7 @@ VIT_B_16_PATCH = 16
 VGG_POOL_STAGES = 5  # vgg16 halves the image five times, so it needs at least 2**5 pixels
 SMALL_CNN_WIDTHS = (16, 32, 64)  # channels of the three conv layers; the later two have stride 2
 SMALL_CNN_KERNEL = 3
+FLOP_COUNT_BATCH = 2
 QKV = 3  # nn.MultiheadAttention stacks the query, key and value projections in in_proj_weight
 
 # (first layer, classification head) of each architecture, as in `model.named_modules()`: the
@@ -46,15 +47,24 @@ def build_model(cfg: ModelConfig, info: DatasetInfo) -> nn.Module:
 
 
 def forward_flops_per_sample(cfg: ModelConfig, info: DatasetInfo) -> int:
-    """FLOPs of one sample's forward pass through a fresh dense model on the CPU (torch's flop counter:
-    matrix products and convolutions, 2 per multiply-add); the cluster time model scales compute with it."""
+    """FLOPs of one sample's forward pass as training runs it (torch's flop counter: matrix products,
+    attention and convolutions, 2 per multiply-add); the cluster time model scales compute with it.
+
+    Counted on the meta device (shapes only, no arithmetic) in training mode: in `eval()` under no_grad,
+    nn.MultiheadAttention takes a fused fast path whose projections and attention products the counter
+    does not see, and on the CPU the counter does not see the fused attention kernel; on the meta device
+    attention runs as the plain matrix products the counter knows. Initialization changes no FLOP."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    model = build_model(cfg, info).eval()
+    with torch.device("meta"):
+        model = MODEL_BUILDERS[cfg.arch](cfg, info).train()
+        # two samples: BatchNorm in training mode refuses one on a 1x1 feature map
+        images = torch.zeros(FLOP_COUNT_BATCH, info.in_channels, info.image_size, info.image_size)
     counter = FlopCounterMode(display=False)
-    with torch.no_grad(), counter:
-        model(torch.zeros(1, info.in_channels, info.image_size, info.image_size))
-    return int(counter.get_total_flops())
+    with sdpa_kernel(SDPBackend.MATH), counter:
+        model(images)
+    return int(counter.get_total_flops()) // FLOP_COUNT_BATCH
 
 
 def parameter_count(model: nn.Module) -> int:

@@ -8,12 +8,15 @@ line of it can be checked by hand:
     link seconds of a collective = max over nodes of (the node's ranks' inter-node bytes + gloo framing
                                    + packet headers) x 8 / inter-node rate
                                  + calls x rounds of its algorithm x latency        (alpha-beta)
-    compute seconds of a step    = the run's own step time here (`compute.from_run`), or
-                                   local batch x seconds a sample measured on the cluster's accelerator for
-                                   the model and precision, between its dense and factored measurements by
-                                   the phase's parameters                            (`compute.measured`), or
-                                   3 x forward FLOPs a sample x local batch / (TFLOP/s x efficiency), AB's
-                                   phase too (it runs the dense product of its factors) (`compute.throughput`)
+    compute seconds of a step    = the run's own step times (`compute.from_run`), or
+                                   the step floor + local batch x seconds a sample, the latter from (first
+                                   that fits the run's model, image size and precision):
+                                   a calibration on the cluster's accelerator, between its dense and
+                                   factored measurements by the phase's parameters        (measured),
+                                   a public measurement's images/s, net of the floor       (published),
+                                   the nearest of those for the same architecture family,
+                                   times the ratio of forward FLOPs                       (scaled), or
+                                   3 x forward FLOPs / (TFLOP/s x efficiency)             (assumed)
     step seconds of a phase      = when DDP's last gradient bucket is all-reduced (see overlap)
                                    + blocking collectives
     train seconds                = sum over phases of steps x step seconds, + AB's syncs
@@ -24,9 +27,13 @@ link time, bucket j is ready at (1 - b + b j / k) x compute (b = `compute.backwa
 share of a step's compute) and the link takes them in order: end_j = max(ready_j, end_j-1) + c, and the
 step ends at max(compute, end_k). One bucket (every small model) overlaps nothing: compute + c. These are
 the gradient all-reduces of the training phases (ddp, fp16, powersgd, AB's full-rank and group phases);
-every other collective (AB's syncs, SBC's all-gathers) blocks. Intra-node collectives cost their bytes at the intra-node rate. The run's
-placement is kept: its nodes and ranks per node must fit the cluster's. Evaluation, checkpoint and
-set-up traffic are not training time (as train_seconds) and are left out.
+every other collective (AB's syncs, SBC's all-gathers) blocks. Intra-node collectives cost their bytes at
+the intra-node rate. The run's placement is kept: its nodes and ranks per node must fit the cluster's.
+Evaluation, checkpoint and set-up traffic are not training time (as train_seconds) and are left out.
+
+Every prediction carries where its compute came from (`ComputeSource`: measured, published, scaled or
+assumed) and notes a user should read: compute that is a guess (scaled or assumed), and steps that are
+mostly the description's per-step floor. Callers print these; nothing above this module re-derives them.
 
 Torch-free: `abtune compare --cluster` and the study objective read it beside summaries.
 """
@@ -34,12 +41,13 @@ Torch-free: `abtune compare --cluster` and the study objective read it beside su
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from abtune import wire
 from abtune.errors import ConfigError
@@ -53,6 +61,9 @@ OVERLAPPED_PHASES = ("train", "warmup", "ab", "rebound")  # where DDP's gradient
 TRAINING_TIME_PHASES = (*OVERLAPPED_PHASES, "sync")
 BACKWARD_FLOPS_PER_FORWARD = 2.0  # a step: one forward, a backward of about twice its FLOPs
 GIGA = 1e9
+FLOOR_KINDS = ("measured", "published", "assumed")
+MIN_REAL_STEP_S = 1e-3  # below this a predicted step without a floor is flagged
+Precision = Literal["fp32", "bf16", "fp16"]
 
 
 class _Strict(BaseModel):
@@ -68,28 +79,84 @@ class Link(_Strict):
 
 
 class Throughput(_Strict):
-    tflops: float = Field(gt=0.0, description="the accelerator's peak for the run's precision")
+    """The fallback when no measured or published rate fits: an assumed share of the accelerator's peak."""
+    tflops: float | dict[Precision, float] = Field(
+        description="the peak for the run's precision: one figure for all, or one per precision")
     efficiency: float = Field(gt=0.0, le=1.0, description="the share of the peak a training step reaches")
+
+    @model_validator(mode="after")
+    def _positive(self) -> Throughput:
+        peaks = self.tflops.values() if isinstance(self.tflops, dict) else [self.tflops]
+        if any(peak <= 0 for peak in peaks):
+            raise ValueError(f"throughput.tflops must be positive, got {self.tflops}")
+        return self
+
+    def peak(self, precision: str) -> float | None:
+        if isinstance(self.tflops, dict):
+            return dict(self.tflops).get(precision)
+        return self.tflops
 
 
 class MeasuredStep(_Strict):
-    """One rank's step (forward, backward, AdamW) measured on the cluster's accelerator (calibrate_cluster.py)."""
+    """One rank's step (forward, backward, AdamW) measured on the cluster's accelerator (calibrate_cluster.py):
+    step seconds = floor + batch x seconds a sample, fitted over several batch sizes."""
     arch: str
     forward_flops_per_sample: int = Field(gt=0, description="identifies the model and image size")
     precision: str
     full_seconds_per_sample: float = Field(gt=0.0, description="the dense model")
     lowrank_seconds_per_sample: float = Field(gt=0.0, description="every eligible weight factored")
     lowrank_params_ratio: float = Field(gt=0.0, le=1.0, description="the factored model's parameters / the dense one's")
+    step_floor_seconds: float = Field(0.0, ge=0.0, description="the dense step's fixed cost (0: the seconds a "
+                                                              "sample carry it, as calibrations before it wrote)")
+    lowrank_step_floor_seconds: float = Field(0.0, ge=0.0, description="the factored step's fixed cost")
     device: str = ""
+
+
+class PublishedRate(_Strict):
+    """A public measurement of training throughput on the cluster's accelerator, with its source."""
+    arch: str
+    forward_flops_per_sample: int = Field(gt=0, description="identifies the model and image size (abtune's count)")
+    precisions: list[Precision] = Field(min_length=1, description="the run precisions it stands for")
+    as_published: str = Field(min_length=1, description="the precision and set-up as the source states them")
+    images_per_s_per_gpu: float = Field(gt=0.0)
+    batch_per_gpu: int = Field(ge=1)
+    gpus: int = Field(ge=1, description="GPUs of the published run (more than one: its all-reduce is in the rate)")
+    device: str
+    source: str = Field(min_length=1, description="where the figure is published (a link)")
+    note: str = ""
 
 
 class Compute(_Strict):
     from_run: bool = Field(False, description="the run's own step times (a description of the machine it ran on)")
     measured: list[MeasuredStep] = Field(default_factory=list)
+    published: list[PublishedRate] = Field(default_factory=list)
     throughput: Throughput | None = None
+    step_floor_ms: float = Field(0.0, ge=0.0, description="a step's fixed cost (kernel launches, optimizer), "
+                                                         "added to every step that is not from_run")
+    step_floor_source: str = Field("", description="where the floor comes from: measured, published or assumed")
     backward_overlap: float = Field(2 / 3, ge=0.0, le=1.0,
                                     description="the share of a step's compute gradient all-reduces can hide behind")
     source: str = ""
+
+    @model_validator(mode="after")
+    def _one_way(self) -> Compute:
+        others = [name for name, given in (("measured", self.measured), ("published", self.published),
+                                           ("throughput", self.throughput), ("step_floor_ms", self.step_floor_ms))
+                  if given]
+        if self.from_run and others:
+            raise ValueError(f"from_run takes the run's own step times, so {', '.join(others)} would be ignored; "
+                             f"remove {'them' if len(others) > 1 else 'it'} or from_run")
+        if not self.from_run and not (self.measured or self.published or self.throughput):
+            raise ValueError("compute needs from_run: true, measured steps, published rates or a throughput "
+                             "(tflops, efficiency)")
+        if self.step_floor_ms and floor_kind(self.step_floor_source) not in FLOOR_KINDS:
+            raise ValueError("step_floor_ms needs a step_floor_source that begins with measured (how), published "
+                             f"(a link) or assumed (why), got {self.step_floor_source!r}")
+        for rate in self.published:
+            if self.step_floor_ms / 1e3 >= rate.batch_per_gpu / rate.images_per_s_per_gpu:
+                raise ValueError(f"step_floor_ms {self.step_floor_ms:g} is as long as the published {rate.arch} step "
+                                 f"({rate.batch_per_gpu} images at {rate.images_per_s_per_gpu:g}/s); lower it")
+        return self
 
 
 class Cluster(_Strict):
@@ -118,15 +185,11 @@ def load_cluster(name_or_path: str) -> Cluster:
     path = resolve_cluster_path(name_or_path)
     raw = read_yaml(path)
     try:
-        cluster = Cluster.model_validate(raw)
+        return Cluster.model_validate(raw)
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise ConfigError(f"{path}: {where}: {first['msg']}") from None
-    compute = cluster.compute
-    if not compute.from_run and compute.throughput is None and not compute.measured:
-        raise ConfigError(f"{path}: compute needs from_run: true, measured steps or a throughput (tflops, efficiency)")
-    return cluster
+        raise ConfigError(f"{path}: {where}: {first['msg'].removeprefix('Value error, ')}") from None
 
 
 def with_link_rate(cluster: Cluster, gbit_per_s: float, efficiency: float | None = None) -> Cluster:
@@ -151,12 +214,16 @@ class Prediction:
     sync_seconds: float  # all of AB's syncs together
     train_seconds: float
     time_to_target_seconds: float | None
+    compute_source: ComputeSource
+    step_floor_seconds: float  # in every step's compute (0 with from_run: the run's steps hold their own)
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"cluster": self.cluster, "step_seconds": self.step_seconds, "sync_seconds": self.sync_seconds,
                 "train_seconds": self.train_seconds, "time_to_target_seconds": self.time_to_target_seconds,
-                "phases": {p: vars(t) for p, t in self.phases.items()}}
+                "phases": {p: vars(t) for p, t in self.phases.items()},
+                "compute_source": self.compute_source.kind, "compute_source_detail": self.compute_source.detail,
+                "step_floor_seconds": self.step_floor_seconds, "notes": self.notes}
 
 
 # --- communication ----------------------------------------------------------------------------------
@@ -206,40 +273,160 @@ def _group_rows(per_rank: list[list[dict[str, Any]]]) -> dict[tuple[str, str, st
 
 
 # --- compute ----------------------------------------------------------------------------------------
-def _compute_seconds(summary: dict[str, Any], phase: str, cluster: Cluster) -> float:
-    timing = summary["timing"]
-    measured = timing["by_phase"][phase]
-    if cluster.compute.from_run:
-        return measured["seconds"] / measured["steps"]
-    compression = summary["compression"]
-    if (step := _measured_step(summary, cluster)) is not None:
-        share = compression["trained_model_params"] / compression["dense_params"] if phase == "ab" else 1.0
-        return timing["local_batch_size"] * _interpolate(step, share)
-    throughput = cluster.compute.throughput
-    if throughput is None:
-        raise ConfigError(f"cluster {cluster.name} has no measured step for {summary['config'].get('model.arch')} "
-                          f"({timing['forward_flops_per_sample']:.3g} FLOPs a sample) in "
-                          f"{summary['config'].get('train.precision')} and no throughput; calibrate it for this model")
-    # every phase at the dense model's FLOPs: a factored layer forms A·B and runs the dense product (the
-    # parametrization of abtune/methods/ab/lowrank.py), measured no cheaper (benchmarks/calibrate_cluster.py)
-    flops = timing["forward_flops_per_sample"] * (1 + BACKWARD_FLOPS_PER_FORWARD) * timing["local_batch_size"]
-    return flops / (throughput.tflops * 1e12 * throughput.efficiency)
+GUESSES = ("scaled", "assumed")  # compute kinds that a prediction flags as not measured
+FLOPS_MATCH = 0.01  # a rate is for the run's model when their forward FLOPs a sample agree this closely
 
 
-def _measured_step(summary: dict[str, Any], cluster: Cluster) -> MeasuredStep | None:
-    flops, config = summary["timing"]["forward_flops_per_sample"], summary["config"]
-    return next((m for m in cluster.compute.measured if m.arch == config.get("model.arch")
-                 and m.precision == config.get("train.precision")
-                 and abs(m.forward_flops_per_sample - flops) <= 0.01 * flops), None)
+@dataclass(frozen=True)
+class ComputeSource:
+    """Where a prediction's compute comes from: measured (a calibration, or the run itself), published (a
+    public measurement, linked), scaled (the nearest measured or published model, by FLOPs) or assumed."""
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.detail}"
 
 
-def _interpolate(step: MeasuredStep, share: float) -> float:
-    """Seconds a sample with `share` of the dense parameters: on the line through the factored and the dense
+FROM_RUN = ComputeSource("measured", "the run's own step times, on the machine it ran on")
+
+
+@dataclass(frozen=True)
+class StepCompute:
+    """A step's compute on the cluster: floor_s + local batch x the seconds a sample of the phase's model."""
+    floor_s: float
+    seconds_per_sample: float  # the dense model
+    source: ComputeSource
+    factored: MeasuredStep | None = None  # a calibration's factored measurement, for AB's phase
+
+    def seconds(self, batch: int, flops_ratio: float = 1.0) -> float:
+        """A step of `batch` samples of a model with `flops_ratio` of the dense model's FLOPs."""
+        return self.floor_s + batch * self.seconds_per_sample * flops_ratio
+
+
+@dataclass(frozen=True)
+class _Rate:
+    """A measured or published rate in one shape: which model, its fixed cost and seconds a sample."""
+    arch: str
+    flops: int
+    precisions: tuple[str, ...]
+    compute: StepCompute
+
+
+def phase_flops_ratio(summary: dict[str, Any], phase: str) -> float:
+    """A phase's FLOPs a sample as a share of the dense model's. AB's factored layers form A·B and run the
+    dense product (the parametrization of abtune/methods/ab/lowrank.py), measured no cheaper
+    (benchmarks/calibrate_cluster.py): every phase at the dense model's FLOPs."""
+    return 1.0
+
+
+def step_compute(summary: dict[str, Any], cluster: Cluster) -> StepCompute:
+    """The compute of the run's steps on `cluster` and its source: the first of the module docstring's list
+    that fits the run's model (arch and forward FLOPs a sample) and precision."""
+    compute = cluster.compute
+    if compute.from_run:
+        return StepCompute(0.0, 0.0, FROM_RUN)
+    arch, precision = summary["config"].get("model.arch"), summary["config"].get("train.precision")
+    flops = summary["timing"]["forward_flops_per_sample"]
+    rates = [r for r in _rates(cluster) if precision in r.precisions]
+    exact = next((r for r in rates if r.arch == arch and abs(r.flops - flops) <= FLOPS_MATCH * flops), None)
+    if exact is not None:
+        return exact.compute
+    kin = [r for r in rates if _arch_family(r.arch) == _arch_family(arch)]
+    if kin:
+        nearest = min(kin, key=lambda r: abs(math.log(flops / r.flops)))
+        return _scaled(nearest, flops)
+    peak = compute.throughput.peak(precision) if compute.throughput is not None else None
+    if peak is None:
+        raise ConfigError(f"cluster {cluster.name} has no measured or published rate for {arch} "
+                          f"({flops:.3g} FLOPs a sample) or its family in {precision}, and no throughput for "
+                          f"{precision}; calibrate it for this model (benchmarks/calibrate_cluster.py)")
+    return _assumed(compute, peak, precision, flops)
+
+
+def _rates(cluster: Cluster) -> list[_Rate]:
+    """The cluster's calibrations, then its published rates (a calibration wins over a publication)."""
+    compute = cluster.compute
+    measured = [_Rate(m.arch, m.forward_flops_per_sample, (m.precision,), StepCompute(
+        m.step_floor_seconds, m.full_seconds_per_sample,
+        ComputeSource("measured", f"{m.arch} {m.precision} calibrated on {m.device or cluster.name}"
+                                  + (f" ({compute.source})" if compute.source else "")), m))
+        for m in compute.measured]
+    floor = compute.step_floor_ms / 1e3
+    published = [_Rate(p.arch, p.forward_flops_per_sample, tuple(p.precisions), StepCompute(
+        floor, 1 / p.images_per_s_per_gpu - floor / p.batch_per_gpu, ComputeSource(
+            "published", f"{p.arch} {p.images_per_s_per_gpu:g} images/s per GPU ({p.as_published}, batch "
+                         f"{p.batch_per_gpu}, {p.gpus} GPU{'s' if p.gpus > 1 else ''}, {p.device}), {p.source}")))
+        for p in compute.published]
+    return measured + published
+
+
+def _scaled(rate: _Rate, flops: int) -> StepCompute:
+    ratio = flops / rate.flops
+    source = ComputeSource("scaled", f"from {rate.arch} by forward FLOPs (x{ratio:.3g}); {rate.compute.source}")
+    return StepCompute(rate.compute.floor_s, rate.compute.seconds_per_sample * ratio, source)
+
+
+def _assumed(compute: Compute, peak: float, precision: str, flops: int) -> StepCompute:
+    throughput = compute.throughput
+    assert throughput is not None
+    seconds = flops * (1 + BACKWARD_FLOPS_PER_FORWARD) / (peak * 1e12 * throughput.efficiency)
+    detail = f"{throughput.efficiency:.0%} of {peak:g} TFLOP/s ({precision}) for 3 x the forward FLOPs a sample"
+    return StepCompute(compute.step_floor_ms / 1e3, seconds, ComputeSource("assumed", detail))
+
+
+def _arch_family(arch: str) -> str:
+    """vit and vit_b_16 -> vit, resnet18 and resnet50 -> resnet: the same layers, so FLOPs scale their time."""
+    match = re.match(r"[a-z]+", arch)
+    return match.group(0) if match else arch
+
+
+def _interpolate(step: MeasuredStep, share: float, batch: int) -> float:
+    """A step of a model with `share` of the dense parameters: on the line through the factored and the dense
     measurement (compute of a factored layer grows with its rank, so with its parameters)."""
+    dense = step.step_floor_seconds + batch * step.full_seconds_per_sample
     if step.lowrank_params_ratio >= 1.0:
-        return step.full_seconds_per_sample
-    slope = (step.full_seconds_per_sample - step.lowrank_seconds_per_sample) / (1.0 - step.lowrank_params_ratio)
-    return step.full_seconds_per_sample - slope * (1.0 - share)
+        return dense
+    factored = step.lowrank_step_floor_seconds + batch * step.lowrank_seconds_per_sample
+    return dense - (dense - factored) * (1.0 - share) / (1.0 - step.lowrank_params_ratio)
+
+
+def _phase_compute_seconds(summary: dict[str, Any], phase: str, compute: StepCompute) -> float:
+    timing = summary["timing"]
+    if compute.source is FROM_RUN:
+        measured = timing["by_phase"][phase]
+        return measured["seconds"] / measured["steps"]
+    batch = timing["local_batch_size"]
+    if compute.factored is not None and phase == "ab":  # a calibration measured the factored model too
+        counts = summary["compression"]
+        return _interpolate(compute.factored, counts["trained_model_params"] / counts["dense_params"], batch)
+    return compute.seconds(batch, phase_flops_ratio(summary, phase))
+
+
+def _notes(cluster: Cluster, compute: StepCompute, phases: dict[str, PhaseTime]) -> list[str]:
+    """What a user must read beside the figures: compute that is a guess, and steps that are mostly the floor.
+    Worded without the run's own numbers, so that the runs of one comparison share them."""
+    notes = []
+    if compute.source.kind in GUESSES:
+        notes.append(f"compute on {cluster.name} is not measured ({compute.source.kind}); calibrate a node "
+                     "(benchmarks/calibrate_cluster.py) for a measured figure")
+    if compute.source is FROM_RUN or not phases:
+        return notes
+    shortest = min(phase.compute_s for phase in phases.values())
+    floor = compute.floor_s
+    if floor and shortest <= 2 * floor:
+        notes.append(f"predicted steps on {cluster.name} are mostly its per-step floor ({floor * 1e3:.3g} ms, "
+                     f"{floor_kind(cluster.compute.step_floor_source)}): the model computes less than that a step")
+    elif not floor and shortest < MIN_REAL_STEP_S:
+        notes.append(f"predicted steps on {cluster.name} compute in under {MIN_REAL_STEP_S * 1e3:g} ms, less than "
+                     "any real GPU step (kernel launches, optimizer), and its description sets no step_floor_ms; "
+                     "calibrate a node for one")
+    return notes
+
+
+def floor_kind(source: str) -> str:
+    """measured, published or assumed: the word a step_floor_source begins with."""
+    return source.split(":")[0].split()[0] if source.strip() else ""
 
 
 # --- the model --------------------------------------------------------------------------------------
@@ -274,17 +461,19 @@ def predict(summary: dict[str, Any], cluster: Cluster) -> Prediction:
             buckets[phase] = max(buckets.get(phase, 0), next(iter(rows.values()))["calls"])
         else:
             comm[phase][1] += seconds
+    compute = step_compute(summary, cluster)
     phases, step_seconds = {}, {}
     for phase, measured in timing["by_phase"].items():
         steps = measured["steps"]
-        compute = _compute_seconds(summary, phase, cluster)
+        compute_s = _phase_compute_seconds(summary, phase, compute)
         overlapped, blocking = (seconds / steps for seconds in comm.get(phase, [0.0, 0.0]))
-        phases[phase] = PhaseTime(steps, compute, overlapped, blocking)
+        phases[phase] = PhaseTime(steps, compute_s, overlapped, blocking)
         per_step = max(1, round(buckets.get(phase, steps) / steps))
-        step_seconds[phase] = overlapped_step(compute, overlapped, per_step, cluster.compute.backward_overlap) + blocking
+        step_seconds[phase] = overlapped_step(compute_s, overlapped, per_step, cluster.compute.backward_overlap) + blocking
     sync = sum(comm.get("sync", [0.0, 0.0]))
     train = sum(step_seconds[p] * t.steps for p, t in phases.items()) + sync
-    return Prediction(cluster.name, phases, step_seconds, sync, train, _time_to_target(summary, step_seconds, sync, train))
+    return Prediction(cluster.name, phases, step_seconds, sync, train, _time_to_target(summary, step_seconds, sync, train),
+                      compute.source, compute.floor_s, _notes(cluster, compute, phases))
 
 
 def overlapped_step(compute: float, all_reduce: float, buckets: int, backward_share: float) -> float:

@@ -2,16 +2,23 @@
 precision, dense and with every eligible weight factored (AB's phase), on one accelerator, no collectives.
 
     python benchmarks/calibrate_cluster.py --out clusters/my-node.yaml --name my-node \\
-        [--inter-gbit 25 --inter-latency-us 25 --intra-gbit 200 --nodes 16 --accelerators-per-node 4]
-        [--models minivit,vit_b_16,resnet50] [--precisions fp32,bf16] [--batch 64] [--steps 10]
+        [--inter-gbit 25 --inter-efficiency 0.9 --inter-latency-us 25 --intra-gbit 200 --nodes 16 \\
+         --accelerators-per-node 4] [--models minivit,vit_b_16,resnet50] [--precisions fp32,bf16] \\
+        [--batches 1,16,64] [--steps 10]
 
 On a CUDA machine it times the GPU (fp32, bf16, fp16); on this one the CPU (fp32), with small batches so
-it ends in minutes (6 on 2 busy cores), where AdamW's update of the whole model weighs on each sample. Each (model, precision): `--steps` timed steps (forward, backward, AdamW) after 3 warm-up
-steps, dense, then with every eligible weight factored at a quarter of its full rank (abtune's own
-factoring, abtune/methods/ab/lowrank.py; a factored layer forms A·B and runs the dense product, so it is
-not cheaper: 2.0x dense for the mini ViT, 1.6x for ViT-B/16, 0.7x for ResNet-50 on this CPU). It writes a whole cluster description: the measured compute, and
-the links from the flags (a single node cannot measure its interconnect). The encode/decode compute of sbc
-and powersgd is not timed here: a `compute.from_run` description (a run on the machine itself) contains it.
+it ends in minutes, where AdamW's update of the whole model weighs on each step. Each (model, precision,
+batch): `--steps` timed steps (forward, backward, AdamW) after 3 warm-up steps, dense, then with every
+eligible weight factored at a quarter of its full rank (abtune's own factoring,
+abtune/methods/ab/lowrank.py). A line through step time against batch size (least squares over
+`--batches`) gives the seconds a sample (its slope) and the fixed cost of a step (its intercept: kernel
+launches, the optimizer), which the time model adds to every step. A factored layer forms A·B and runs the
+dense product, so it is not cheaper: 2.0x dense for the mini ViT, 1.6x for ViT-B/16, 0.7x for ResNet-50 on
+this CPU. It writes a whole cluster description: the measured compute, the smallest intercept as the
+description's step floor (for models it did not calibrate), and the links from the flags (a single node
+cannot measure its interconnect: nccl-tests' all_reduce_perf busbw over the link's rate is its efficiency).
+The encode/decode compute of sbc and powersgd is not timed here: a `compute.from_run` description (a run on
+the machine itself) contains it.
 """
 
 from __future__ import annotations
@@ -52,8 +59,8 @@ def factored(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def seconds_per_sample(model: torch.nn.Module, info: DatasetInfo, precision: str, batch: int, steps: int,
-                       device: torch.device) -> float:
+def step_seconds(model: torch.nn.Module, info: DatasetInfo, precision: str, batch: int, steps: int,
+                 device: torch.device) -> float:
     model = model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     images = torch.randn(batch, info.in_channels, info.image_size, info.image_size, device=device)
@@ -79,7 +86,27 @@ def seconds_per_sample(model: torch.nn.Module, info: DatasetInfo, precision: str
         step()
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return (time.perf_counter() - started) / steps / batch
+    return (time.perf_counter() - started) / steps
+
+
+def fit_line(batches: list[int], seconds: list[float]) -> tuple[float, float]:
+    """(intercept, slope) of step seconds against batch size by least squares. When noise makes the intercept
+    negative or the slope not positive, the batches cannot tell the two apart: no floor, and the slope of
+    the line through the origin."""
+    n = len(batches)
+    mean_b, mean_s = sum(batches) / n, sum(seconds) / n
+    spread = sum((b - mean_b) ** 2 for b in batches)
+    slope = sum((b - mean_b) * (s - mean_s) for b, s in zip(batches, seconds, strict=True)) / spread
+    intercept = mean_s - slope * mean_b
+    if intercept < 0 or slope <= 0:
+        return 0.0, sum(b * s for b, s in zip(batches, seconds, strict=True)) / sum(b * b for b in batches)
+    return intercept, slope
+
+
+def calibrate(model: torch.nn.Module, info: DatasetInfo, precision: str, batches: list[int], steps: int,
+              device: torch.device) -> tuple[float, float]:
+    """(step floor, seconds a sample) of `model`."""
+    return fit_line(batches, [step_seconds(model, info, precision, b, steps, device) for b in batches])
 
 
 def main() -> None:
@@ -88,18 +115,23 @@ def main() -> None:
     parser.add_argument("--name", required=True)
     parser.add_argument("--models", default=DEFAULT_MODELS, help=f"of {', '.join(MODELS)} (default: %(default)s)")
     parser.add_argument("--precisions", default=None, help="default: fp32,bf16,fp16 on CUDA, fp32 on the CPU")
-    parser.add_argument("--batch", type=int, default=None, help="default: 64 on CUDA, 4 on the CPU")
+    parser.add_argument("--batches", default=None, help="at least two batch sizes (default: 1,16,64 on CUDA, "
+                                                        "1,2,4 on the CPU)")
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default: 10 on CUDA, 2 on the CPU)")
     parser.add_argument("--nodes", type=int, default=1)
     parser.add_argument("--accelerators-per-node", type=int, default=1)
     parser.add_argument("--inter-gbit", type=float, default=25.0)
+    parser.add_argument("--inter-efficiency", type=float, default=1.0)
     parser.add_argument("--inter-latency-us", type=float, default=25.0)
     parser.add_argument("--intra-gbit", type=float, default=200.0)
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     precisions = (args.precisions or ("fp32,bf16,fp16" if cuda else "fp32")).split(",")
-    batch, steps = args.batch or (64 if cuda else 4), args.steps or (10 if cuda else 2)
+    batches = [int(b) for b in (args.batches or ("1,16,64" if cuda else "1,2,4")).split(",")]
+    if len(set(batches)) < 2:
+        parser.error(f"--batches {args.batches}: give at least two different batch sizes")
+    steps = args.steps or (10 if cuda else 2)
     name = torch.cuda.get_device_name() if cuda else f"{platform.processor() or 'CPU'} ({torch.get_num_threads()} threads)"
     measured = []
     for model_name in args.models.split(","):
@@ -107,22 +139,27 @@ def main() -> None:
         dense = build_model(cfg, info)
         low = factored(build_model(cfg, info))
         for precision in precisions:
-            full_s = seconds_per_sample(dense, info, precision, batch, steps, device)
-            low_s = seconds_per_sample(low, info, precision, batch, steps, device)
+            full_floor, full_s = calibrate(dense, info, precision, batches, steps, device)
+            low_floor, low_s = calibrate(low, info, precision, batches, steps, device)
             entry = {"arch": cfg.arch, "forward_flops_per_sample": forward_flops_per_sample(cfg, info),
                      "precision": precision, "full_seconds_per_sample": full_s, "lowrank_seconds_per_sample": low_s,
-                     "lowrank_params_ratio": parameter_count(low) / parameter_count(dense), "device": name}
+                     "lowrank_params_ratio": parameter_count(low) / parameter_count(dense),
+                     "step_floor_seconds": full_floor, "lowrank_step_floor_seconds": low_floor, "device": name}
             measured.append(entry)
-            print(f"{model_name} {precision}: dense {full_s * 1e3:.3f} ms a sample, factored "
-                  f"({entry['lowrank_params_ratio']:.2f} of the parameters) {low_s * 1e3:.3f} ms", flush=True)
+            print(f"{model_name} {precision}: dense {full_floor * 1e3:.3f} ms + {full_s * 1e3:.3f} ms a sample, "
+                  f"factored ({entry['lowrank_params_ratio']:.2f} of the parameters) {low_floor * 1e3:.3f} ms + "
+                  f"{low_s * 1e3:.3f} ms a sample", flush=True)
+    how = f"benchmarks/calibrate_cluster.py on {name}, batches {batches}, {steps} steps, {time.strftime('%Y-%m-%d')}"
+    floor_ms = min(m["step_floor_seconds"] for m in measured) * 1e3
     description = {
         "name": args.name, "description": f"calibrated on {name}", "nodes": args.nodes,
         "accelerators_per_node": args.accelerators_per_node,
-        "inter_node": {"gbit_per_s": args.inter_gbit, "latency_us": args.inter_latency_us},
+        "inter_node": {"gbit_per_s": args.inter_gbit, "efficiency": args.inter_efficiency,
+                       "latency_us": args.inter_latency_us},
         "intra_node": {"gbit_per_s": args.intra_gbit, "latency_us": 1.0},
-        "compute": {"measured": measured, "backward_overlap": 0.667,
-                    "source": f"benchmarks/calibrate_cluster.py on {name}, batch {batch}, {steps} steps, "
-                              f"{time.strftime('%Y-%m-%d')}"},
+        "compute": {"measured": measured, "step_floor_ms": floor_ms,
+                    "step_floor_source": f"measured: the smallest dense intercept of step time against batch, {how}",
+                    "backward_overlap": 0.667, "source": how},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(yaml.safe_dump(description, sort_keys=False))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from abtune.compare import ComparisonRow, plot_comparison, plot_points
+from abtune.compare import ComparisonRow, plot_comparison, plot_points, prediction_lines
 from abtune.runfiles import read_summary
 from abtune.timing import break_even_gbit, load_cluster, predict
 from tests.conftest import run_cli, write_config
@@ -57,6 +57,10 @@ def test_compare_runs_every_method_on_the_same_budget(tmp_path: Path) -> None:
         predicted = predict(read_summary(out / method).raw, cluster)
         assert float(row["predicted_train_seconds"]) == pytest.approx(predicted.train_seconds)
         assert row["predicted_time_to_target_seconds"] == str(predicted.time_to_target_seconds)
+    # where that compute comes from: the fp32 ViT has no measured or published row there, so it is assumed
+    assert {row["predicted_compute_source"] for row in rows.values()} == {"assumed"}
+    assert "note: compute on ethernet-25g is not measured (assumed)" in result.stdout, result.stdout
+    assert re.search(r"on ethernet-25g (\(25 Gbit/s\) )?with assumed compute", result.stdout), result.stdout
     rate = break_even_gbit(ab, ddp, cluster)
     if rate is None:  # the tiny model computes in microseconds at the cluster's FLOP/s: bytes and latency decide
         faster = "ab" if predict(ab, cluster).train_seconds < predict(ddp, cluster).train_seconds else "ddp"
@@ -104,3 +108,20 @@ def test_on_one_node_the_plot_falls_back_to_training_traffic() -> None:
             ComparisonRow("ab", final_top1=0.95, training_mb=109.9, training_inter_node_mb=0.0, compression=2.85)]
     label, points = plot_points(rows)
     assert "one node" in label and [p.x_mb for p in points] == [128.2, 109.9]
+
+
+def test_prediction_lines_name_where_compute_comes_from_and_each_note_once() -> None:
+    """What `compare --cluster` prints under its table: the quickstart's model on the paper's nodes has no
+    measured or published rate (fp32 ViT), so its compute is assumed and its steps are mostly the floor."""
+    from tests.test_timing import model_run
+
+    paper = load_cluster("paper-a100-hdr200")
+    flops = 1_532_544  # the quickstart ViT's forward FLOPs a sample (tests/test_models.py counts them by hand)
+    predictions = {m: predict(model_run("vit", flops, precision="fp32", batch=32), paper) for m in ("ddp", "ab")}
+    lines = prediction_lines(predictions)
+    source = predictions["ddp"].compute_source
+    assert lines[0] == f"predicted compute (ddp, ab): assumed: {source.detail}"
+    assert source.detail == "20% of 19.5 TFLOP/s (fp32) for 3 x the forward FLOPs a sample"
+    assert lines[1].startswith("note: compute on paper-a100-hdr200 is not measured (assumed)")
+    assert lines[2].startswith("note: predicted steps on paper-a100-hdr200 are mostly its per-step floor (2 ms, assumed)")
+    assert len(lines) == 3  # ab's notes are ddp's: printed once

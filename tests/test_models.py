@@ -9,7 +9,7 @@ from torch import nn
 from abtune.config import ModelConfig
 from abtune.data import DatasetInfo
 from abtune.errors import ConfigError
-from abtune.models import INPUT_AND_HEAD_LAYERS, build_model, parameter_count
+from abtune.models import INPUT_AND_HEAD_LAYERS, build_model, forward_flops_per_sample, parameter_count
 
 DIGITS = DatasetInfo(num_classes=10, image_size=8, in_channels=3, name="digits")
 CIFAR10 = DatasetInfo(num_classes=10, image_size=32, in_channels=3, name="cifar10")
@@ -219,3 +219,25 @@ def test_patch_size_must_divide_image_size() -> None:
 def test_unsupported_combinations(cfg: ModelConfig, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         build_model(cfg, DIGITS)
+
+
+# torchvision's model docs, GFLOPS (multiply-adds, at 224 px): pytorch.org/vision/stable/models/generated/
+# torchvision.models.vit_b_16.html and .../torchvision.models.resnet50.html
+TORCHVISION_GMACS = {"vit_b_16": 17.56, "resnet50": 4.09}
+
+
+@pytest.mark.parametrize("arch", sorted(TORCHVISION_GMACS))
+def test_forward_flops_are_counted_as_training_runs_the_model(arch: str) -> None:
+    # 2 FLOPs a multiply-add; the attention products included (the eval fast path hid them: 22.5 GFLOP for vit_b_16)
+    flops = forward_flops_per_sample(ModelConfig(arch=arch), IMAGENET)
+    assert flops == pytest.approx(2 * TORCHVISION_GMACS[arch] * 1e9, rel=0.05)
+
+
+def test_the_quickstart_vit_s_forward_flops_by_hand() -> None:
+    cfg = ModelConfig(arch="vit", patch_size=4, num_layers=2, num_heads=4, hidden_dim=96, mlp_dim=192)
+    tokens, dim, mlp = (8 // 4) ** 2 + 1, 96, 192  # 4 patches and the class token
+    patches = 4 * dim * (3 * 4 * 4)  # the patch embedding: a 4x4 conv over 3 channels per patch and output
+    layer = tokens * (3 * dim * dim + dim * dim + 2 * dim * mlp)  # q, k, v, out projection, MLP
+    attention = 2 * tokens * tokens * dim  # q k^T and the weighted sum of v, all heads together
+    head = dim * 10
+    assert forward_flops_per_sample(cfg, DIGITS) == 2 * (patches + 2 * (layer + attention) + head)

@@ -12,9 +12,14 @@ from typing import Any
 import pytest
 
 from abtune.comm import CommMeter, Op, Topology
+from abtune.config import ModelConfig
+from abtune.data import DatasetInfo
 from abtune.errors import ConfigError
+from abtune.models import forward_flops_per_sample
 from abtune.timing import (
+    FROM_RUN,
     Cluster,
+    ComputeSource,
     break_even_gbit,
     cluster_names,
     load_cluster,
@@ -22,6 +27,7 @@ from abtune.timing import (
     predict,
     with_link_rate,
 )
+from tests.bench_helpers import load_benchmark
 
 REPO = Path(__file__).resolve().parent.parent
 GBIT = 1e9
@@ -151,13 +157,15 @@ def test_measured_compute_lies_between_the_dense_and_the_factored_step() -> None
     # the factored phase at 0.6 of the parameters: halfway from 0.2 (6e-5 s) to 1.0 (1e-4 s) is 8e-5 s a sample
     assert p.step_seconds == pytest.approx({"warmup": 100 * 1e-4, "ab": 100 * 8e-5})
     other = cluster(from_run=False, measured=[{**step, "precision": "fp32"}])
-    with pytest.raises(ConfigError, match="has no measured step for vit .* in bf16 and no throughput; calibrate"):
+    with pytest.raises(ConfigError, match="no measured or published rate for vit .* in bf16, and no throughput "
+                                          "for bf16; calibrate it"):
         predict(run, other)
 
 
 def test_shipped_clusters_load_and_bad_files_are_one_line(tmp_path: Path) -> None:
     assert {"paper-a100-hdr200", "ethernet-25g", "this-machine"} <= set(cluster_names())
-    assert load_cluster("paper-a100-hdr200").inter_node.gbit_per_s == 200
+    paper = load_cluster("paper-a100-hdr200").inter_node  # two HDR adapters of 200 Gbit/s, 24 GB/s each in NCCL
+    assert (paper.gbit_per_s, paper.efficiency) == (400, 0.96)
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nnodes: 2\naccelerators_per_node: 1\ninter_node: {gbit_per_s: 0}\n"
                    "intra_node: {gbit_per_s: 1}\ncompute: {from_run: true}\n")
@@ -165,7 +173,7 @@ def test_shipped_clusters_load_and_bad_files_are_one_line(tmp_path: Path) -> Non
         load_cluster(str(bad))
     bad.write_text("name: x\nnodes: 2\naccelerators_per_node: 1\ninter_node: {gbit_per_s: 1}\n"
                    "intra_node: {gbit_per_s: 1}\ncompute: {}\n")
-    with pytest.raises(ConfigError, match="compute needs from_run: true, measured steps or a throughput"):
+    with pytest.raises(ConfigError, match="compute needs from_run: true, measured steps, published rates or a throughput"):
         load_cluster(str(bad))
     with pytest.raises(ConfigError, match="no such description; choose one of .*this-machine"):
         load_cluster("nowhere")
@@ -177,24 +185,167 @@ def test_shipped_clusters_load_and_bad_files_are_one_line(tmp_path: Path) -> Non
 def test_calibration_writes_a_cluster_whose_measured_compute_predicts_a_run(tmp_path: Path) -> None:
     out = tmp_path / "node.yaml"
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "calibrate_cluster.py"), "--out", str(out), "--name",
-                    "node", "--models", "quickstart", "--batch", "2", "--steps", "1", "--nodes", "2"],
+                    "node", "--models", "quickstart", "--batches", "1,2", "--steps", "1", "--nodes", "2"],
                    check=True, capture_output=True, text=True)
     node = load_cluster(str(out))
     (step,) = node.compute.measured
     assert (step.arch, step.precision, node.nodes) == ("vit", "fp32", 2) and 0 < step.lowrank_params_ratio < 1
-    # a run of the quickstart model (its FLOPs a sample identify it) gets the measured seconds a sample
+    assert node.compute.step_floor_ms == pytest.approx(step.step_floor_seconds * 1e3)
+    assert node.compute.step_floor_source.startswith("measured: the smallest dense intercept")
+    # a run of the quickstart model (its FLOPs a sample identify it) gets the measured floor and seconds a sample
     run = summary(Topology((0, 1)), {}, {"train": 10}, {"train": 1.0}, compression={"dense_params": 1, "trained_model_params": 1})
     run["config"]["train.precision"] = "fp32"
     run["timing"].update(forward_flops_per_sample=step.forward_flops_per_sample, local_batch_size=32)
-    assert predict(run, node).step_seconds["train"] == pytest.approx(32 * step.full_seconds_per_sample)
+    p = predict(run, node)
+    assert p.step_seconds["train"] == pytest.approx(step.step_floor_seconds + 32 * step.full_seconds_per_sample)
+    assert p.compute_source.kind == "measured" and "calibrated on" in p.compute_source.detail
+
+
+def test_the_calibration_fits_a_step_floor_and_seconds_a_sample() -> None:
+    fit_line = load_benchmark("calibrate_cluster").fit_line
+    # 2 ms + 0.5 ms a sample at batches 1, 4, 16, with +-0.1 ms of noise that cancels in the fit
+    assert fit_line([1, 4, 16], [2.6e-3, 3.9e-3, 10.1e-3]) == pytest.approx((2.0e-3, 0.5e-3), abs=1e-4)
+    # a line that would cross zero below batch 0, or fall with the batch (noise): no floor, the slope through
+    # the origin
+    assert fit_line([2, 4], [1.0e-3, 3.0e-3]) == pytest.approx((0.0, (2 * 1e-3 + 4 * 3e-3) / 20))
+    assert fit_line([1, 2], [3.0e-3, 2.0e-3]) == pytest.approx((0.0, (1 * 3e-3 + 2 * 2e-3) / 5))
+
+
+RESNET50 = {"arch": "resnet50", "forward_flops_per_sample": 8_000_000_000, "precisions": ["bf16", "fp16"],
+            "as_published": "AMP", "images_per_s_per_gpu": 1000.0, "batch_per_gpu": 250, "gpus": 1,
+            "device": "some GPU", "source": "https://example.org/rn50"}
+
+
+def model_run(arch: str, flops: float, precision: str = "bf16", batch: int = 250) -> dict[str, Any]:
+    run = summary(Topology((0, 1)), {}, {"warmup": 10, "ab": 10}, {"warmup": 1.0, "ab": 1.0},
+                  compression={"dense_params": 1000, "trained_model_params": 250})
+    run["config"].update({"model.arch": arch, "train.precision": precision})
+    run["timing"].update(forward_flops_per_sample=flops, local_batch_size=batch)
+    return run
+
+
+def test_published_rates_give_compute_and_name_their_source_scaled_within_a_family_else_assumed() -> None:
+    hand = cluster(from_run=False, published=[RESNET50], step_floor_ms=10.0, step_floor_source="assumed: a guess",
+                   throughput={"tflops": {"fp32": 20, "bf16": 300}, "efficiency": 0.25})
+    # the published model at its batch runs at the published rate: 250 images at 1000/s, floor included
+    p = predict(model_run("resnet50", 8e9), hand)
+    assert p.step_seconds["warmup"] == pytest.approx(0.25) and p.step_floor_seconds == pytest.approx(0.01)
+    assert p.compute_source.kind == "published" and "https://example.org/rn50" in p.compute_source.detail
+    assert p.notes == []  # published, and the floor is a small part of the step
+    # at another batch the floor stays and the rest scales: 0.01 + 100 x (1/1000 - 0.01/250)
+    assert predict(model_run("resnet50", 8e9, batch=100), hand).step_seconds["warmup"] == pytest.approx(0.01 + 0.096)
+    # resnet18 (same family, a quarter of the FLOPs): scaled from resnet50, and flagged as a guess
+    scaled = predict(model_run("resnet18", 2e9), hand)
+    assert scaled.step_seconds["warmup"] == pytest.approx(0.01 + 250 * (1e-3 - 4e-5) / 4)
+    assert scaled.compute_source.kind == "scaled" and scaled.compute_source.detail.startswith("from resnet50 by")
+    assert scaled.notes == ["compute on hand is not measured (scaled); calibrate a node "
+                            "(benchmarks/calibrate_cluster.py) for a measured figure"]
+    # a ViT in fp32: no row of its family or precision, so the assumed throughput for fp32 (20 TFLOP/s at 25%)
+    assumed = predict(model_run("vit", 1e9, precision="fp32", batch=100), hand)
+    assert assumed.step_seconds["warmup"] == pytest.approx(0.01 + 3 * 1e9 * 100 / (20e12 * 0.25))
+    assert assumed.compute_source == ComputeSource("assumed", "25% of 20 TFLOP/s (fp32) for 3 x the forward FLOPs a sample")
+    assert assumed.notes[0].startswith("compute on hand is not measured (assumed)")
+    with pytest.raises(ConfigError, match="no measured or published rate for vgg16 .* and no throughput for fp16"):
+        predict(model_run("vgg16", 1e9, precision="fp16"), hand)
+
+
+def test_the_step_floor_is_in_every_step_and_a_step_that_is_mostly_floor_says_so() -> None:
+    hand = cluster(from_run=False, throughput={"tflops": 100, "efficiency": 0.5}, step_floor_ms=2.0,
+                   step_floor_source="assumed: a guess")
+    p = predict(model_run("vit", 1e6, batch=32), hand)  # 3 x 1e6 x 32 / 50e12: about 2 microseconds
+    assert p.step_seconds == pytest.approx({"warmup": 2e-3 + 1.92e-6, "ab": 2e-3 + 1.92e-6})
+    assert p.notes[1] == ("predicted steps on hand are mostly its per-step floor (2 ms, assumed): the model "
+                          "computes less than that a step")
+    # without a floor, a step no GPU could run says so too
+    bare = predict(model_run("vit", 1e6, batch=32), cluster(from_run=False, throughput={"tflops": 100, "efficiency": 0.5}))
+    assert bare.step_seconds["warmup"] == pytest.approx(1.92e-6)
+    assert bare.notes[1].startswith("predicted steps on hand compute in under 1 ms, less than any real GPU step")
+    # the run's own step times hold their own fixed cost: nothing is added, nothing is flagged
+    own = predict(model_run("vit", 1e6, batch=32), cluster())
+    assert own.step_seconds["warmup"] == pytest.approx(0.1) and own.notes == [] and own.step_floor_seconds == 0
+
+
+def test_a_measured_step_floor_lies_between_the_dense_and_the_factored_one() -> None:
+    step = {"arch": "vit", "forward_flops_per_sample": 1_000_000_000, "precision": "bf16",
+            "full_seconds_per_sample": 1e-4, "lowrank_seconds_per_sample": 6e-5, "lowrank_params_ratio": 0.2,
+            "step_floor_seconds": 0.004, "lowrank_step_floor_seconds": 0.006}
+    run = model_run("vit", 1e9, batch=100)
+    run["compression"]["trained_model_params"] = 600
+    p = predict(run, cluster(from_run=False, measured=[step]))
+    # dense 0.004 + 0.01; factored (0.2 of the parameters) 0.006 + 0.006; at 0.6: halfway, 0.013
+    assert p.step_seconds == pytest.approx({"warmup": 0.014, "ab": 0.013})
+
+
+@pytest.mark.parametrize(("compute", "message"), [
+    ("{from_run: true, throughput: {tflops: 312, efficiency: 0.4}}",
+     "compute: from_run takes the run's own step times, so throughput would be ignored; remove it or from_run"),
+    ("{from_run: true, step_floor_ms: 1, step_floor_source: 'assumed: a guess'}",
+     "compute: from_run takes the run's own step times, so step_floor_ms would be ignored"),
+    ("{throughput: {tflops: 312, efficiency: 0.4}, step_floor_ms: 1}",
+     "compute: step_floor_ms needs a step_floor_source that begins with measured .how., published .a link. or "
+     "assumed .why., got ''"),
+    ("{throughput: {tflops: {fp32: 0}, efficiency: 0.4}}", "compute.throughput: throughput.tflops must be positive"),
+])
+def test_contradicting_compute_is_refused_in_one_line(tmp_path: Path, compute: str, message: str) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nnodes: 2\naccelerators_per_node: 1\ninter_node: {gbit_per_s: 1}\n"
+                   f"intra_node: {{gbit_per_s: 1}}\ncompute: {compute}\n")
+    with pytest.raises(ConfigError, match=rf"^{bad}: {message}") as error:
+        load_cluster(str(bad))
+    assert "\n" not in str(error.value)
+
+
+def test_the_quickstart_on_the_paper_cluster_takes_no_step_under_a_millisecond_and_says_it_is_a_guess() -> None:
+    # the quickstart's model (studies/run_quickstart.yaml): a 2-layer ViT on 8-pixel digits, batch 32
+    flops = forward_flops_per_sample(ModelConfig(arch="vit", patch_size=4, num_layers=2, num_heads=4, hidden_dim=96,
+                                                 mlp_dim=192), DatasetInfo(10, 8, 3, "digits"))
+    paper = load_cluster("paper-a100-hdr200")
+    for precision, kind in (("fp32", "assumed"), ("bf16", "scaled")):
+        p = predict(model_run("vit", flops, precision=precision, batch=32), paper)
+        assert min(p.step_seconds.values()) >= 1e-3, precision
+        assert p.compute_source.kind == kind and p.notes[0].startswith(f"compute on paper-a100-hdr200 is not measured ({kind})")
+        assert p.notes[1].startswith("predicted steps on paper-a100-hdr200 are mostly its per-step floor (2 ms, assumed)")
+
+
+def test_the_shipped_gpu_clusters_predict_their_published_rates_at_the_published_batch() -> None:
+    for name in ("paper-a100-hdr200", "ethernet-25g"):
+        for rate in load_cluster(name).compute.published:
+            run = model_run(rate.arch, rate.forward_flops_per_sample, rate.precisions[0], rate.batch_per_gpu)
+            p = predict(run, load_cluster(name))
+            assert rate.batch_per_gpu / p.step_seconds["warmup"] == pytest.approx(rate.images_per_s_per_gpu)
+            assert p.compute_source.kind == "published" and rate.source in p.compute_source.detail
 
 
 def test_mlflow_gets_the_prediction_and_never_an_infinity() -> None:
-    from abtune.tracking.records import predicted_metrics
+    from abtune.tracking.records import predicted_metrics, predicted_tags
 
     run = summary(Topology((0, 1)), {"train": [(Op.ALL_REDUCE, 1000, (0, 1))]}, {"train": 1}, {"train": 0.5},
                   history=[{"step": 1, "val_top1": 0.1}], target=0.9)
-    metrics = predicted_metrics(predict(run, cluster()).as_dict())
+    predicted = predict(run, cluster()).as_dict()
+    metrics = predicted_metrics(predicted)
     assert metrics["predicted/time_to_target_seconds"] is None  # never reached: inf, which MLflow cannot plot
     assert metrics["predicted/train_seconds"] == metrics["predicted/step_seconds_train"] > 0.5
     assert predicted_metrics(None) == {}
+    # where the compute came from rides along as tags (MLflow metrics are numbers)
+    assert (predicted["compute_source"], predicted["step_floor_seconds"]) == ("measured", 0.0)
+    assert predicted_tags(predicted) == {"abtune.predicted.compute_source": "measured",
+                                         "abtune.predicted.compute_source_detail": FROM_RUN.detail,
+                                         "abtune.predicted.cluster": "hand"}
+    assert predicted_tags(None) == {}
+
+
+def test_the_paper_cluster_agrees_with_published_figures_it_does_not_hold() -> None:
+    """BENCHMARKS.md's table: images/s on 8 GPUs and on 2 nodes (NVIDIA DeepLearningExamples, FlagPerf), and
+    the all-reduce of ResNet-50's and ViT-B/16's gradients at 2, 4 and 8 nodes (NCCL's published bus
+    bandwidth), each within 20%."""
+    bench = load_benchmark("bench_published_figures")
+    paper = load_cluster("paper-a100-hdr200")
+    checked = [row for row in bench.rate_rows() if row.checks]
+    assert len(checked) == 3
+    for row in checked:
+        predicted, kind = bench.predicted_rate(row, paper)
+        assert kind == "published" and predicted == pytest.approx(row.published, rel=0.2), row.what
+    for arch in ("resnet50", "vit_b_16"):
+        for nodes in (2, 4, 8):
+            predicted, published = bench.all_reduce_seconds(arch, nodes, paper)
+            assert published < predicted < 1.2 * published, (arch, nodes)

@@ -46,8 +46,9 @@ def test_abtune_train_records_params_metrics_and_plots_in_the_default_store(
     for name in NO_TRACKING_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     config = write_config(tmp_path / "run.yaml", **AB_RUN)
-    run_cli("train", str(config), "--nproc", "2", "--ranks-per-node", "1", "--run-dir", "run", cwd=tmp_path,
-            env={**os.environ, "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "0.2"})
+    result = run_cli("train", str(config), "--nproc", "2", "--ranks-per-node", "1", "--run-dir", "run",
+                     "--set", "train.cluster=paper-a100-hdr200", cwd=tmp_path,
+                     env={**os.environ, "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "0.2"})
     summary = read_summary(tmp_path / "run").raw
     assert (tmp_path / "mlflow.db").is_file() and (tmp_path / "mlartifacts" / "tiny").is_dir()
     assert "control" not in summary["traffic"]["by_phase"]  # tracking adds no collective
@@ -79,6 +80,16 @@ def test_abtune_train_records_params_metrics_and_plots_in_the_default_store(
     assert metrics["wall_seconds"] >= summary["timing"]["train_seconds"] > 0
     assert len(_history(client, rid, "ab/compression")) == len(summary["decompositions"])
     assert any(k.startswith(f"system/{socket.gethostname()}/cpu_utilization") for k in metrics)
+    # the predicted time on the paper's nodes says where its compute comes from: a tiny fp32 ViT has no
+    # published rate there, so it is assumed, and the run's report says so
+    predicted = summary["predicted"]
+    assert (predicted["compute_source"], predicted["step_floor_seconds"]) == ("assumed", 0.002)
+    assert metrics["predicted/train_seconds"] == predicted["train_seconds"]
+    assert metrics["predicted/step_floor_seconds"] == 0.002
+    tags = run.data.tags
+    assert tags["abtune.predicted.compute_source"] == "assumed" and tags["abtune.predicted.cluster"] == "paper-a100-hdr200"
+    assert tags["abtune.predicted.compute_source_detail"] == predicted["compute_source_detail"]
+    assert "(assumed compute)" in result.stdout and "note: compute on paper-a100-hdr200 is not measured" in result.stdout
 
     folder = Path(client.download_artifacts(rid, "", str(tmp_path / "download")))
     assert read_summary(folder).raw["traffic"]["inter_node_bytes"] == traffic["inter_node_bytes"]

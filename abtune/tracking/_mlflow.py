@@ -23,7 +23,7 @@ from abtune.errors import AbtuneError
 from abtune.redact import redact
 from abtune.runfiles import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, RunSummary, find_summary
 from abtune.tracking._base import LaunchInfo, Tracking
-from abtune.tracking.records import Point, final_points, records_points
+from abtune.tracking.records import Point, final_points, predicted_tags, records_points
 from abtune.tracking.uri import export_tracking_uri, local_artifact_root, quiet_secrets_in_mlflow_logs
 from abtune.tracking.view import experiment_tags
 from abtune.training.hooks import read_metrics
@@ -116,6 +116,7 @@ class MlflowTracking(Tracking):
             state = "replayed" if replayed else "complete"
             self.client.set_tag(run_id, "abtune.logging", state)
             self._tag_early_stop(run_id, run_dir)
+            self._tag_prediction(run_id, run_dir)
             self.client.set_terminated(run_id, status)
             return state
         except Exception as error:
@@ -132,6 +133,13 @@ class MlflowTracking(Tracking):
         if summary is not None and summary.stopped_early:
             self.client.set_tag(run_id, "abtune.stopped_early", summary.stopped_early)
             self.client.set_tag(run_id, "abtune.stopped_at_step", str(summary.steps_done))
+
+    def _tag_prediction(self, run_id: str, run_dir: Path | None) -> None:
+        """With train.cluster: where the predicted figures' compute comes from (measured, published, scaled or
+        assumed), where the UI can filter on it."""
+        summary = find_summary(run_dir) if run_dir is not None else None
+        for key, value in predicted_tags(summary.raw.get("predicted") if summary else None).items():
+            self.client.set_tag(run_id, key, value)
 
     def log_metrics(self, run_id: str | None, metrics: dict[str, float]) -> None:
         if run_id is None or not metrics:

@@ -141,7 +141,18 @@ def predicted_metrics(predicted: dict[str, Any] | None) -> dict[str, float | Non
     return {"predicted/train_seconds": predicted["train_seconds"],
             "predicted/time_to_target_seconds": finite(predicted["time_to_target_seconds"]),
             "predicted/sync_seconds": predicted["sync_seconds"],
+            "predicted/step_floor_seconds": predicted.get("step_floor_seconds"),
             **{f"predicted/step_seconds_{phase}": s for phase, s in predicted["step_seconds"].items()}}
+
+
+def predicted_tags(predicted: dict[str, Any] | None) -> dict[str, str]:
+    """Where the predicted figures' compute comes from, as tags (metrics hold numbers only); absent before
+    predictions carried it."""
+    if predicted is None or "compute_source" not in predicted:
+        return {}
+    return {"abtune.predicted.compute_source": predicted["compute_source"],
+            "abtune.predicted.compute_source_detail": predicted["compute_source_detail"],
+            "abtune.predicted.cluster": predicted["cluster"]}
 
 
 def measured_metrics(traffic: dict[str, Any]) -> dict[str, float | None]:

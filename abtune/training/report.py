@@ -90,6 +90,11 @@ def _time_and_link_rows(summary: RunSummary) -> list[tuple[str, str]]:
     if target is not None:
         seconds = summary.time_to_target_seconds
         rows.append((f"seconds to top-1 >= {target}", "not reached" if seconds is None else f"{seconds:.1f}"))
+    predicted = summary.raw.get("predicted")
+    if predicted is not None:
+        source = predicted.get("compute_source")
+        rows.append((f"predicted train seconds on {predicted['cluster']}",
+                     f"{predicted['train_seconds']:.4g}" + (f" ({source} compute)" if source else "")))
     measured = summary.measured_inter_node_bytes
     if measured is not None:
         rows += [("link MB, measured (all nodes)", _mb(measured["total"])),
@@ -103,4 +108,6 @@ def print_summary(summary: RunSummary, run_dir: Path) -> None:
     console = Console(highlight=False)
     console.print(result_table(summary))
     console.print(traffic_table(summary))
+    for note in summary.raw.get("predicted", {}).get("notes", []):
+        console.print(f"note: {note}")
     console.print(f"summary: {summary_path(run_dir)}")
