@@ -12,8 +12,9 @@ line of it can be checked by hand:
                                    local batch x seconds a sample measured on the cluster's accelerator for
                                    the model and precision, between its dense and factored measurements by
                                    the phase's parameters                            (`compute.measured`), or
-                                   3 x forward FLOPs a sample x local batch / (TFLOP/s x efficiency), AB's
-                                   phase too (it runs the dense product of its factors) (`compute.throughput`)
+                                   3 x forward FLOPs a sample x local batch / (TFLOP/s x efficiency), an AB
+                                   phase's forward FLOPs those of its factored layers at the ranks the run
+                                   chose (`ab_forward_flops_share`)                 (`compute.throughput`)
     step seconds of a phase      = when DDP's last gradient bucket is all-reduced (see overlap)
                                    + blocking collectives
     train seconds                = sum over phases of steps x step seconds, + AB's syncs
@@ -220,10 +221,25 @@ def _compute_seconds(summary: dict[str, Any], phase: str, cluster: Cluster) -> f
         raise ConfigError(f"cluster {cluster.name} has no measured step for {summary['config'].get('model.arch')} "
                           f"({timing['forward_flops_per_sample']:.3g} FLOPs a sample) in "
                           f"{summary['config'].get('train.precision')} and no throughput; calibrate it for this model")
-    # every phase at the dense model's FLOPs: a factored layer forms A·B and runs the dense product (the
-    # parametrization of abtune/methods/ab/lowrank.py), measured no cheaper (benchmarks/calibrate_cluster.py)
-    flops = timing["forward_flops_per_sample"] * (1 + BACKWARD_FLOPS_PER_FORWARD) * timing["local_batch_size"]
+    forward = timing["forward_flops_per_sample"] * (ab_forward_flops_share(summary) if phase == "ab" else 1.0)
+    flops = forward * (1 + BACKWARD_FLOPS_PER_FORWARD) * timing["local_batch_size"]
     return flops / (throughput.tflops * 1e12 * throughput.efficiency)
+
+
+def ab_forward_flops_share(summary: dict[str, Any]) -> float:
+    """An AB phase's forward FLOPs a sample as a share of the dense model's: the factored weights' products at
+    the FLOPs their factored layers computed (`decompositions[i].product_flops_per_sample`, from the ranks
+    the run chose), averaged over the AB phases by their steps; 1.0 for a summary without them."""
+    dense = summary["timing"]["forward_flops_per_sample"]
+    counted = [d for d in summary.get("decompositions", []) if "product_flops_per_sample" in d]
+    if not counted:
+        return 1.0
+    ends = sorted({start for _, start in summary["timing"].get("phase_starts", [])}
+                  | {d["step"] for d in summary["decompositions"]} | {summary["steps_done"]})
+    steps = [next((end for end in ends if end > d["step"]), d["step"] + 1) - d["step"] for d in counted]
+    shares = [1.0 + (d["product_flops_per_sample"]["factored"] - d["product_flops_per_sample"]["dense"]) / dense
+              for d in counted]
+    return sum(share * n for share, n in zip(shares, steps, strict=True)) / sum(steps)
 
 
 def _measured_step(summary: dict[str, Any], cluster: Cluster) -> MeasuredStep | None:
