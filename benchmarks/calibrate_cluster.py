@@ -8,8 +8,8 @@ precision, dense and with every eligible weight factored (AB's phase), on one ac
 On a CUDA machine it times the GPU (fp32, bf16, fp16); on this one the CPU (fp32), with small batches so
 it ends in minutes (6 on 2 busy cores), where AdamW's update of the whole model weighs on each sample. Each (model, precision): `--steps` timed steps (forward, backward, AdamW) after 3 warm-up
 steps, dense, then with every eligible weight factored at a quarter of its full rank (abtune's own
-factoring, abtune/methods/ab/lowrank.py; a factored layer forms A·B and runs the dense product, so it is
-not cheaper: 2.0x dense for the mini ViT, 1.6x for ViT-B/16, 0.7x for ResNet-50 on this CPU). It writes a whole cluster description: the measured compute, and
+factoring, abtune/methods/ab/lowrank.py: the factored layers compute with two thin products; A frozen,
+as an AB phase trains one factor). It writes a whole cluster description: the measured compute, and
 the links from the flags (a single node cannot measure its interconnect). The encode/decode compute of sbc
 and powersgd is not timed here: a `compute.from_run` description (a run on the machine itself) contains it.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -27,7 +28,7 @@ import yaml
 
 from abtune.config import ModelConfig
 from abtune.data import DatasetInfo
-from abtune.methods.ab.lowrank import as_matrix, eligible_weights, factor, svd
+from abtune.methods.ab.lowrank import as_matrix, eligible_weights, factor, factors, svd
 from abtune.models import build_model, forward_flops_per_sample, parameter_count
 
 MODELS = {  # the paper's mini ViT on CIFAR-100, and the two ImageNet scaling targets
@@ -45,17 +46,20 @@ WARMUP_STEPS = 3
 
 
 def factored(model: torch.nn.Module) -> torch.nn.Module:
+    """Every eligible weight factored at a quarter of its full rank, A frozen (an AB phase trains one factor)."""
     for ref in eligible_weights(model):
         weight = getattr(ref.module(model), ref.attr).detach()
         rank = max(1, int(RANK_SHARE * min(as_matrix(weight).shape)))
         factor(model, ref, rank, svd(weight))
+        factors(model, ref)[0].requires_grad_(False)
     return model
 
 
-def seconds_per_sample(model: torch.nn.Module, info: DatasetInfo, precision: str, batch: int, steps: int,
-                       device: torch.device) -> float:
+def training_step(model: torch.nn.Module, info: DatasetInfo, precision: str, batch: int,
+                  device: torch.device) -> Callable[[], None]:
+    """One step of `model` (forward, backward, AdamW over its trainable parameters) on a fixed random batch."""
     model = model.to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     images = torch.randn(batch, info.in_channels, info.image_size, info.image_size, device=device)
     labels = torch.randint(0, info.num_classes, (batch,), device=device)
     autocast = torch.autocast(device.type, dtype=DTYPES[precision]) if precision in DTYPES else torch.autocast(
@@ -70,8 +74,10 @@ def seconds_per_sample(model: torch.nn.Module, info: DatasetInfo, precision: str
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
 
-    for _ in range(WARMUP_STEPS):
-        step()
+    return step
+
+
+def seconds_per_step(step: Callable[[], None], steps: int, device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize()
     started = time.perf_counter()
@@ -79,7 +85,15 @@ def seconds_per_sample(model: torch.nn.Module, info: DatasetInfo, precision: str
         step()
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return (time.perf_counter() - started) / steps / batch
+    return (time.perf_counter() - started) / steps
+
+
+def seconds_per_sample(model: torch.nn.Module, info: DatasetInfo, precision: str, batch: int, steps: int,
+                       device: torch.device) -> float:
+    step = training_step(model, info, precision, batch, device)
+    for _ in range(WARMUP_STEPS):
+        step()
+    return seconds_per_step(step, steps, device) / batch
 
 
 def main() -> None:
