@@ -18,6 +18,7 @@ for `FactoredAttention`, which calls its projections as modules and then
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +42,7 @@ class _Factored:
     thin: bool
 
 
-class FactoredLayer(nn.Module):
+class FactoredLayer(nn.Module, ABC):
     """The part every factored layer shares: its factors, and the dense layer it was made from.
 
     The dense layer is kept aside (not a submodule: it is not trained, saved or moved) without its
@@ -75,7 +76,7 @@ class FactoredLayer(nn.Module):
         a, b = self.factors(attr)
         return (a @ b).view(self.dense_shape(attr))
 
-    def merge(self, attr: str) -> nn.Parameter:
+    def merge(self, attr: str) -> None:
         """Replace the factors of `attr` by the dense weight A·B, a new parameter (of this layer and the dense one)."""
         with torch.no_grad():
             weight = nn.Parameter(self.product(attr))
@@ -83,7 +84,6 @@ class FactoredLayer(nn.Module):
         del self._parameters[f"{attr}_a"], self._parameters[f"{attr}_b"]
         self._dense.register_parameter(attr, weight)
         self.register_parameter(attr, weight)
-        return weight
 
     @property
     def holds_factors(self) -> bool:
@@ -103,9 +103,9 @@ class FactoredLayer(nn.Module):
             return dense, FLOPS_PER_MULTIPLY_ADD * rows * factored.rank * (m + n)
         return dense, dense + FLOPS_PER_MULTIPLY_ADD * m * n * factored.rank  # forming A·B, once a forward
 
+    @abstractmethod
     def forward_flops(self, inputs: tuple[Any, ...], output: Any) -> tuple[int, int]:
         """The factored products' forward FLOPs of one call (its `inputs` and `output`): (dense, computed)."""
-        raise NotImplementedError
 
     def _linear(self, attr: str, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """x·Wᵀ + bias with W = A·B held as `attr`'s factors."""
