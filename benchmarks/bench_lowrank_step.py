@@ -15,8 +15,8 @@ all of them):
 Ranks: the quickstart at the ranks its own run chose at its first decomposition (the `--ranks-from`
 summary's, or those of `abtune train studies/run_quickstart.yaml --nproc 4 --ranks-per-node 2`: ranks
 11-36 of 96), the mini ViT (CIFAR-100 shape) and ViT-B/16 (224 px) at a quarter of each weight's full rank.
-On a CUDA machine it runs the GPU in bf16 autocast, else the CPU in fp32. Prints the median step time of
-each arm, the spread of the repeats (min-max), each arm's median ratio to dense over the repeats, and
+On a CUDA machine it runs the GPU in bf16 autocast, else the CPU in fp32. Prints each arm's training-mode
+forward FLOPs against dense (torch's flop counter, independent of load), the median step time of each arm, the spread of the repeats (min-max), each arm's median ratio to dense over the repeats, and
 `uptime` before and after: a loaded machine's numbers are not results.
 """
 
@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 from calibrate_cluster import seconds_per_step, training_step
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from abtune.config import ModelConfig, load_run_config
 from abtune.data import DatasetInfo
@@ -81,12 +82,22 @@ def factored(model: nn.Module, ranks: dict[str, int], thin: bool | None) -> nn.M
     return model
 
 
+def forward_flops(model: nn.Module, info: DatasetInfo, batch: int) -> int:
+    """Training-mode forward FLOPs of a batch (torch's flop counter, on the meta device: shapes only)."""
+    counter = FlopCounterMode(display=False)
+    with counter:
+        copy.deepcopy(model).to("meta").train()(
+            torch.zeros(batch, info.in_channels, info.image_size, info.image_size, device="meta"))
+    return int(counter.get_total_flops())
+
+
 def bench_model(name: str, args: argparse.Namespace, device: torch.device) -> list[str]:
     cfg, info, batch = MODELS[name]
     dense = build_model(cfg, info).to(device)
     refs = lowrank.eligible_weights(dense)
     ranks = quickstart_ranks(args.ranks_from) if name == "quickstart" else quarter_ranks(dense, refs)
     arms = {"dense": dense, "ab (thin)": factored(dense, ranks, None), "ab (A·B)": factored(dense, ranks, False)}
+    flops = {arm: forward_flops(model, info, batch) for arm, model in arms.items()}
     precision = "bf16" if device.type == "cuda" else "fp32"
     steps = {arm: training_step(model, info, precision, batch, device) for arm, model in arms.items()}
     for step in steps.values():
@@ -100,9 +111,9 @@ def bench_model(name: str, args: argparse.Namespace, device: torch.device) -> li
     rows = []
     for arm, seconds in times.items():
         ratios = [s / d for s, d in zip(seconds, times["dense"], strict=True)]
-        rows.append(f"| {name} ({span}) | {batch} | {arm} | {statistics.median(seconds) * 1e3:.1f} | "
-                    f"{min(seconds) * 1e3:.1f}-{max(seconds) * 1e3:.1f} | {statistics.median(ratios):.2f} "
-                    f"({min(ratios):.2f}-{max(ratios):.2f}) |")
+        rows.append(f"| {name} ({span}) | {batch} | {arm} | {flops[arm] / flops['dense']:.3f} | "
+                    f"{statistics.median(seconds) * 1e3:.1f} | {min(seconds) * 1e3:.1f}-{max(seconds) * 1e3:.1f} | "
+                    f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) |")
     return rows
 
 
@@ -124,8 +135,9 @@ def main() -> None:
              else f"CPU, {torch.get_num_threads()} threads, fp32")
     print(f"{where}; {args.repeats} repeats x {args.steps} steps, arms interleaved")
     print("uptime before:", uptime(), flush=True)
-    print("| model | batch | arm | ms/step (median) | spread (min-max) | vs dense (median, min-max) |")
-    print("|---|---|---|---|---|---|")
+    print("| model | batch | arm | forward FLOPs vs dense | ms/step (median) | spread (min-max) | "
+          "step vs dense (median, min-max) |")
+    print("|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
         for row in bench_model(name, args, device):
             print(row, flush=True)
