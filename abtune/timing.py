@@ -229,7 +229,10 @@ def _compute_seconds(summary: dict[str, Any], phase: str, cluster: Cluster) -> f
 def ab_forward_flops_share(summary: dict[str, Any]) -> float:
     """An AB phase's forward FLOPs a sample as a share of the dense model's: the factored weights' products at
     the FLOPs their factored layers computed (`decompositions[i].product_flops_per_sample`, from the ranks
-    the run chose), averaged over the AB phases by their steps; 1.0 for a summary without them."""
+    the run chose), averaged over the AB phases by their steps; 1.0 for a summary without them.
+
+    A dense count smaller than the products it contains was not taken as training runs the model (in eval
+    mode torchvision's attention runs fused, uncounted): such a phase stays at the dense count."""
     dense = summary["timing"]["forward_flops_per_sample"]
     counted = [d for d in summary.get("decompositions", []) if "product_flops_per_sample" in d]
     if not counted:
@@ -237,8 +240,8 @@ def ab_forward_flops_share(summary: dict[str, Any]) -> float:
     ends = sorted({start for _, start in summary["timing"].get("phase_starts", [])}
                   | {d["step"] for d in summary["decompositions"]} | {summary["steps_done"]})
     steps = [next((end for end in ends if end > d["step"]), d["step"] + 1) - d["step"] for d in counted]
-    shares = [1.0 + (d["product_flops_per_sample"]["factored"] - d["product_flops_per_sample"]["dense"]) / dense
-              for d in counted]
+    products = [d["product_flops_per_sample"] for d in counted]
+    shares = [1.0 + (p["factored"] - p["dense"]) / dense if p["dense"] <= dense else 1.0 for p in products]
     return sum(share * n for share, n in zip(shares, steps, strict=True)) / sum(steps)
 
 

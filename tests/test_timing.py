@@ -154,6 +154,9 @@ def test_throughput_compute_counts_each_ab_phase_at_the_flops_its_factored_layer
     full = 3 * 1e9 * 100 / (100e12 * 0.5)
     share = (10 * (1e9 - 4e8) + 5 * (1e9 - 3e8)) / 15 / 1e9  # each AB phase by its steps
     assert p.step_seconds == pytest.approx({"warmup": full, "ab": share * full, "rebound": full})
+    run["timing"]["forward_flops_per_sample"] = 5e8  # a dense count without the products (eval mode's fused attention)
+    p = predict(run, cluster(from_run=False, throughput={"tflops": 100, "efficiency": 0.5}))
+    assert p.step_seconds["ab"] == pytest.approx(p.step_seconds["warmup"])
 
 
 def test_measured_compute_lies_between_the_dense_and_the_factored_step() -> None:
