@@ -12,9 +12,9 @@ line of it can be checked by hand:
                                    local batch x seconds a sample measured on the cluster's accelerator for
                                    the model and precision, between its dense and factored measurements by
                                    the phase's parameters                            (`compute.measured`), or
-                                   3 x forward FLOPs a sample x local batch / (TFLOP/s x efficiency), an AB
-                                   phase's forward FLOPs those of its factored layers at the ranks the run
-                                   chose (`ab_forward_flops_share`)                 (`compute.throughput`)
+                                   3 x forward FLOPs a sample x local batch / (TFLOP/s x efficiency), in an
+                                   AB phase with the factored layers' products at the ranks the run chose
+                                   (`ab_forward_flops_share`)                       (`compute.throughput`)
     step seconds of a phase      = when DDP's last gradient bucket is all-reduced (see overlap)
                                    + blocking collectives
     train seconds                = sum over phases of steps x step seconds, + AB's syncs
