@@ -6,6 +6,7 @@ parameters are trained, its process groups and every collective (through the com
 trainer calls, in this order::
 
     setup(model, broadcast_initial)       once, after the model is built
+    upgrade_checkpoint(saved)             when resuming: an earlier version's checkpoint as this one writes it
     load_state_dict(state)                when resuming, before the model's own state is loaded
     per step: begin_step(step) -> forward(module) -> backward -> optimizer.step() -> end_step(step)
     eval_module()                         whenever the trainer evaluates
