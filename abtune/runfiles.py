@@ -191,6 +191,12 @@ class RunSummary:
         """Training seconds until the first evaluation at train.target_top1; None: no target, or never reached."""
         return self.raw["timing"].get("time_to_target_seconds")
 
+    @property
+    def held_bytes_by_phase(self) -> dict[str, dict[str, int]]:
+        """Per phase, the bytes of parameters, gradients and optimizer state rank 0 held (`total` their sum);
+        empty for runs from before it was counted."""
+        return dict(self.raw.get("memory", {}).get("held_bytes_by_phase", {}))
+
     # --- AB's decompositions ---
     @property
     def schedule(self) -> dict[str, Any] | None:

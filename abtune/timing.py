@@ -16,7 +16,9 @@ line of it can be checked by hand:
                                    a public measurement's images/s, net of the floor       (published),
                                    the nearest of those for the same architecture family,
                                    times the ratio of forward FLOPs                       (scaled), or
-                                   3 x forward FLOPs / (TFLOP/s x efficiency)             (assumed)
+                                   3 x forward FLOPs / (TFLOP/s x efficiency)             (assumed);
+                                   an AB phase's seconds a sample scale with its factored layers' FLOPs
+                                   at the ranks the run chose (`phase_flops_ratio`)
     step seconds of a phase      = when DDP's last gradient bucket is all-reduced (see overlap)
                                    + blocking collectives
     train seconds                = sum over phases of steps x step seconds, + AB's syncs
@@ -314,10 +316,26 @@ class _Rate:
 
 
 def phase_flops_ratio(summary: dict[str, Any], phase: str) -> float:
-    """A phase's FLOPs a sample as a share of the dense model's. AB's factored layers form A·B and run the
-    dense product (the parametrization of abtune/methods/ab/lowrank.py), measured no cheaper
-    (benchmarks/calibrate_cluster.py): every phase at the dense model's FLOPs."""
-    return 1.0
+    """A phase's forward FLOPs a sample as a share of the dense model's: 1.0 but in AB's phase, where the
+    factored weights' products count at the FLOPs their factored layers computed
+    (`decompositions[i].product_flops_per_sample`, from the ranks the run chose), averaged over the AB phases
+    by their steps; 1.0 for a summary without them.
+
+    A dense count smaller than the products it contains was not taken as training runs the model (a summary
+    written when FLOPs were counted in eval mode, where torchvision's fused attention went uncounted): such a
+    phase stays at the dense count."""
+    if phase != "ab":
+        return 1.0
+    dense = summary["timing"]["forward_flops_per_sample"]
+    counted = [d for d in summary.get("decompositions", []) if "product_flops_per_sample" in d]
+    if not counted:
+        return 1.0
+    ends = sorted({start for _, start in summary["timing"].get("phase_starts", [])}
+                  | {d["step"] for d in summary["decompositions"]} | {summary["steps_done"]})
+    steps = [next((end for end in ends if end > d["step"]), d["step"] + 1) - d["step"] for d in counted]
+    products = [d["product_flops_per_sample"] for d in counted]
+    shares = [1.0 + (p["factored"] - p["dense"]) / dense if p["dense"] <= dense else 1.0 for p in products]
+    return sum(share * n for share, n in zip(shares, steps, strict=True)) / sum(steps)
 
 
 def step_compute(summary: dict[str, Any], cluster: Cluster) -> StepCompute:

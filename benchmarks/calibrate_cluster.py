@@ -10,12 +10,11 @@ On a CUDA machine it times the GPU (fp32, bf16, fp16); on this one the CPU (fp32
 it ends in minutes, where AdamW's update of the whole model weighs on each step. Each (model, precision,
 batch): `--steps` timed steps (forward, backward, AdamW) after 3 warm-up steps, dense, then with every
 eligible weight factored at a quarter of its full rank (abtune's own factoring,
-abtune/methods/ab/lowrank.py). A line through step time against batch size (least squares over
+abtune/methods/ab/lowrank.py: the factored layers compute with two thin products; A frozen, as an AB
+phase trains one factor). A line through step time against batch size (least squares over
 `--batches`) gives the seconds a sample (its slope) and the fixed cost of a step (its intercept: kernel
-launches, the optimizer), which the time model adds to every step. A factored layer forms A·B and runs the
-dense product, so it is not cheaper: 2.0x dense for the mini ViT, 1.6x for ViT-B/16, 0.7x for ResNet-50 on
-this CPU. It writes a whole cluster description: the measured compute, the smallest intercept as the
-description's step floor (for models it did not calibrate), and the links from the flags (a single node
+launches, the optimizer), which the time model adds to every step. It writes a whole cluster description:
+the measured compute, the smallest intercept as the description's step floor (for models it did not calibrate), and the links from the flags (a single node
 cannot measure its interconnect: nccl-tests' all_reduce_perf busbw over the link's rate is its efficiency).
 The encode/decode compute of sbc and powersgd is not timed here: a `compute.from_run` description (a run on
 the machine itself) contains it.
@@ -26,6 +25,7 @@ from __future__ import annotations
 import argparse
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -34,7 +34,7 @@ import yaml
 
 from abtune.config import ModelConfig
 from abtune.data import DatasetInfo
-from abtune.methods.ab.lowrank import as_matrix, eligible_weights, factor, svd
+from abtune.methods.ab.lowrank import as_matrix, eligible_weights, factor, factors, svd
 from abtune.models import build_model, forward_flops_per_sample, parameter_count
 
 MODELS = {  # the paper's mini ViT on CIFAR-100, and the two ImageNet scaling targets
@@ -52,17 +52,20 @@ WARMUP_STEPS = 3
 
 
 def factored(model: torch.nn.Module) -> torch.nn.Module:
+    """Every eligible weight factored at a quarter of its full rank, A frozen (an AB phase trains one factor)."""
     for ref in eligible_weights(model):
         weight = getattr(ref.module(model), ref.attr).detach()
         rank = max(1, int(RANK_SHARE * min(as_matrix(weight).shape)))
         factor(model, ref, rank, svd(weight))
+        factors(model, ref)[0].requires_grad_(False)
     return model
 
 
-def step_seconds(model: torch.nn.Module, info: DatasetInfo, precision: str, batch: int, steps: int,
-                 device: torch.device) -> float:
+def training_step(model: torch.nn.Module, info: DatasetInfo, precision: str, batch: int,
+                  device: torch.device) -> Callable[[], None]:
+    """One step of `model` (forward, backward, AdamW over its trainable parameters) on a fixed random batch."""
     model = model.to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     images = torch.randn(batch, info.in_channels, info.image_size, info.image_size, device=device)
     labels = torch.randint(0, info.num_classes, (batch,), device=device)
     autocast = torch.autocast(device.type, dtype=DTYPES[precision]) if precision in DTYPES else torch.autocast(
@@ -77,8 +80,10 @@ def step_seconds(model: torch.nn.Module, info: DatasetInfo, precision: str, batc
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
 
-    for _ in range(WARMUP_STEPS):
-        step()
+    return step
+
+
+def seconds_per_step(step: Callable[[], None], steps: int, device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize()
     started = time.perf_counter()
@@ -101,6 +106,14 @@ def fit_line(batches: list[int], seconds: list[float]) -> tuple[float, float]:
     if intercept < 0 or slope <= 0:
         return 0.0, sum(b * s for b, s in zip(batches, seconds, strict=True)) / sum(b * b for b in batches)
     return intercept, slope
+
+
+def step_seconds(model: torch.nn.Module, info: DatasetInfo, precision: str, batch: int, steps: int,
+                 device: torch.device) -> float:
+    step = training_step(model, info, precision, batch, device)
+    for _ in range(WARMUP_STEPS):
+        step()
+    return seconds_per_step(step, steps, device)
 
 
 def calibrate(model: torch.nn.Module, info: DatasetInfo, precision: str, batches: list[int], steps: int,

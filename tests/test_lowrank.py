@@ -70,7 +70,7 @@ def test_factor_signs_are_canonical() -> None:
     torch.testing.assert_close(a @ b, (u[:, :4] * s[:4]) @ vh[:4], atol=1e-5, rtol=1e-5)
 
 
-def test_parametrized_module_computes_with_factors_and_merges_back() -> None:
+def test_factored_module_computes_with_factors_and_merges_back() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 6), nn.Linear(6, 6), nn.Linear(6, 3))
     ref = lowrank.WeightRef("1", "weight")

@@ -16,8 +16,12 @@ import pytest
 import torch
 
 from abtune.comm import CommMeter, Topology
+from abtune.config import ModelConfig
+from abtune.data import DatasetInfo
 from abtune.errors import TrainingFailed
 from abtune.methods import METHOD_NAMES
+from abtune.methods.ab import lowrank
+from abtune.models import build_model
 from abtune.runfiles import read_summary
 from abtune.strict_device import STRICT_DEVICE_VARIABLE, is_foreign, strict_devices
 from tests.conftest import run_cli, write_config
@@ -52,10 +56,31 @@ def test_strict_mode_marks_what_a_gpu_run_would_hold_on_the_cpu() -> None:
     assert not is_foreign(unplaced)  # outside the mode nothing is foreign
 
 
+def test_factored_layers_keep_every_tensor_on_the_run_device() -> None:
+    """Factoring, a training step through the thin products and merging make nothing a GPU run would hold on
+    the CPU (the factors come from the weights' SVD on their device)."""
+    run_device = torch.device("cpu")
+    with strict_devices(True):
+        model = build_model(ModelConfig(arch="vit", patch_size=4, num_layers=1, num_heads=2, hidden_dim=16,
+                                        mlp_dim=32), DatasetInfo(10, 8, 3)).to(run_device)
+        refs = lowrank.eligible_weights(model)
+        for ref in refs:
+            lowrank.factor(model, ref, 3)
+        images = torch.randn(2, 3, 8, 8).to(run_device)
+        logits = model(images)
+        logits.sum().backward()
+        assert not is_foreign(logits)
+        assert not any(is_foreign(p) or (p.grad is not None and is_foreign(p.grad)) for p in model.parameters())
+        for ref in refs:
+            lowrank.merge(model, ref)
+        assert not any(is_foreign(p) for p in model.parameters())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method", METHOD_NAMES)
 def test_every_method_trains_end_to_end_in_strict_device_mode(tmp_path: Path, method: str) -> None:
-    config = write_config(tmp_path / "run.yaml", method={"name": method},
+    factor_every_weight = {"rank_cap": None} if method.startswith("ab") else {}  # the factored layers run
+    config = write_config(tmp_path / "run.yaml", method={"name": method, **factor_every_weight},
                           train={"steps": STEPS, "eval_every": STEPS // 2, "checkpoint_every": STEPS // 2})
     run_dir = tmp_path / "run"
     env = {**os.environ, STRICT_DEVICE_VARIABLE: "1"}
@@ -69,5 +94,6 @@ def test_every_method_trains_end_to_end_in_strict_device_mode(tmp_path: Path, me
     assert {"setup", "eval", "checkpoint"} <= phases.keys()
     if method.startswith("ab"):
         assert summary["decompositions"] and "ab" in phases
+        assert len(summary["decompositions"][0]["ranks"]) == 4  # attention input and output projection, MLP
     if method == "ab":  # without groups the ranks never diverge: a sync sends nothing
         assert "sync" in phases

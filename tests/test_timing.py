@@ -147,6 +147,24 @@ def test_throughput_compute_is_the_dense_model_s_flops_in_every_phase() -> None:
     assert p.step_seconds == pytest.approx({"warmup": full, "ab": full})  # AB's factors run as their dense product
 
 
+def test_throughput_compute_counts_each_ab_phase_at_the_flops_its_factored_layers_computed() -> None:
+    # warmup [0, 10) | AB [10, 20) | rebound [20, 25) | AB [25, 30) | rebound [30, 40); per sample the factored
+    # weights' products cost 6e8 FLOPs dense and 2e8 (first AB phase) or 3e8 (second) as the layers compute them
+    starts = [("warmup", 0), ("ab", 10), ("rebound", 20), ("ab", 25), ("rebound", 30)]
+    decompositions = [{"step": 10, "product_flops_per_sample": {"dense": 6e8, "factored": 2e8}},
+                      {"step": 25, "product_flops_per_sample": {"dense": 6e8, "factored": 3e8}}]
+    run = summary(Topology((0, 1)), {}, {"warmup": 10, "ab": 15, "rebound": 15}, {"warmup": 1.0, "ab": 1.0, "rebound": 1.0},
+                  starts, compression={"dense_params": 1000, "trained_model_params": 250}, decompositions=decompositions)
+    run["timing"].update(forward_flops_per_sample=1e9, local_batch_size=100)
+    p = predict(run, cluster(from_run=False, throughput={"tflops": 100, "efficiency": 0.5}))
+    full = 3 * 1e9 * 100 / (100e12 * 0.5)
+    share = (10 * (1e9 - 4e8) + 5 * (1e9 - 3e8)) / 15 / 1e9  # each AB phase by its steps
+    assert p.step_seconds == pytest.approx({"warmup": full, "ab": share * full, "rebound": full})
+    run["timing"]["forward_flops_per_sample"] = 5e8  # a dense count without the products (eval mode's fused attention)
+    p = predict(run, cluster(from_run=False, throughput={"tflops": 100, "efficiency": 0.5}))
+    assert p.step_seconds["ab"] == pytest.approx(p.step_seconds["warmup"])
+
+
 def test_measured_compute_lies_between_the_dense_and_the_factored_step() -> None:
     run = summary(Topology((0, 1)), {}, {"warmup": 10, "ab": 10}, {"warmup": 1.0, "ab": 1.0},
                   compression={"dense_params": 1000, "trained_model_params": 600})

@@ -78,6 +78,9 @@ def test_abtune_train_records_params_metrics_and_plots_in_the_default_store(
     assert metrics["reduction_vs_ddp"] == pytest.approx(traffic["reduction_vs_ddp"])
     assert metrics["best_top1"] == summary["best_top1"] and metrics["final_top1"] == summary["final"]["val_top1"]
     assert metrics["wall_seconds"] >= summary["timing"]["train_seconds"] > 0
+    held = summary["memory"]["held_bytes_by_phase"]
+    assert metrics["held_bytes_warmup"] == held["warmup"]["total"] > 0
+    assert metrics["held_bytes_ab"] == held["ab"]["total"] > 0
     assert len(_history(client, rid, "ab/compression")) == len(summary["decompositions"])
     assert any(k.startswith(f"system/{socket.gethostname()}/cpu_utilization") for k in metrics)
     # the predicted time on the paper's nodes says where its compute comes from: a tiny fp32 ViT has no

@@ -6,6 +6,7 @@ parameters are trained, its process groups and every collective (through the com
 trainer calls, in this order::
 
     setup(model, broadcast_initial)       once, after the model is built
+    upgrade_checkpoint(saved)             when resuming: an earlier version's checkpoint as this one writes it
     load_state_dict(state)                when resuming, before the model's own state is loaded
     per step: begin_step(step) -> forward(module) -> backward -> optimizer.step() -> end_step(step)
     eval_module()                         whenever the trainer evaluates
@@ -54,6 +55,16 @@ def count_parameters(model: nn.Module, *, trainable_only: bool = False) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
+def held_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
+    """What a rank holds for training, in bytes: the model's parameters, their gradients (after a backward)
+    and the optimizer's state (after its first step: AdamW's two moments and step count per parameter)."""
+    parameters = sum(p.nbytes for p in model.parameters())
+    gradients = sum(p.grad.nbytes for p in model.parameters() if p.grad is not None)
+    state = sum(t.nbytes for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor))
+    return {"parameters": parameters, "gradients": gradients, "optimizer_state": state,
+            "total": parameters + gradients + state}
+
+
 class Method(ABC):
     name: ClassVar[str]
 
@@ -66,6 +77,7 @@ class Method(ABC):
         self.module: nn.Module  # what the trainer calls forward on (a DDP wrapper, usually)
         self.optimizer: torch.optim.Optimizer
         self.dense_parameters = 0
+        self.held_bytes_by_phase: dict[str, dict[str, int]] = {}
 
     def setup(self, model: nn.Module, *, broadcast_initial: bool) -> None:
         """Take the freshly built model; make every rank start from rank 0's weights."""
@@ -132,6 +144,17 @@ class Method(ABC):
         sent = sum(so_far.values())
         return sent * self.ctx.total_steps / steps_done if steps_done else sent
 
+    def _count_held_bytes_after_next_step(self) -> None:
+        """Count `held_bytes` once the new optimizer has stepped (gradients and moments exist then); per phase,
+        the most any of its stretches held."""
+        def count(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            handle.remove()
+            held, before = held_bytes(self.model, optimizer), self.held_bytes_by_phase.get(self.phase)
+            if before is None or held["total"] > before["total"]:
+                self.held_bytes_by_phase[self.phase] = held
+
+        handle = self.optimizer.register_step_post_hook(count)
+
     def summary(self) -> dict[str, Any]:
         """Method-specific entries for summary.json."""
         return {}
@@ -142,6 +165,10 @@ class Method(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore structure (factor shapes, wrappers, optimizer) so the saved tensors fit."""
 
+    def upgrade_checkpoint(self, saved: dict[str, Any]) -> dict[str, Any]:
+        """A checkpoint written by an earlier version, as this one writes it (parameters renamed, say)."""
+        return saved
+
     def rebuild_optimizer(self, params: list[nn.Parameter], keep_state: bool = True) -> None:
         """A new optimizer over `params` that keeps the state of parameters it already knew.
 
@@ -151,6 +178,7 @@ class Method(ABC):
         """
         old = getattr(self, "optimizer", None)
         self.optimizer = self.ctx.make_optimizer(params)
+        self._count_held_bytes_after_next_step()
         if old is None or not keep_state:
             return
         for param in params:

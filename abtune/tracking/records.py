@@ -128,6 +128,8 @@ def summary_metrics(summary: dict[str, Any], wall_seconds: float | None) -> dict
     for phase, by in traffic["by_phase"].items():
         values[f"bytes_{phase}"] = by["total"]["mean"]
         values[f"inter_node_bytes_{phase}"] = by["inter"]["mean"]
+    for phase, held in summary.get("memory", {}).get("held_bytes_by_phase", {}).items():
+        values[f"held_bytes_{phase}"] = held["total"]  # rank 0's parameters, gradients and optimizer state
     if "inter_node_messages" in traffic:
         values["inter_node_messages"] = traffic["inter_node_messages"]["mean"]
     return {**values, **measured_metrics(traffic), **predicted_metrics(summary.get("predicted"))}

@@ -55,6 +55,9 @@ def result_table(summary: RunSummary) -> Table:
         ("training inter-node GB/s / rank", f"{summary.training_inter_node_gb_per_s:.4f}"),
         ("seconds / step", f"{summary.seconds_per_step:.4f}"),
     ]
+    if held := summary.held_bytes_by_phase:
+        rows.append(("MB held by rank 0 (weights, grads, optimizer)",
+                     ", ".join(f"{phase} {_mb(bytes_['total'])}" for phase, bytes_ in held.items())))
     raw = summary.raw
     if raw.get("compression_during_ab"):
         rows.insert(4, ("compression (each AB phase)", ", ".join(f"{c:.2f}" for c in raw["compression_during_ab"][:6])))

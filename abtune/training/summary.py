@@ -181,6 +181,7 @@ def build_summary(trainer: Trainer) -> dict[str, Any]:
         "compression": compression_summary(method, counts),
         "traffic": traffic_summary(per_rank, trainer.state.step, trainer.state.train_seconds,
                                    topology.node_of_rank, ddp_step_bytes),
+        "memory": {"rank": trainer.env.rank, "held_bytes_by_phase": method.held_bytes_by_phase},
         "precision": {"name": config.train.precision, "skipped_steps": trainer.state.skipped_steps,
                       "loss_scale": trainer.precision.loss_scale()},
         "timing": {"train_seconds": trainer.state.train_seconds,

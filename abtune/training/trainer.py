@@ -283,7 +283,7 @@ class Trainer:
         )
 
     def _load(self, folder: Path) -> None:
-        saved = self.checkpointer.load(folder)
+        saved = self.method.upgrade_checkpoint(self.checkpointer.load(folder))
         self.state = TrainState(**saved["train_state"])
         self.method.load_state_dict(saved["method"])
         self.method.model.load_state_dict(saved["model"])

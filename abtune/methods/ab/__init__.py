@@ -116,6 +116,11 @@ class ABTraining(Method):
             lowrank.factor(self.model, ref, ranks[ref.key], svds[ref.key] if svds else None)
         self.in_ab = True
         self._wrap_low_rank()
+        if svds is not None:  # a new decomposition (not a resume): its first step counts its FLOPs
+            lowrank.count_product_flops(self.model, self._record_product_flops)
+
+    def _record_product_flops(self, flops: dict[str, int]) -> None:
+        self.decompositions[-1]["product_flops_per_sample"] = flops
 
     def _merged_state(self) -> dict[str, torch.Tensor]:
         if self.groups is None:
@@ -185,13 +190,23 @@ class ABTraining(Method):
 
     def state_dict(self) -> dict[str, Any]:
         return {"in_ab": self.in_ab, "ranks": dict(self.ranks), "decompositions": self.decompositions,
-                "spectra": self.spectra}
+                "spectra": self.spectra, "held_bytes_by_phase": self.held_bytes_by_phase}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.decompositions = list(state["decompositions"])
         self.spectra = dict(state["spectra"])
+        self.held_bytes_by_phase = {**state.get("held_bytes_by_phase", {}), **self.held_bytes_by_phase}
         if state["in_ab"]:
             self._factor_all(dict(state["ranks"]))  # the saved factors are loaded into these shapes next
+
+    def upgrade_checkpoint(self, saved: dict[str, Any]) -> dict[str, Any]:
+        """Checkpoints of earlier versions named A and B `<module>.parametrizations.<attr>.original0/1`."""
+        rename = lowrank.current_parameter_name
+        optimizer = saved["optimizer"]
+        return {**saved, "model": {rename(name): value for name, value in saved["model"].items()},
+                "optimizer": {"state": {rename(name): value for name, value in optimizer["state"].items()},
+                              "param_groups": [{**group, "params": [rename(n) for n in group["params"]]}
+                                               for group in optimizer["param_groups"]]}}
 
 
 def predict_ab_training_bytes(schedule: ABSchedule, so_far: dict[str, float], steps_done: int) -> float | None:

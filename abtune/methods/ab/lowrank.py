@@ -1,20 +1,24 @@
-"""Low-rank factors of weight matrices: which weights, which rank, and W = A.B as a parametrization.
+"""Low-rank factors of weight matrices: which weights, which rank, and the swap to layers holding W = A.B.
 
 A weight is viewed as a matrix (conv: C_out x C_in*kh*kw). Its fp32 SVD gives
 A = U sqrt(S) and B = sqrt(S) V^T, truncated to the rank r = #{sigma_i > cutoff * sigma_max}.
-The module keeps working unchanged: `module.weight` becomes a view of A @ B (torch parametrize),
-and A, B are ordinary parameters `module.parametrizations.weight.original0/1`.
+`factor` swaps the module that owns the weight for a factored layer (`abtune.methods.ab.layers`) whose
+parameters `<attr>_a`, `<attr>_b` are A and B and which computes in low rank; `merge` swaps it back.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import math
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 from torch import nn
-from torch.nn.utils import parametrize
+
+from abtune.methods.ab import layers
 
 FACTORED_MODULES = (nn.Linear, nn.Conv2d)
 
@@ -144,45 +148,104 @@ def factorize(weight: torch.Tensor, rank: int, decomposition: SVD | None = None)
     return a.to(weight.dtype).contiguous(), b.to(weight.dtype).contiguous()
 
 
-class LowRankProduct(nn.Module):
-    """Parametrization W = (A @ B) viewed in the weight's original shape."""
-
-    def __init__(self, shape: torch.Size, rank: int, decomposition: SVD | None = None) -> None:
-        super().__init__()
-        self.shape = shape
-        self.rank = rank
-        self._decomposition = decomposition  # used once, when the parametrization is registered
-
-    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return (a @ b).view(self.shape)
-
-    def right_inverse(self, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        decomposition, self._decomposition = self._decomposition, None
-        return factorize(weight, self.rank, decomposition)
-
-
-def factor(model: nn.Module, ref: WeightRef, rank: int, decomposition: SVD | None = None) -> None:
-    """Replace the weight by A @ B of rank `rank` (from `decomposition`, the weight's `svd`, if given)."""
+def factor(model: nn.Module, ref: WeightRef, rank: int, decomposition: SVD | None = None,
+           thin: bool | None = None) -> None:
+    """Swap the module owning the weight for a factored layer holding it as A @ B of rank `rank` (from
+    `decomposition`, the weight's `svd`, if given); `thin` as in `layers.FactoredLayer`. An attention whose
+    input or output projection is factored becomes a `layers.FactoredAttention`."""
     module = ref.module(model)
-    shape = getattr(module, ref.attr).shape
-    product = LowRankProduct(shape, rank, decomposition)
-    parametrize.register_parametrization(module, ref.attr, product, unsafe=True)
+    a, b = factorize(getattr(module, ref.attr), rank, decomposition)
+    if isinstance(module, nn.MultiheadAttention | layers.FactoredAttention):
+        _attention(model, ref.module_name).factor_in_proj(a, b, thin)
+        return
+    parent = _parent_name(ref)
+    if parent is not None and isinstance(model.get_submodule(parent), nn.MultiheadAttention):
+        _attention(model, parent)
+    kind = layers.FactoredConv2d if isinstance(module, nn.Conv2d) else layers.FactoredLinear
+    _replace(model, ref.module_name, kind(module, a, b, thin))
+
+
+def merge(model: nn.Module, ref: WeightRef) -> None:
+    """Replace the factors by the full-rank weight A @ B (a new parameter); a layer with nothing left
+    factored becomes the dense module it was."""
+    layer = _factored_layer(model, ref)
+    layer.merge(ref.attr)
+    if not layer.holds_factors:
+        _replace(model, ref.module_name, layer.dense())
+    parent = _parent_name(ref)
+    if parent is not None:
+        attention = model.get_submodule(parent)
+        if isinstance(attention, layers.FactoredAttention) and not attention.holds_factors:
+            _replace(model, parent, attention.dense())
 
 
 def factors(model: nn.Module, ref: WeightRef) -> tuple[nn.Parameter, nn.Parameter]:
-    originals = ref.module(model).parametrizations[ref.attr]
-    return originals.original0, originals.original1
+    return _factored_layer(model, ref).factors(ref.attr)
 
 
 def dense_shape(model: nn.Module, ref: WeightRef) -> torch.Size:
     """The original shape of a factored weight, without computing A @ B."""
-    return ref.module(model).parametrizations[ref.attr][0].shape
-
-
-def merge(model: nn.Module, ref: WeightRef) -> None:
-    """Replace the factors by the full-rank weight A @ B (a new parameter)."""
-    parametrize.remove_parametrizations(ref.module(model), ref.attr, leave_parametrized=True)
+    return _factored_layer(model, ref).dense_shape(ref.attr)
 
 
 def is_factored(model: nn.Module, ref: WeightRef) -> bool:
-    return parametrize.is_parametrized(ref.module(model), ref.attr)
+    module = ref.module(model)
+    return isinstance(module, layers.FactoredLayer) and module.is_factored(ref.attr)
+
+
+def _factored_layer(model: nn.Module, ref: WeightRef) -> layers.FactoredLayer:
+    module = ref.module(model)
+    assert isinstance(module, layers.FactoredLayer) and module.is_factored(ref.attr), f"{ref.key} is not factored"
+    return module
+
+
+def _attention(model: nn.Module, name: str) -> layers.FactoredAttention:
+    module = model.get_submodule(name)
+    if isinstance(module, nn.MultiheadAttention):
+        module = layers.FactoredAttention(module)
+        _replace(model, name, module)
+    assert isinstance(module, layers.FactoredAttention)
+    return module
+
+
+def _parent_name(ref: WeightRef) -> str | None:
+    return ref.module_name.rpartition(".")[0] if ref.module_name else None
+
+
+def _replace(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent), child, module)
+
+
+def count_product_flops(model: nn.Module, done: Callable[[dict[str, int]], None]) -> None:
+    """In the model's next forward, the FLOPs a sample of the factored weights' products, dense and as the
+    factored layers compute them: `done({"dense": ..., "factored": ...})` after it."""
+    tally = {"dense": 0, "factored": 0}
+    batch: list[int] = []
+
+    def before(module: nn.Module, args: tuple[Any, ...]) -> None:
+        batch.append(args[0].shape[0])
+
+    def count(layer: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        dense, factored = cast(layers.FactoredLayer, layer).forward_flops(args, output)
+        tally["dense"], tally["factored"] = tally["dense"] + dense, tally["factored"] + factored
+
+    def after(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        for handle in handles:
+            handle.remove()
+        done({key: round(value / batch[0]) for key, value in tally.items()})
+
+    handles = [model.register_forward_pre_hook(before), model.register_forward_hook(after)]
+    handles += [m.register_forward_hook(count) for m in model.modules() if isinstance(m, layers.FactoredLayer)]
+
+
+_OLD_FACTOR_NAME = re.compile(r"^(?P<prefix>(?:.*\.)?)parametrizations\.(?P<attr>[^.]+)\.original(?P<which>[01])$")
+
+
+def current_parameter_name(name: str) -> str:
+    """A parameter's name as this code registers it, given its name in a checkpoint of earlier versions
+    (which held A and B as torch parametrizations: `<module>.parametrizations.<attr>.original0/1`)."""
+    match = _OLD_FACTOR_NAME.match(name)
+    if match is None:
+        return name
+    return f"{match['prefix']}{match['attr']}_{'ab'[int(match['which'])]}"

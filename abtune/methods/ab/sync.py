@@ -19,11 +19,11 @@ from abtune.comm import CommGroup, CommMeter, average_tensors_
 from abtune.methods.ab.groups import ABGroups, Target
 from abtune.methods.ab.lowrank import WeightRef, dense_shape, factors
 
-PARAMETRIZATION_MARK = "parametrizations."
 
-
-def _unfactored_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    state = {n: p.detach().clone() for n, p in model.named_parameters() if PARAMETRIZATION_MARK not in n}
+def _unfactored_state(model: nn.Module, refs: list[WeightRef]) -> dict[str, torch.Tensor]:
+    """Every parameter but the factors, and every buffer, under their names in the dense model."""
+    factor_ids = {id(f) for ref in refs for f in factors(model, ref)}
+    state = {n: p.detach().clone() for n, p in model.named_parameters() if id(p) not in factor_ids}
     state.update({n: b.detach().clone() for n, b in model.named_buffers()})
     return state
 
@@ -44,7 +44,7 @@ def merged_state(
 
     `mode=None` means the ranks never diverged (no groups): nothing is exchanged.
     """
-    state = _unfactored_state(model)
+    state = _unfactored_state(model, refs)
     pairs = {ref.key: [f.detach().clone() for f in factors(model, ref)] for ref in refs}
     shapes = {ref.key: dense_shape(model, ref) for ref in refs}
     if mode == "full":
