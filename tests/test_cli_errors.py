@@ -104,3 +104,25 @@ def test_a_closed_output_pipe_ends_without_a_traceback(tmp_path: Path, args: lis
     os.close(write_end)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 1 and stderr == "", stderr
+
+
+SECRET = "hunter2/s3cret"  # a slash too: generated passwords have them, and SQLAlchemy takes them as they are
+
+
+@pytest.mark.parametrize(
+    ("args", "echoed"),
+    [
+        (["study", "status", "tiny", "--storge", f"postgresql://me:{SECRET}@db/x"], "unrecognized arguments: --storge"),
+        (["train", "run.yaml", f"--traking-uri=https://me:{SECRET}@mlflow.example.org"],
+         "unrecognized arguments: --traking-uri=https://me:***@mlflow.example.org"),
+        (["promote", "tiny", "--to", "t.yaml", "--scaling", f"postgresql://me:{SECRET}@db/x"],
+         "argument --scaling: invalid choice: 'postgresql://me:***@db/x'"),
+        (["promote", "tiny", "--to", "t.yaml", f"--s=postgresql://me:{SECRET}@db/x"], "ambiguous option: --s="),
+    ],
+    ids=["unrecognized", "unrecognized-joined", "invalid-choice", "ambiguous"],
+)
+def test_argparse_never_echoes_a_password(args: list[str], echoed: str) -> None:
+    result = run_cli(*args, check=False)
+    assert result.returncode == 2
+    assert echoed in result.stderr, result.stderr
+    assert "hunter2" not in result.stdout + result.stderr and "s3cret" not in result.stdout + result.stderr
