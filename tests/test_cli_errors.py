@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import abtune_command, run_cli, write_config
+from tests.conftest import REPO, abtune_command, run_cli, with_checkout_on_path, write_config
 from tests.study_helpers import write_study
 
 
@@ -126,3 +126,21 @@ def test_argparse_never_echoes_a_password(args: list[str], echoed: str) -> None:
     assert result.returncode == 2
     assert echoed in result.stderr, result.stderr
     assert "hunter2" not in result.stdout + result.stderr and "s3cret" not in result.stdout + result.stderr
+
+
+def test_a_postgresql_url_with_no_driver_installed_names_the_missing_driver(tmp_path: Path) -> None:
+    """Neither psycopg2 nor psycopg 3 importable (packages that fail to import shadow the installed ones)."""
+    shadow = tmp_path / "shadow"
+    for driver in ("psycopg2", "psycopg"):
+        (shadow / driver).mkdir(parents=True)
+        (shadow / driver / "__init__.py").write_text(f"raise ModuleNotFoundError('No module named {driver}')\n")
+    env = {**with_checkout_on_path(os.environ), "PYTHONPATH": f"{shadow}{os.pathsep}{REPO}"}
+    url = "postgresql://me:s3cret@127.0.0.1:9/abtune"
+    study, config = write_study(tmp_path / "s.yaml"), write_config(tmp_path / "run.yaml")
+    for args in (["study", "create", str(study), "--storage", url],
+                 ["train", str(config), "--tracking-uri", url, "--run-dir", str(tmp_path / "run")]):
+        result = run_cli(*args, check=False, env=env, cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr == ("abtune: error: postgresql://me:***@127.0.0.1:9/abtune: no PostgreSQL driver is "
+                                 "installed (psycopg2 or psycopg); pip install 'abtune[postgres]'\n")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "optuna.db").exists()

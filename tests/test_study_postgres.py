@@ -40,10 +40,15 @@ def postgres_study_url(request: pytest.FixtureRequest) -> str:
         pytest.skip("no PostgreSQL: needs the tests/postgres fixture or ABTUNE_TEST_POSTGRES_URL")
 
 
+def as_in_the_readme(url: str) -> str:
+    """`postgresql://user:password@host:port/db`, the form the README shows: no driver named."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
 def test_four_workers_on_postgresql_lose_no_trial(tmp_path: Path, postgres_study_url: str) -> None:
     from tests.conftest import run_cli
 
-    url, name = postgres_study_url, f"pg4-{os.getpid()}"  # a shared database may hold earlier runs
+    url, name = as_in_the_readme(postgres_study_url), f"pg4-{os.getpid()}"  # a shared database may hold earlier runs
     study = write_study(tmp_path / "s.yaml", name=name, trials=BUDGET)
     run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
     workers = [start_run(tmp_path, name, "--storage", url, "--no-tracking") for _ in range(WORKERS)]
@@ -99,7 +104,7 @@ def test_a_study_storage_keeps_one_connection_per_process(fresh_database_url: st
 def test_an_mlflow_sql_store_keeps_one_connection_per_process(fresh_database_url: str,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MLFLOW_SQLALCHEMYSTORE_POOL_SIZE", raising=False)  # set by the tracking, restored after
-    tracking = open_tracking(fresh_database_url)
+    tracking = open_tracking(as_in_the_readme(fresh_database_url))
     run_id = tracking.client.create_run(tracking._experiment_id("connections")).info.run_id
     tracking.log_metrics(run_id, {"top1": 0.5})
     assert held_connections(fresh_database_url) == 1
