@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
             return int(args.func(args))
     except AbtuneError as error:
         for line in str(error).splitlines():
-            print(f"abtune: error: {line}", file=sys.stderr)
+            print(f"abtune: error: {redact(line)}", file=sys.stderr)  # a value quoted back may hold a URL's password
         return error.exit_code
     except BrokenPipeError:  # `abtune ... | head -1`: the reader left; what was done stays done, no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit would fail too

@@ -118,10 +118,12 @@ SECRET = "hunter2/s3cret"  # a slash too: generated passwords have them, and SQL
         (["promote", "tiny", "--to", "t.yaml", "--scaling", f"postgresql://me:{SECRET}@db/x"],
          "argument --scaling: invalid choice: 'postgresql://me:***@db/x'"),
         (["promote", "tiny", "--to", "t.yaml", f"--s=postgresql://me:{SECRET}@db/x"], "ambiguous option: --s="),
+        (["train", "run.yaml", "--set", f"postgresql://me:{SECRET}@db/x"],
+         "--set 'postgresql://me:***@db/x': expected KEY=VALUE"),
     ],
-    ids=["unrecognized", "unrecognized-joined", "invalid-choice", "ambiguous"],
+    ids=["unrecognized", "unrecognized-joined", "invalid-choice", "ambiguous", "abtunes-own-error"],
 )
-def test_argparse_never_echoes_a_password(args: list[str], echoed: str) -> None:
+def test_a_refused_argument_never_echoes_a_password(args: list[str], echoed: str) -> None:
     result = run_cli(*args, check=False)
     assert result.returncode == 2
     assert echoed in result.stderr, result.stderr
