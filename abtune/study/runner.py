@@ -409,8 +409,7 @@ class StudyRunner:
     def _follow(self, frozen: FrozenTrial, trial: optuna.Trial, run: Run, note: str) -> None:
         started = frozen.datetime_start.timestamp() if frozen.datetime_start else time.time()
         self.active.append(Active(trial, run, started))
-        self.display.note(f"trial {frozen.number}: {note}")
-        self.display.started(frozen.number, frozen.user_attrs.get(REFERENCE_ATTR))
+        self.display.reattached(frozen.number, note)
 
     def _detach_surviving_jobs(self) -> None:
         """Stop following jobs that outlive this runner (SLURM): their trials stay RUNNING with their job
