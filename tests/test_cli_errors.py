@@ -146,3 +146,13 @@ def test_a_postgresql_url_with_no_driver_installed_names_the_missing_driver(tmp_
         assert result.stderr == ("abtune: error: postgresql://me:***@127.0.0.1:9/abtune: no PostgreSQL driver is "
                                  "installed (psycopg2 or psycopg); pip install 'abtune[postgres]'\n")
     assert not (tmp_path / "run").exists() and not (tmp_path / "optuna.db").exists()
+
+
+def test_a_postgresql_url_names_the_installed_driver_and_any_other_stays_as_it_is() -> None:
+    from abtune.databases import with_installed_driver
+
+    # psycopg2 is what abtune[postgres] and abtune[dev] install
+    for written in ("postgresql://me:pw@db:5432/x", "postgres://me:pw@db:5432/x"):  # libpq's and Heroku's spelling
+        assert with_installed_driver(written) == "postgresql+psycopg2://me:pw@db:5432/x"
+    for kept in ("postgresql+psycopg://me@db/x", "sqlite:////tmp/o.db", "journal:/tmp/j.log", "http://mlflow:5000"):
+        assert with_installed_driver(kept) == kept
