@@ -14,7 +14,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -24,6 +24,7 @@ from abtune.launch.base import Job, Launcher, Layout
 from abtune.launch.launchers import JOBS_DIR, load_launcher
 from abtune.launch.profiles import check_fits
 from abtune.launch.warm import owned_server
+from abtune.redact import redact
 from abtune.rundir import DEFAULT_RUNS_DIR, default_run_dir
 from abtune.runfiles import CONFIG_FILE, HOOKS_FILE, read_summary, summary_path
 from abtune.runs import FAILED, KILLED, Run, status_of
@@ -285,8 +286,16 @@ def cmd_config_show(args: argparse.Namespace) -> int:
     return 0
 
 
+class RedactingParser(argparse.ArgumentParser):
+    """argparse quotes the arguments it refuses (unknown, ambiguous, an invalid choice): a storage or tracking
+    URL beside a typo would show its password. Subcommands' parsers are of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(redact(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="abtune", description=__doc__.splitlines()[0])
+    parser = RedactingParser(prog="abtune", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     train = commands.add_parser("train", help="train one run (local processes, in-process debug, or SLURM)")
@@ -370,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
             return int(args.func(args))
     except AbtuneError as error:
         for line in str(error).splitlines():
-            print(f"abtune: error: {line}", file=sys.stderr)
+            print(f"abtune: error: {redact(line)}", file=sys.stderr)  # a value quoted back may hold a URL's password
         return error.exit_code
     except BrokenPipeError:  # `abtune ... | head -1`: the reader left; what was done stays done, no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit would fail too

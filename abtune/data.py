@@ -37,6 +37,7 @@ from torchvision.transforms import functional as TF
 
 from abtune.config import DataConfig
 from abtune.errors import ConfigError
+from abtune.words import plural
 
 Transform = Callable[[Any], Any]
 
@@ -430,7 +431,7 @@ def steps_per_epoch(train_size: int, local_batch_size: int, world_size: int) -> 
     steps = train_size // world_size // local_batch_size
     if steps == 0:
         raise ConfigError(
-            f"train.local_batch_size: {local_batch_size} samples x {world_size} ranks is more than the "
+            f"train.local_batch_size: {plural(local_batch_size, 'sample')} x {plural(world_size, 'rank')} is more than the "
             f"{train_size} training samples; lower train.local_batch_size"
         )
     return steps

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<user>[^:/@\s]*):(?P<secret>[^@/\s]*)@")
+_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<user>[^:/@\s]*):(?P<secret>[^@\s]*)@")
 _QUERY_SECRET = re.compile(r"(?P<key>[?&](?:password|passwd|token|secret|access_token)=)[^&\s]*", re.IGNORECASE)
 MASK = "***"
 

@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from abtune.databases import with_installed_driver
 from abtune.errors import ConfigError
 from abtune.redact import redact
 from abtune.study.storage import STORAGE_VARIABLE, absolute_url, resolve_storage_url, storage_file
@@ -30,7 +31,7 @@ def choose_stores(tracking_flag: str | None, storage_flag: str | None) -> tuple[
 
     tracking = _existing(resolve_tracking_uri(tracking_flag), asked=bool(tracking_flag or os.environ.get(URI_VARIABLE)),
                          what="MLflow store", flag="--tracking-uri")
-    storage_url = absolute_url(resolve_storage_url(storage_flag))
+    storage_url = with_installed_driver(absolute_url(resolve_storage_url(storage_flag)))
     storage = _existing(storage_url, asked=bool(storage_flag or os.environ.get(STORAGE_VARIABLE)),
                         what="Optuna storage", flag="--storage", file=storage_file(storage_url))
     if tracking is None and storage is None:

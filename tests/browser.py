@@ -3,22 +3,20 @@
 `render(url, screenshot)` loads a page, lets its scripts run (the MLflow UI is a React app that
 fetches its data after loading) and returns the DOM as it is then, saving a PNG of the window.
 Where chromium cannot run (not installed, and not root to install it) the tests skip, except with
-CI=true, where they fail.
+CI=true, where they fail (tests/system.py, as for SLURM and PostgreSQL).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 
-import pytest
+from tests import system
 
 PACKAGE = "chromium"
-INSTALL_TIMEOUT_S = 900
 RENDER_TIMEOUT_S = 180
 # Virtual time: chromium runs the page's timers and waits for its requests until this much page time
 # has passed, independent of how busy the machine is, then dumps the DOM.
@@ -26,26 +24,13 @@ PAGE_TIME_MS = 30_000
 WINDOW = "1600,1000"
 
 
-def _unavailable(reason: str) -> None:
-    """Skip locally, but never silently skip in CI."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"headless chromium cannot run here (CI=true, so not skipping): {reason}", pytrace=False)
-    pytest.skip(f"headless chromium unavailable: {reason}")
-
-
 def chromium() -> str:
-    """The chromium executable; apt-get installs it first when missing and we are root."""
+    """The chromium executable; apt-get installs it first when missing and we are root (tests/system.py)."""
+    not_installed = None if shutil.which(PACKAGE) else system.apt_get_install([PACKAGE])
     found = shutil.which(PACKAGE)
-    if found:
-        return found
-    if os.geteuid() != 0:
-        _unavailable("no chromium, and installing it (apt-get install chromium) needs root")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", PACKAGE]):
-        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=INSTALL_TIMEOUT_S)
-        if result.returncode != 0:
-            _unavailable(f"`{' '.join(command)}` failed: {(result.stderr or result.stdout).strip()[-500:]}")
-    return shutil.which(PACKAGE) or pytest.fail("apt-get installed chromium but it is not on PATH")
+    if found is None:
+        system.unavailable("headless chromium", not_installed or f"{PACKAGE} is installed but not on PATH")
+    return found
 
 
 def render(url: str, screenshot: Path, profile: Path) -> str:

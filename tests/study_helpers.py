@@ -58,3 +58,27 @@ def running(url: str, name: str = "tiny") -> list[FrozenTrial]:
         return [t for t in trials_of(url, name) if t.state == optuna.trial.TrialState.RUNNING]
     except Exception:  # the storage is being created by the process under test
         return []
+
+
+def draw(url: str, trials: int, barrier: Any = None, name: str = "tiny") -> list[dict[str, Any]]:
+    """The parameters a `study run` worker draws for its first `trials` trials (asked, never run). Its runner is
+    built as `study run` builds it; with `barrier`, it then waits for the other workers, so that all of them
+    have read the storage before any asks."""
+    from abtune.study.runner import StudyRunner
+
+    runner = StudyRunner(open_storage(url), name, url, parallel=1, max_trials=trials)
+    if barrier is not None:
+        barrier.wait(timeout=300)
+    return [runner.study.ask(runner.distributions).params for _ in range(trials)]
+
+
+def draw_at_once(url: str, workers: int) -> list[dict[str, Any]]:
+    """The first parameters of `workers` workers in processes of their own, released at the same instant."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, ProcessPoolExecutor(workers, mp_context=context) as pool:
+        barrier = manager.Barrier(workers)
+        futures = [pool.submit(draw, url, 1, barrier) for _ in range(workers)]
+        return [future.result(timeout=600)[0] for future in futures]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import abtune_command, run_cli, write_config
+from tests.conftest import REPO, abtune_command, run_cli, with_checkout_on_path, write_config
 from tests.study_helpers import write_study
 
 
@@ -104,3 +104,55 @@ def test_a_closed_output_pipe_ends_without_a_traceback(tmp_path: Path, args: lis
     os.close(write_end)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 1 and stderr == "", stderr
+
+
+SECRET = "hunter2/s3cret"  # a slash too: generated passwords have them, and SQLAlchemy takes them as they are
+
+
+@pytest.mark.parametrize(
+    ("args", "echoed"),
+    [
+        (["study", "status", "tiny", "--storge", f"postgresql://me:{SECRET}@db/x"], "unrecognized arguments: --storge"),
+        (["train", "run.yaml", f"--traking-uri=https://me:{SECRET}@mlflow.example.org"],
+         "unrecognized arguments: --traking-uri=https://me:***@mlflow.example.org"),
+        (["promote", "tiny", "--to", "t.yaml", "--scaling", f"postgresql://me:{SECRET}@db/x"],
+         "argument --scaling: invalid choice: 'postgresql://me:***@db/x'"),
+        (["promote", "tiny", "--to", "t.yaml", f"--s=postgresql://me:{SECRET}@db/x"], "ambiguous option: --s="),
+        (["train", "run.yaml", "--set", f"postgresql://me:{SECRET}@db/x"],
+         "--set 'postgresql://me:***@db/x': expected KEY=VALUE"),
+    ],
+    ids=["unrecognized", "unrecognized-joined", "invalid-choice", "ambiguous", "abtunes-own-error"],
+)
+def test_a_refused_argument_never_echoes_a_password(args: list[str], echoed: str) -> None:
+    result = run_cli(*args, check=False)
+    assert result.returncode == 2
+    assert echoed in result.stderr, result.stderr
+    assert "hunter2" not in result.stdout + result.stderr and "s3cret" not in result.stdout + result.stderr
+
+
+def test_a_postgresql_url_with_no_driver_installed_names_the_missing_driver(tmp_path: Path) -> None:
+    """Neither psycopg2 nor psycopg 3 importable (packages that fail to import shadow the installed ones)."""
+    shadow = tmp_path / "shadow"
+    for driver in ("psycopg2", "psycopg"):
+        (shadow / driver).mkdir(parents=True)
+        (shadow / driver / "__init__.py").write_text(f"raise ModuleNotFoundError('No module named {driver}')\n")
+    env = {**with_checkout_on_path(os.environ), "PYTHONPATH": f"{shadow}{os.pathsep}{REPO}"}
+    url = "postgresql://me:s3cret@127.0.0.1:9/abtune"
+    study, config = write_study(tmp_path / "s.yaml"), write_config(tmp_path / "run.yaml")
+    for args in (["study", "create", str(study), "--storage", url],
+                 ["train", str(config), "--tracking-uri", url, "--run-dir", str(tmp_path / "run")]):
+        result = run_cli(*args, check=False, env=env, cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr == ("abtune: error: postgresql://me:***@127.0.0.1:9/abtune: no PostgreSQL driver is "
+                                 "installed (psycopg2 or psycopg); pip install 'abtune[postgres]'\n")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "optuna.db").exists()
+
+
+def test_a_postgresql_url_names_the_installed_driver_and_any_other_stays_as_it_is() -> None:
+    from abtune.databases import with_installed_driver
+
+    # psycopg2 is what abtune[postgres] and abtune[dev] install
+    for written in ("postgresql://me:pw@db:5432/x", "postgres://me:pw@db:5432/x"):  # libpq's and Heroku's spelling
+        assert with_installed_driver(written) == "postgresql+psycopg2://me:pw@db:5432/x"
+    for kept in ("postgresql+psycopg://me@db/x", "sqlite:////tmp/o.db", "journal:/tmp/j.log", "http://mlflow:5000"):
+        assert with_installed_driver(kept) == kept

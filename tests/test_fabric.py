@@ -2,7 +2,9 @@
 shaped links. The modelled inter-node bytes must match what the kernel counted on the links, a shaped
 link must hold its rate, and nothing the run made may outlive it, however it ends.
 
-These need root (or CAP_NET_ADMIN) and iproute2: they skip locally without, and fail under CI=true.
+These need root (or CAP_NET_ADMIN), iproute2 and, for a link that loses packets, iptables. As root the
+packages are installed when missing (tests/system.py, as for SLURM and PostgreSQL); without, the tests skip
+locally and fail under CI=true.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from optuna.trial import TrialState
 from abtune.launch.fabric import fabric_namespaces, missing_requirements
 from abtune.launch.profiles import parse_rate_bits
 from abtune.runfiles import read_summary
+from tests import system
 from tests.conftest import abtune_command, run_cli, write_config
 from tests.study_helpers import TINY_BASE, trials_of, write_study
 
@@ -44,15 +47,17 @@ GONE_DEADLINE_S = 120
 # paper's 1/30 would sync after every step of so short a run, sending more than ddp)
 SHAPED_STEPS = 15
 AB_LONG_PHASES = {"warmup_frac": 0.2, "ab_frac": 0.2, "rebound_frac": 0.0}
+FABRIC_PACKAGES = ("iproute2", "iptables")  # ip and tc; iptables for a link that loses packets
 
 
-def require_fabric() -> None:
-    missing = missing_requirements()
-    if not missing:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"the emulated interconnect cannot run here (CI=true, so not skipping): {missing}", pytrace=False)
-    pytest.skip(f"the emulated interconnect needs {missing}")
+def require_fabric(loss: bool = False) -> None:
+    """What the fabric needs (`loss`: iptables too), installed if missing; else skip, or fail under CI=true."""
+    tools = ("ip", "tc", "iptables") if loss else ("ip", "tc")
+    not_installed = system.apt_get_install(FABRIC_PACKAGES) if not all(map(shutil.which, tools)) else None
+    missing = missing_requirements(loss)
+    if missing:
+        system.unavailable("the emulated interconnect", f"it needs {' and '.join(missing)}"
+                           + (f" ({not_installed})" if not_installed else ""))
 
 
 def profile(path: Path, **fabric: Any) -> Path:
@@ -277,7 +282,7 @@ LOSS_STEPS = 40
 def test_a_link_that_loses_packets_trains_to_the_end_and_tcp_resends_what_it_lost(tmp_path: Path) -> None:
     """2% of the packets reaching each node are dropped from the start, 5% at node 1 from step 10 (a fault): the run
     trains to its last step, and the nodes' kernels count the TCP segments they had to send again."""
-    require_fabric()
+    require_fabric(loss=True)
     before = set(fabric_namespaces())
     config = write_config(tmp_path / "run.yaml", model=MODEL, train={"steps": LOSS_STEPS, "log_every": 5})
     launcher = profile(tmp_path / "lossy.yaml", loss_pct=2, faults=[{"at_step": 10, "node": 1, "loss_pct": 5}])
@@ -322,6 +327,25 @@ def test_loss_without_iptables_is_refused_in_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert "the `iptables` command for loss_pct (apt-get install -y iptables)" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_the_readme_command_brings_up_iptables_for_the_loss_test_or_skips_it_with_the_reason(tmp_path: Path) -> None:
+    """`pytest -q` on a machine without iptables: the suite installs it as it installs SLURM and PostgreSQL
+    (tests/system.py), and where that cannot help (here: a PATH without it, whatever is installed) the test
+    that loses packets skips, saying why, instead of failing."""
+    require_fabric()
+    tools = tmp_path / "bin"  # ip, tc and the venv's commands, but no iptables
+    tools.mkdir()
+    for tool in ("ip", "tc"):
+        (tools / tool).symlink_to(shutil.which(tool))
+    env = {key: value for key, value in os.environ.items() if key != "CI"}
+    test = f"{Path(__file__).name}::test_a_link_that_loses_packets_trains_to_the_end_and_tcp_resends_what_it_lost"
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-rs", "-p", "no:cacheprovider", test],
+                            cwd=Path(__file__).parent, env={**env, "PATH": f"{Path(sys.executable).parent}:{tools}"},
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and "1 skipped" in result.stdout, result.stdout + result.stderr
+    assert ("the emulated interconnect unavailable: it needs the `iptables` command for loss_pct "
+            "(apt-get install -y iptables)") in result.stdout, result.stdout
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from abtune.errors import ConfigError
+from abtune.launch import slurm
 from abtune.launch.base import Layout
 from abtune.launch.launchers import JOB_KINDS, LAUNCHERS, launcher_for, launcher_type, load_launcher, reattach
 from abtune.launch.outcome import recorded_failure
@@ -51,6 +52,7 @@ AB = {"name": "ab"}
         ({"nodes": 0}, AB, "nodes: Input should be greater than or equal to 1 (got 0)"),
         ({"time_limit": 10}, AB, "time_limit: 10 minutes is too short to checkpoint and requeue"),
         ({"time_limit": "0:14:00"}, AB, "time_limit: 14 minutes is too short"),
+        ({"time_limit": 1}, AB, "time_limit: 1 minute is too short to checkpoint and requeue"),
         ({"time_limit": "2h"}, AB, "time_limit: expected minutes or sbatch's [D-]HH:MM:SS (30, 30:00, 2:00:00, "
                                    "1-12:00:00) (got '2h')"),  # the value once
         ({"mem": "lots"}, AB, "mem: String should match pattern"),
@@ -98,6 +100,16 @@ def test_time_limits_in_every_format_sbatch_takes() -> None:
         with pytest.raises(ValueError, match="expected minutes or sbatch's"):
             parse_time_limit(bad)
     assert SlurmProfile(time_limit="30").time_limit_min == 30  # the profile's comment says minutes: quoted too
+
+
+@pytest.mark.parametrize("no_limit", [0, "0", "UNLIMITED", "infinite"])
+def test_time_limit_0_is_sbatchs_no_limit_for_trials_and_workers(tmp_path: Path, no_limit: int | str) -> None:
+    config = write_config(tmp_path / "run.yaml", method={"name": "ab"})
+    profile = write_profile(tmp_path / "p.yaml", time_limit=no_limit, worker={"time_limit": no_limit})
+    script = run_cli("train", str(config), "--launcher", str(profile), "--dry-run", cwd=tmp_path, env=without_slurm())
+    assert "#SBATCH --time=0" in script.stdout.splitlines(), script.stdout
+    workers = slurm.worker_profile(load_profile(str(profile)))
+    assert "#SBATCH --time=0" in slurm.array_script(tmp_path, slurm.WORKER_LAYOUT, workers, 2, "w").splitlines()
 
 
 def test_dry_run_prints_the_script_and_writes_nothing(tmp_path: Path) -> None:

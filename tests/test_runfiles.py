@@ -115,6 +115,17 @@ def test_the_run_report_reads_the_typed_summary(ab_run: Path, capsys: pytest.Cap
 
 
 @pytest.mark.slow  # trains: left out of the fast subset
+def test_the_run_reports_title_counts_one_rank_and_one_node_in_the_singular(ab_run: Path) -> None:
+    from abtune.runfiles import RunSummary
+    from abtune.training.report import result_table
+
+    two = read_summary(ab_run)
+    assert result_table(two).title == "tiny: ab on 2 ranks / 2 nodes"
+    one = RunSummary({**two.raw, "world_size": 1, "num_nodes": 1})  # `abtune train` without --nproc
+    assert result_table(one).title == "tiny: ab on 1 rank / 1 node"
+
+
+@pytest.mark.slow  # trains: left out of the fast subset
 def test_every_objective_reads_its_figure_from_a_real_summary(ab_run: Path) -> None:
     from abtune.objectives import OBJECTIVES
 

@@ -3,21 +3,25 @@ refuses to replace a different definition; the space follows the RunConfig's fie
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import optuna
 import pytest
 import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-from optuna.trial import create_trial
+from optuna.trial import TrialState, create_trial
 
 from abtune.cli import main
 from abtune.errors import ConfigError
-from abtune.study.attrs import SPEC_ATTR
+from abtune.study.attrs import FAIL_REASON_ATTR, OVER_BUDGET_ATTR, SPEC_ATTR
 from abtune.study.definition import DDP, PAPER_DEFAULTS
 from abtune.study.space import build_distributions
 from abtune.study.spec import GUIDELINE, load_study_spec
 from abtune.study.storage import open_storage
+from abtune.study.workers import WORKER_ATTR
 from tests.conftest import run_cli
 from tests.study_helpers import TINY_BASE, study_attrs, trials_of, write_study
 
@@ -405,3 +409,27 @@ def test_best_says_how_to_run_the_best_trial_again_where_it_ran(tmp_path: Path, 
     optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'optuna.db'}").add_trial(trial)
     out = run_cli("study", "best", "tiny", cwd=tmp_path).stdout
     assert f"run it again: abtune train runs/studies/tiny/trials/0/config.yaml {expected}\n" in out
+
+
+def test_status_names_a_dead_workers_trial_and_the_latest_failure_reasons(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    run_cli("study", "create", str(write_study(tmp_path / "s.yaml", references={"paper_defaults": False, "ddp": False})),
+            "--storage", url, cwd=tmp_path)
+    study = optuna.load_study(study_name="tiny", storage=open_storage(url))
+    reasons = [f"the job exited with code {code}" for code in range(1, 6)]
+    for reason in reasons:
+        study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={FAIL_REASON_ATTR: reason}))
+    study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={FAIL_REASON_ATTR: "not run", OVER_BUDGET_ATTR: True}))
+    ended = subprocess.run([sys.executable, "-c", "import json; from abtune.study.workers import this_worker; "
+                            "print(json.dumps(this_worker()))"], capture_output=True, text=True, check=True)
+    worker = json.loads(ended.stdout)  # a `study run` that is gone (killed, its host rebooted)
+    orphan = study.ask()
+    study._storage.set_trial_system_attr(orphan._trial_id, WORKER_ATTR, worker)
+    status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
+    start = f"{study.trials[orphan.number].datetime_start:%H:%M:%S}"
+    assert (f"running: trial 6 on {worker['host']}:{worker['pid']} since {start}; its worker is gone (the next "
+            "`abtune study run` re-attaches its job or retries it)\n") in status, status
+    assert "latest failures (3 of 5; every one: abtune study export tiny):\n" in status, status
+    shown = [line.strip() for line in status.splitlines() if line.startswith("  trial ")]
+    assert [line.split(": ", 1) for line in shown] == [
+        [f"trial {n} ({study.trials[n].datetime_complete:%H:%M:%S})", reasons[n]] for n in (2, 3, 4)]

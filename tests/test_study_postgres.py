@@ -1,4 +1,5 @@
-"""Four `abtune study run` workers on one study in a real PostgreSQL server lose no trial.
+"""Four `abtune study run` workers on one study in a real PostgreSQL server lose no trial, and workers
+that start together draw parameters of their own (on SQLite too).
 
 The server comes from the PostgreSQL fixture of tests/postgres (`postgres_db_url`, a fresh
 database per test) when that plugin is present, else from $ABTUNE_TEST_POSTGRES_URL; without
@@ -20,7 +21,7 @@ from abtune.study import results
 from abtune.study.attrs import OVER_BUDGET_ATTR
 from abtune.study.storage import open_storage
 from abtune.tracking import open_tracking
-from tests.study_helpers import start_run, trials_of, write_study
+from tests.study_helpers import draw, draw_at_once, start_run, trials_of, write_study
 
 if (Path(__file__).parent / "postgres" / "fixture.py").exists():
     pytest_plugins = ["tests.postgres.fixture"]
@@ -40,10 +41,15 @@ def postgres_study_url(request: pytest.FixtureRequest) -> str:
         pytest.skip("no PostgreSQL: needs the tests/postgres fixture or ABTUNE_TEST_POSTGRES_URL")
 
 
+def as_in_the_readme(url: str) -> str:
+    """`postgresql://user:password@host:port/db`, the form the README shows: no driver named."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
 def test_four_workers_on_postgresql_lose_no_trial(tmp_path: Path, postgres_study_url: str) -> None:
     from tests.conftest import run_cli
 
-    url, name = postgres_study_url, f"pg4-{os.getpid()}"  # a shared database may hold earlier runs
+    url, name = as_in_the_readme(postgres_study_url), f"pg4-{os.getpid()}"  # a shared database may hold earlier runs
     study = write_study(tmp_path / "s.yaml", name=name, trials=BUDGET)
     run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
     workers = [start_run(tmp_path, name, "--storage", url, "--no-tracking") for _ in range(WORKERS)]
@@ -99,7 +105,36 @@ def test_a_study_storage_keeps_one_connection_per_process(fresh_database_url: st
 def test_an_mlflow_sql_store_keeps_one_connection_per_process(fresh_database_url: str,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MLFLOW_SQLALCHEMYSTORE_POOL_SIZE", raising=False)  # set by the tracking, restored after
-    tracking = open_tracking(fresh_database_url)
+    tracking = open_tracking(as_in_the_readme(fresh_database_url))
     run_id = tracking.client.create_run(tracking._experiment_id("connections")).info.run_id
     tracking.log_metrics(run_id, {"top1": 0.5})
     assert held_connections(fresh_database_url) == 1
+
+
+NO_REFERENCES = {"paper_defaults": False, "ddp": False}  # every trial sampled
+AT_ONCE = 3
+
+
+@pytest.mark.parametrize("storage", ["sqlite", "postgresql"])
+def test_workers_released_at_the_same_instant_draw_parameters_of_their_own(
+        tmp_path: Path, storage: str, request: pytest.FixtureRequest) -> None:
+    from tests.conftest import run_cli
+
+    url = f"sqlite:///{tmp_path}/optuna.db" if storage == "sqlite" else \
+        as_in_the_readme(str(request.getfixturevalue("fresh_database_url")))
+    run_cli("study", "create", str(write_study(tmp_path / "s.yaml", references=NO_REFERENCES)), "--storage", url)
+    draws = draw_at_once(url, AT_ONCE)
+    assert len({tuple(sorted(d.items())) for d in draws}) == AT_ONCE, draws
+
+
+def test_a_lone_worker_draws_the_same_parameters_every_time_and_a_restarted_one_new_ones(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    study = write_study(tmp_path / "s.yaml", references=NO_REFERENCES)
+    first, second = (f"sqlite:///{tmp_path}/{name}.db" for name in ("first", "second"))
+    for url in (first, second):
+        run_cli("study", "create", str(study), "--storage", url)
+    drawn = draw(first, 3)
+    assert draw(second, 3) == drawn  # the study's seed, whoever runs it
+    assert len({tuple(sorted(d.items())) for d in drawn}) == 3
+    assert draw(first, 1)[0] not in drawn  # a worker started later does not replay the first one's draws

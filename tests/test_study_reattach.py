@@ -82,6 +82,7 @@ def test_killed_study_run_reattaches_its_surviving_local_trials(tmp_path: Path) 
     assert all(process_alive(job) for job in jobs.values())  # ... and their jobs train on
     status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert all(f"running: trial {n} in local job {job['pid']} on " in status for n, job in jobs.items()), status
+    assert status.count("; its worker is gone (the next `abtune study run` re-attaches its job") == 2, status
 
     second = _study_run(tmp_path, url, "second.log", "--parallel", "2", "--no-tracking")
     # still held: the restarted run finds both jobs training, and follows them (not a result told after the fact)
@@ -95,6 +96,7 @@ def test_killed_study_run_reattaches_its_surviving_local_trials(tmp_path: Path) 
     for number, job in jobs.items():
         trial = trials[number]
         assert f"trial {number}: re-attached to local job {job['pid']}\n" in out, out  # no "(ended; ...)"
+        assert f"trial {number} started" not in out, out  # it started under the first runner
         assert trial.user_attrs[LOCAL_JOB_ATTR] == job  # followed, never resubmitted
         run_dir = Path(trial.user_attrs["run_dir"])
         assert len(list((run_dir / "jobs").glob("*_result.pkl"))) == 1  # one job ran in this folder

@@ -175,13 +175,16 @@ def test_a_study_has_one_parent_run_with_its_front_importances_and_history(store
     assert client.get_run(child).info.experiment_id == run.info.experiment_id
 
 
-def test_an_unreachable_store_stops_abtune_train_before_anything_starts(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("scheme", "shown"), [("http", "http"), ("postgresql", "postgresql+psycopg2")])
+def test_an_unreachable_store_stops_abtune_train_before_anything_starts(tmp_path: Path, scheme: str, shown: str) -> None:
     config = write_config(tmp_path / "run.yaml")
-    closed = f"http://bob:{SECRET}@127.0.0.1:{free_port()}"
+    port = free_port()
+    closed = f"{scheme}://bob:{SECRET}@127.0.0.1:{port}" + ("/abtune" if scheme == "postgresql" else "")
     result = run_cli("train", str(config), "--run-dir", str(tmp_path / "run"), "--tracking-uri", closed,
                      check=False, env={**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"})
     assert result.returncode == 1
-    assert result.stderr.startswith("abtune: error: cannot reach MLflow at http://127.0.0.1:")
+    assert result.stderr.startswith(f"abtune: error: cannot reach MLflow at {shown}://"), result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
     assert "--no-tracking" in result.stderr and "Traceback" not in result.stderr and SECRET not in result.stderr
     assert not (tmp_path / "run").exists()
 

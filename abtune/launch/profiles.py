@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from abtune.config import RunConfig, StrictModel, describe_validation_error
 from abtune.errors import ConfigError
 from abtune.launch.base import Layout
+from abtune.words import plural
 from abtune.yamlfile import find_named, names_in, read_yaml
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -31,6 +32,8 @@ PROJECT_DIR = Path("launchers")
 # At 10 minutes or less that bound is <= 0, so every preemption counts as a timeout; 15 minutes
 # leaves a 5-minute window in which a preempted job is requeued for free and time to reach a checkpoint.
 MIN_TIME_LIMIT_MIN = 15
+NO_TIME_LIMIT = 0  # sbatch's --time=0: no limit but the partition's own
+_NO_LIMIT_WORDS = ("unlimited", "infinite")  # sbatch takes these too, and squeue shows UNLIMITED
 # sbatch options the profile sets through its own keys ("" : abtune sets them itself)
 _TYPED_OPTIONS = {
     "partition": "partition", "account": "account", "qos": "qos", "nodes": "nodes", "ntasks-per-node": "tasks_per_node",
@@ -42,10 +45,13 @@ _TYPED_OPTIONS = {
 
 def parse_time_limit(value: int | str) -> int:
     """Minutes, rounded up, from an int (minutes) or any of sbatch's --time formats: "minutes",
-    "minutes:seconds", "hours:minutes:seconds", "days-hours", "days-hours:minutes", "days-hours:minutes:seconds"."""
+    "minutes:seconds", "hours:minutes:seconds", "days-hours", "days-hours:minutes", "days-hours:minutes:seconds";
+    0, UNLIMITED or INFINITE: no limit (NO_TIME_LIMIT)."""
     if isinstance(value, int):
         return value
     text = value.strip()
+    if text.lower() in _NO_LIMIT_WORDS:
+        return NO_TIME_LIMIT
     days, clock = text.split("-", 1) if "-" in text else (None, text)
     fields = clock.split(":")
     if not all(f.isdigit() for f in [*fields, *([days] if days is not None else [])]) or not 1 <= len(fields) <= 3:
@@ -130,10 +136,10 @@ class DebugProfile(StrictModel):
 
 def _check_time_limit(value: int | str) -> int | str:
     minutes = parse_time_limit(value)
-    if minutes < MIN_TIME_LIMIT_MIN:
+    if minutes != NO_TIME_LIMIT and minutes < MIN_TIME_LIMIT_MIN:
         raise ValueError(
-            f"{minutes} minutes is too short to checkpoint and requeue: submitit counts every signal in a job "
-            f"of 10 minutes or less as a timeout; use at least {MIN_TIME_LIMIT_MIN} minutes"
+            f"{plural(minutes, 'minute')} is too short to checkpoint and requeue: submitit counts every signal in "
+            f"a job of 10 minutes or less as a timeout; use at least {MIN_TIME_LIMIT_MIN} minutes, or 0 for no limit"
         )
     return value
 
@@ -166,7 +172,7 @@ class SlurmProfile(StrictModel):
     gpus_per_node: int | None = Field(None, ge=0)
     cpus_per_task: int | None = Field(None, ge=1)
     mem: str | None = Field(None, pattern=r"^\d+[KMGT]?$", description="memory per node, sbatch --mem (e.g. 64G)")
-    time_limit: int | str = Field("1:00:00", description="minutes or [D-]HH:MM:SS; at least 15 minutes")
+    time_limit: int | str = Field("1:00:00", description="minutes or [D-]HH:MM:SS; at least 15 minutes, 0 for no limit")
     setup: tuple[str, ...] = Field((), description="shell lines before the ranks start (module load ...)")
     sbatch: dict[str, str | int | bool] = Field({}, description="extra sbatch options, e.g. {constraint: a100}")
     array_parallelism: int = Field(8, ge=1, description="array jobs (study workers) running at once")

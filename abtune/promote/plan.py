@@ -17,6 +17,7 @@ from abtune.config import RunConfig, StrictModel, apply_overrides, parse_run_con
 from abtune.errors import ConfigError
 from abtune.promote.select import Promoted
 from abtune.promote.target import ScalingTarget, with_root
+from abtune.words import plural
 
 Strategy = Literal["local", "global"]
 STRATEGIES: tuple[Strategy, ...] = ("local", "global")
@@ -103,7 +104,7 @@ def plan_run(target: ScalingTarget, item: Promoted | None, nodes: int, strategy:
     local, global_ = batch_sizes(target, strategy, world)
     per_epoch = samples // global_
     if per_epoch == 0:
-        raise ConfigError(f"{nodes} nodes: a global batch of {global_} is more than the {samples} training "
+        raise ConfigError(f"{plural(nodes, 'node')}: a global batch of {global_} is more than the {samples} training "
                           "samples; use fewer nodes or smaller batches")
     steps = target.scaling.epochs * per_epoch
     label = BASELINE if item is None else item.name

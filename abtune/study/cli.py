@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from abtune.errors import AbtuneError, ConfigError
 from abtune.redact import redact
 from abtune.tracking.uri import add_tracking_arguments
+from abtune.words import plural
 
 if TYPE_CHECKING:
     from abtune.tracking import Tracking
@@ -103,7 +104,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if unchecked is not None and args.dry_run:  # a real launch asks the cluster itself, and fails there if it must
         print(f"abtune: note: {unchecked}", file=sys.stderr)
     if not launch.work_left(storage.get_all_trials(study_id, deepcopy=False), spec.trials):
-        print(f"study {args.name} has spent its budget of {spec.trials} trials; nothing to launch "
+        print(f"study {args.name} has spent its budget of {plural(spec.trials, 'trial')}; nothing to launch "
               f"(see abtune study best {args.name})")
         return 0
     if args.dry_run:

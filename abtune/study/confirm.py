@@ -43,6 +43,7 @@ from abtune.study.repeats import repeat_seed, seed_dir
 from abtune.study.space import ddp_reference_config
 from abtune.study.spec import StudySpec
 from abtune.tracking import Tracking
+from abtune.words import plural
 
 CONFIRM_DIR = "confirm"
 POLL_S = 0.5
@@ -206,7 +207,7 @@ def _versus(metric: str, test: dict[str, Any] | None) -> str:
 
 
 def markdown_table(name: str, records: list[dict[str, Any]], metrics: list[str], seeds: list[int]) -> str:
-    lines = [f"Confirmation of study {name}: {len(records)} configuration(s) x {len(seeds)} fresh seeds "
+    lines = [f"Confirmation of study {name}: {len(records)} configuration(s) x {plural(len(seeds), 'fresh seed')} "
              f"({', '.join(map(str, seeds))})",
              f"Test: {stats.TEST_NAME}; * = significant (p < {stats.ALPHA:.2f}); difference = row - reference.", ""]
     for metric in metrics:

@@ -6,12 +6,14 @@ and the pruning hook inside a trial, rebuild the same sampler and pruner without
 
 from __future__ import annotations
 
-import os
+import functools
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.distributions import BaseDistribution
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
@@ -20,6 +22,7 @@ from abtune.study.attrs import REFERENCE_ATTR, SPEC_ATTR, STUDY_DIR_ATTR
 from abtune.study.options import check_options
 from abtune.study.pareto_pruner import ParetoAshaPruner
 from abtune.study.spec import StudySpec, parse_study_spec
+from abtune.study.workers import WORKER_ATTR
 
 PAPER_DEFAULTS = "paper-defaults"
 DDP = "ddp"
@@ -96,10 +99,52 @@ def stored_study_dir(storage: BaseStorage, study_id: int) -> Path:
     return Path(storage.get_study_user_attrs(study_id)[STUDY_DIR_ATTR])
 
 
-def open_search_study(storage: BaseStorage, name: str, seed_offset: int = 0) -> tuple[SearchStudy, StudySpec]:
+class WorkerSeededSampler(optuna.samplers.BaseSampler):
+    """The study's sampler, seeded once per worker: the study's seed plus the number of the first trial the
+    worker asks for.
+
+    The storage hands out trial numbers one at a time, so workers that start at the same instant seed apart,
+    which no look at the storage can promise (two workers read it before either owns a trial, and drew the
+    same parameters). A lone worker on a new study draws with the study's own seed (its first trial is
+    number 0); one started later does not replay the draws of those before it. A trial that some worker
+    already owns (one re-attached) seeds nothing: its number was handed to another.
+    """
+
+    def __init__(self, build: Callable[[int], optuna.samplers.BaseSampler]) -> None:
+        self._build = build
+        self._sampler = build(0)
+        self._seeded = False
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        if not self._seeded and WORKER_ATTR not in trial.system_attrs:
+            self._sampler, self._seeded = self._build(trial.number), True
+        self._sampler.before_trial(study, trial)
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return self._sampler.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        return self._sampler.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self._sampler.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self._sampler.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self._sampler.reseed_rng()
+
+
+def open_search_study(storage: BaseStorage, name: str) -> tuple[SearchStudy, StudySpec]:
     study_id = storage.get_study_id_from_name(name)
     spec = stored_spec(storage, study_id)
-    study = SearchStudy(name, storage, sampler=build_sampler(spec, seed_offset), pruner=build_pruner(spec))
+    seeded = spec.sampler.seed is not None
+    sampler = WorkerSeededSampler(functools.partial(build_sampler, spec)) if seeded else build_sampler(spec)
+    study = SearchStudy(name, storage, sampler=sampler, pruner=build_pruner(spec))
     if study.metric_names is None:  # a study created before abtune named its objectives
         name_objectives(study, spec)
     return study, spec
@@ -110,13 +155,3 @@ def name_objectives(study: optuna.Study, spec: StudySpec) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # stable since 3.2, still marked so
         study.set_metric_names(list(spec.objectives))
-
-
-def seed_offset(trials: list[FrozenTrial]) -> int:
-    """Restarted workers must not replay the sampler's first draws: offset its seed by the trials so far.
-
-    When other workers are running (shared storage), the process id is mixed in too; one worker
-    running a study from start to end stays reproducible.
-    """
-    running = any(t.state == TrialState.RUNNING for t in trials)
-    return len(trials) * 7919 + (os.getpid() if running else 0)

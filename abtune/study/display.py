@@ -92,6 +92,12 @@ class RunDisplay:
             self.console.print(f"trial {number} started" + (f" ({reference} reference)" if reference else ""))
         self._update()
 
+    def reattached(self, number: int, how: str) -> None:
+        """A trial that started under an earlier worker, followed from here on."""
+        self.running.add(number)
+        self.console.print(f"trial {number}: {how}")
+        self._update()
+
     def finished(self, trial: FrozenTrial, trials: Sequence[FrozenTrial]) -> None:
         self.running.discard(trial.number)
         row = trial_row(trial)

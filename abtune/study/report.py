@@ -7,6 +7,7 @@ import io
 import json
 from collections import Counter
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from optuna.storages import BaseStorage
@@ -26,6 +27,7 @@ from abtune.study.attrs import (
     LOCAL_JOB_ATTR,
     OVER_BUDGET_ATTR,
     REFERENCE_ATTR,
+    RETRIED_ATTR,
     RETRY_OF_ATTR,
     REUSED_SEEDS_ATTR,
     RUN_DIR_ATTR,
@@ -38,6 +40,7 @@ from abtune.study.spec import StudySpec
 from abtune.study.stop import WORKER_JOBS_ATTR
 
 MEGA = 1e6
+FAILURES_SHOWN = 3  # `study status` lists the latest failed trials with their reasons
 EXPORTED_ATTRS = (REFERENCE_ATTR, RETRY_OF_ATTR, ATTEMPT_ATTR, *results.RESULT_KEYS, "traffic_excess_mb",
                   FAIL_REASON_ATTR, RUN_DIR_ATTR, SLURM_JOB_ATTR)
 
@@ -75,12 +78,8 @@ def print_status(storage: BaseStorage, name: str, url: str) -> None:
     notes = _waiting_notes(storage, study_id, trials)
     for trial in trials:
         if trial.state == TrialState.RUNNING:
-            owner = workers.describe(trial.system_attrs.get(workers.WORKER_ATTR))
-            job = trial.user_attrs.get(SLURM_JOB_ATTR)
-            local = trial.user_attrs.get(LOCAL_JOB_ATTR)
-            where = f" in SLURM job {job}" if job else f" in local job {local['pid']}" if local else ""
-            note = f": {notes[trial.number]}" if trial.number in notes else ""
-            console.print(f"running: trial {trial.number}{where} on {owner} since {trial.datetime_start:%H:%M:%S}{note}")
+            console.print(_running_line(trial, notes.get(trial.number), spec.retries.stale_after_s))
+    _print_failures(console, name, trials)
     best = results.best_trial(trials)
     if best is not None:
         seeds = best.user_attrs.get("top1_seeds")
@@ -88,6 +87,34 @@ def print_status(storage: BaseStorage, name: str, url: str) -> None:
         console.print(f"best so far: trial {best.number}, top-1 {best.user_attrs['top1']:.4f}{noise}")
     for inert in importance.inert_parameters(trials, list(spec.space), importance.shown_objectives(spec)):
         console.print(f"warning: {inert.describe()}")
+
+
+def _running_line(trial: FrozenTrial, note: str | None, stale_after_s: float) -> str:
+    owner = workers.describe(trial.system_attrs.get(workers.WORKER_ATTR))
+    job = trial.user_attrs.get(SLURM_JOB_ATTR)
+    local = trial.user_attrs.get(LOCAL_JOB_ATTR)
+    where = f" in SLURM job {job}" if job else f" in local job {local['pid']}" if local else ""
+    line = f"running: trial {trial.number}{where} on {owner} since {trial.datetime_start:%H:%M:%S}"
+    if note:
+        line += f": {note}"
+    if workers.is_stale(trial, stale_after_s):
+        line += "; its worker is gone (the next `abtune study run` re-attaches its job or retries it)"
+    return line
+
+
+def _print_failures(console: Console, name: str, trials: Sequence[FrozenTrial]) -> None:
+    """The latest failed trials and why, oldest first (the trials asked for beyond the budget, never run, aside)."""
+    failed = [t for t in trials if t.state == TrialState.FAIL and not t.user_attrs.get(OVER_BUDGET_ATTR)]
+    if not failed:
+        return
+    failed.sort(key=lambda t: (t.datetime_complete or datetime.min, t.number))
+    shown = failed[-FAILURES_SHOWN:]
+    more = f" ({len(shown)} of {len(failed)}; every one: abtune study export {name})" if len(failed) > len(shown) else ""
+    console.print(f"latest failures{more}:")
+    for trial in shown:
+        when = f" ({trial.datetime_complete:%H:%M:%S})" if trial.datetime_complete else ""
+        retried = ", re-enqueued" if trial.user_attrs.get(RETRIED_ATTR) else ""
+        console.print(f"  trial {trial.number}{when}{retried}: {trial.user_attrs.get(FAIL_REASON_ATTR, 'no reason recorded')}")
 
 
 def _delta(value: float, reference: FrozenTrial | None, key: str, ratio: bool) -> str:

@@ -55,7 +55,7 @@ from abtune.study.attrs import (
     RUN_DIR_ATTR,
     SEEDS_ATTR,
 )
-from abtune.study.definition import open_search_study, seed_offset, stored_study_dir
+from abtune.study.definition import open_search_study, stored_study_dir
 from abtune.study.display import RunDisplay
 from abtune.study.space import build_distributions
 from abtune.study.storage import absolute_url, storage_environment
@@ -131,8 +131,7 @@ class StudyRunner:
                  launcher: Launcher | None = None, tracking: Tracking | None = None) -> None:
         self.storage = storage
         self.study_id = storage.get_study_id_from_name(name)
-        offset = seed_offset(storage.get_all_trials(self.study_id, deepcopy=False))
-        self.study, self.spec = open_search_study(storage, name, offset)
+        self.study, self.spec = open_search_study(storage, name)
         self.study_dir = stored_study_dir(storage, self.study_id)
         self.distributions = build_distributions(self.spec, f"study {name}")
         self.launcher = launcher or LocalLauncher(LocalProfile())
@@ -410,8 +409,7 @@ class StudyRunner:
     def _follow(self, frozen: FrozenTrial, trial: optuna.Trial, run: Run, note: str) -> None:
         started = frozen.datetime_start.timestamp() if frozen.datetime_start else time.time()
         self.active.append(Active(trial, run, started))
-        self.display.note(f"trial {frozen.number}: {note}")
-        self.display.started(frozen.number, frozen.user_attrs.get(REFERENCE_ATTR))
+        self.display.reattached(frozen.number, note)
 
     def _detach_surviving_jobs(self) -> None:
         """Stop following jobs that outlive this runner (SLURM): their trials stay RUNNING with their job

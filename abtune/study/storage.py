@@ -1,7 +1,8 @@
 """Where studies live: a storage URL -> an Optuna storage, with secrets kept out of every message.
 
 - `sqlite:///optuna.db` (the default, in the working directory): zero set-up, one machine.
-- any SQLAlchemy RDB URL, e.g. `postgresql://user:password@host/db`: many workers, many hosts.
+- any SQLAlchemy RDB URL, e.g. `postgresql://user:password@host/db` (psycopg2 or psycopg 3, whichever is
+  installed: `abtune.databases`): many workers, many hosts.
 - `journal:PATH`: Optuna's JournalStorage on a file, for shared file systems without a database.
 
 Relative paths are made absolute once, so trial processes started elsewhere find the same file.
@@ -20,6 +21,7 @@ import optuna
 from optuna.storages import BaseStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
+from abtune.databases import missing_driver, with_installed_driver
 from abtune.errors import ConfigError
 from abtune.redact import redact
 
@@ -81,13 +83,16 @@ def open_storage(url: str, create: bool = False) -> BaseStorage:
             f"no studies at {redact(url)} (no such file); create one with `abtune study create STUDY.yaml`"
             " or pass --storage / set ABTUNE_STORAGE"
         )
+    engine_url = with_installed_driver(url)
     try:
         if url.startswith(JOURNAL_PREFIX):
             return JournalStorage(JournalFileBackend(str(path)))
         # A server's pool keeps one idle connection (SQLAlchemy keeps up to five; Optuna's start-up alone
         # left two open): every worker and trial rank holds its own (BENCHMARKS, issue 25).
         kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else {"pool_size": 1}
-        return RDBStorage(url, engine_kwargs=kwargs)
+        return RDBStorage(engine_url, engine_kwargs=kwargs)
+    except ImportError as error:  # Optuna's "Failed to import DB access module", from the driver's
+        raise missing_driver(url, error) from None
     except Exception as error:  # SQLAlchemy, drivers and Optuna raise many kinds; all mean "cannot use it"
         raise ConfigError(f"storage {redact(url)} is unreachable: {_first_line(error)}") from None
 

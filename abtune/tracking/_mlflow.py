@@ -37,6 +37,7 @@ HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BA
 # holds its own, and MLflow's start-up alone left two open (the schema check), a quarter of a shared
 # PostgreSQL's connections at 16 workers (BENCHMARKS, issue 25). Concurrent users still get overflow ones.
 SQL_POOL_DEFAULTS = {"MLFLOW_SQLALCHEMYSTORE_POOL_SIZE": "1"}
+SQL_SERVERS = ("postgresql", "mysql", "mssql")  # MLflow's SQL stores other than SQLite
 
 
 class TrackingUnavailable(AbtuneError):
@@ -60,6 +61,21 @@ def _sqlite_setup_lock(uri: str) -> Iterator[None]:
         yield
 
 
+def _connect_once(uri: str) -> None:
+    """Connect to a database server's store once: MLflow retries one it cannot reach for about 100 s,
+    logging a warning with a traceback's worth of text each time."""
+    if not uri.startswith(SQL_SERVERS):
+        return
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(uri, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.connect():
+            pass
+    finally:
+        engine.dispose()
+
+
 class MlflowTracking(Tracking):
     def __init__(self, uri: str) -> None:
         import os
@@ -70,8 +86,12 @@ class MlflowTracking(Tracking):
         from mlflow import MlflowClient
 
         quiet_secrets_in_mlflow_logs()
-        with _sqlite_setup_lock(self.uri):  # the client creates a new SQLite store's tables
-            self.client = MlflowClient(self.uri)
+        try:
+            _connect_once(self.uri)
+            with _sqlite_setup_lock(self.uri):  # the client creates a new SQLite store's tables
+                self.client = MlflowClient(self.uri)
+        except Exception as error:
+            raise self._unreachable(error) from None
 
     def describe(self) -> str:
         return redact(self.uri)
@@ -81,9 +101,12 @@ class MlflowTracking(Tracking):
         try:
             self.client.search_experiments(max_results=1)
         except Exception as error:
-            raise TrackingUnavailable(f"cannot reach MLflow at {self.describe()}: {_first_line(error)}; start or "
-                                      "fix the tracking server (--tracking-uri), or pass --no-tracking") from None
+            raise self._unreachable(error) from None
         return self
+
+    def _unreachable(self, error: Exception) -> TrackingUnavailable:
+        return TrackingUnavailable(f"cannot reach MLflow at {self.describe()}: {_first_line(error)}; start or "
+                                   "fix the tracking server (--tracking-uri), or pass --no-tracking")
 
     # --- runs -----------------------------------------------------------------------------
     def start_run(self, config: RunConfig, *, experiment: str, run_name: str, parent_run_id: str | None = None,

@@ -2,7 +2,7 @@
 
 Order: `--tracking-uri` > `MLFLOW_TRACKING_URI` > `sqlite:///mlflow.db` in the working directory
 (made absolute, so ranks started elsewhere write to the same file; artifacts go to `mlartifacts/`
-beside it). A password in an http(s) URI (`https://me:secret@host`) is moved into MLflow's own
+beside it). A `postgresql://` store names the driver that is installed (`abtune.databases`). A password in an http(s) URI (`https://me:secret@host`) is moved into MLflow's own
 variables `MLFLOW_TRACKING_USERNAME` / `MLFLOW_TRACKING_PASSWORD`, which the ranks inherit; the
 URI that remains holds no secret. Everything shown to people goes through `redact`.
 """
@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from abtune.databases import with_installed_driver
 from abtune.redact import redact
 
 DEFAULT_DB = "mlflow.db"
@@ -25,9 +26,9 @@ PASSWORD_VARIABLE = "MLFLOW_TRACKING_PASSWORD"  # noqa: S105 - a variable name, 
 
 
 def resolve_tracking_uri(explicit: str | None = None, workdir: Path | None = None) -> str:
-    """The tracking URI to use, with a relative SQLite path made absolute."""
+    """The tracking URI to use, with a relative SQLite path made absolute and a PostgreSQL driver named."""
     uri = explicit or os.environ.get(URI_VARIABLE) or f"sqlite:///{DEFAULT_DB}"
-    return _absolute_sqlite(uri, workdir or Path.cwd())
+    return with_installed_driver(_absolute_sqlite(uri, workdir or Path.cwd()))
 
 
 def _absolute_sqlite(uri: str, workdir: Path) -> str:

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from abtune.runfiles import RunSummary, summary_path
+from abtune.words import plural
 
 MEGA = 1e6
 
@@ -33,7 +34,7 @@ def traffic_table(summary: RunSummary) -> Table:
 
 
 def result_table(summary: RunSummary) -> Table:
-    table = Table(title=f"{summary.name}: {summary.method} on {summary.world_size} ranks / {summary.num_nodes} nodes")
+    table = Table(title=f"{summary.name}: {summary.method} on {plural(summary.world_size, 'rank')} / {plural(summary.num_nodes, 'node')}")
     table.add_column("measure")
     table.add_column("value", justify="right")
     ecr = summary.ecr_percent

@@ -29,15 +29,13 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from tests import system
 from tests.postgres import server
 from tests.postgres.server import PostgresServer
 
 
 def _unavailable(reason: str) -> None:
-    """Skip locally, but never silently skip in CI."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"PostgreSQL cannot run here (CI=true, so not skipping): {reason}", pytrace=False)
-    pytest.skip(f"PostgreSQL unavailable: {reason}")
+    system.unavailable("PostgreSQL", reason)
 
 
 @pytest.fixture(scope="session")

@@ -10,10 +10,10 @@ import subprocess
 from pathlib import Path
 
 from abtune.redact import redact
+from tests.system import INSTALL_TIMEOUT_S, one_install_at_a_time
 
 PG_SH = Path(__file__).resolve().parent / "pg.sh"
 ROLE = DATABASE = "abtune"
-INSTALL_TIMEOUT_S = 900
 UP_TIMEOUT_S = 180
 DOWN_TIMEOUT_S = 180
 
@@ -68,7 +68,8 @@ def run_pg_sh(command: str, state_dir: Path | None = None, timeout: float = UP_T
 def up(state_dir: Path) -> PostgresServer:
     """Install if missing (needs root), then start the server in state_dir (created if needed)."""
     if not installed():
-        run_pg_sh("install", timeout=INSTALL_TIMEOUT_S)
+        with one_install_at_a_time():
+            run_pg_sh("install", timeout=INSTALL_TIMEOUT_S)
     state_dir.mkdir(parents=True, exist_ok=True)
     run_pg_sh("up", state_dir)
     return PostgresServer.from_state_dir(state_dir)

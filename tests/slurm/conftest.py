@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from tests import system
+
 CLUSTER_SH = Path(__file__).resolve().parent / "cluster.sh"
 _NEEDED = ("slurmctld", "slurmd", "slurmdbd", "sinfo", "sacct", "srun", "munged", "mariadbd")
 _SBIN_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
-_INSTALL_TIMEOUT_S = 900
 _UP_TIMEOUT_S = 300
 _DOWN_TIMEOUT_S = 300
 
@@ -38,10 +39,7 @@ class SlurmCluster:
 
 
 def _unavailable(reason: str) -> None:
-    """Skip locally, but never silently skip in CI."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"SLURM test cluster cannot run here (CI=true, so not skipping): {reason}", pytrace=False)
-    pytest.skip(f"SLURM test cluster unavailable: {reason}")
+    system.unavailable("SLURM test cluster", reason)
 
 
 def _run(args: list[str], log: Path, timeout: float) -> tuple[int, str]:
@@ -96,7 +94,8 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     log = state_dir / "cluster-sh.log"
 
     if missing:
-        rc, tail = _run(["install"], log, _INSTALL_TIMEOUT_S)
+        with system.one_install_at_a_time():
+            rc, tail = _run(["install"], log, system.INSTALL_TIMEOUT_S)
         if rc != 0:
             _unavailable(f"`cluster.sh install` failed (rc={rc}); missing {', '.join(missing)}:\n{tail}")
 

@@ -105,6 +105,8 @@ def test_study_launch_runs_the_budget_on_a_job_array(tmp_path: Path, profile: Pa
         assert (run["world_size"], run["num_nodes"], run["steps_done"]) == (2, 2, 30)
         assert trial.values == [run["final"]["val_top1"]] == [trial.user_attrs["top1"]]
     assert trials[0].user_attrs["reference"] == "paper-defaults"
+    searched = [tuple(sorted(t.params.items())) for t in trials[1:]]
+    assert len(set(searched)) == len(searched), searched  # two workers started together seed apart
     _check_one_child_run_per_trial(tracking, trials)
     again = run_cli(*launch, cwd=tmp_path).stdout
     assert again.startswith("study tiny has spent its budget of 3 trials; nothing to launch")
