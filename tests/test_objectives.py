@@ -81,10 +81,10 @@ def test_a_study_of_another_objective_shows_it_in_its_tables_and_plots(tmp_path:
     text = console.export_text()
     assert "train s" in text and "50.0" in text, text
 
-    y, x, points = study_points(study)
+    y, x, points = study_points(study.trials, study.metric_names)
     assert (y.name, x.name, x.label) == ("top1", "train_seconds", "train s")
     assert sorted(p["number"] for p in points if p["front"]) == [0, 1, 3]  # trial 2: slower and less accurate than 0
-    written = write_study_plots(study, tmp_path)
+    written = write_study_plots(study.trials, study.metric_names, tmp_path)
     assert written["pareto_front"] == "written" and (tmp_path / "pareto_front.png").stat().st_size > 5000
 
 
@@ -97,7 +97,7 @@ def test_a_trial_that_never_reached_its_target_is_worst_and_off_the_plot() -> No
         attrs = {"top1": 0.9, "time_to_target": seconds}
         study.add_trial(create_trial(params={"method.warmup_frac": 0.1 + 0.1 * number}, distributions=SPACE,
                                      values=[0.9, seconds], user_attrs=attrs))
-    _, x, points = study_points(study)
+    _, x, points = study_points(study.trials, study.metric_names)
     assert x.name == "time_to_target" and [p["number"] for p in points] == [1]
 
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from abtune.config import RunConfig
+
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
 
 RUN_ID_ATTR = "mlflow_run_id"  # the Optuna trial's user attr naming its MLflow run
 
@@ -77,6 +81,8 @@ class Tracking:
         """A run holding only report files (tables, CSV, plots) as artifacts."""
         return None
 
-    def update_study_artifacts(self, parent_run_id: str | None, study: Any, analysis: dict[str, Any] | None = None) -> None:
-        """Pareto front, importances, optimization history of an Optuna study, as PNGs on the parent run;
+    def update_study_artifacts(self, parent_run_id: str | None, trials: Sequence[FrozenTrial],
+                               objectives: Sequence[str] | None, analysis: dict[str, Any] | None = None) -> None:
+        """Pareto front, importances, optimization history of a study, as PNGs on the parent run, drawn from
+        every trial (the reference trials included) on the study's `objectives` (Optuna's metric names);
         `analysis` (the study's parameter importances and inert parameters) as importances.json and its plot."""

@@ -13,9 +13,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import abtune
 from abtune.config import RunConfig, flatten, load_run_config
@@ -27,6 +27,9 @@ from abtune.tracking.records import Point, final_points, records_points
 from abtune.tracking.uri import export_tracking_uri, local_artifact_root, quiet_secrets_in_mlflow_logs
 from abtune.tracking.view import experiment_tags
 from abtune.training.hooks import read_metrics
+
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
 
 PARAMS_PER_BATCH = 100  # MLflow's limit per log_batch
 METRICS_PER_BATCH = 1000
@@ -235,16 +238,18 @@ class MlflowTracking(Tracking):
             _warn(f"could not log the report to MLflow at {self.describe()}: {_first_line(error)}")
             return None
 
-    def update_study_artifacts(self, parent_run_id: str | None, study: Any, analysis: dict[str, Any] | None = None) -> None:
-        """Pareto front, importances and optimization history of `study` as PNGs on the parent run, and
-        `analysis` (importances per objective, inert parameters) as importances.json."""
+    def update_study_artifacts(self, parent_run_id: str | None, trials: Sequence[FrozenTrial],
+                               objectives: Sequence[str] | None, analysis: dict[str, Any] | None = None) -> None:
+        """Pareto front, importances and optimization history of a study's `trials` (every one, the reference
+        trials included) as PNGs on the parent run, and `analysis` (importances per objective, inert
+        parameters) as importances.json."""
         if parent_run_id is None:
             return
         from abtune.tracking.study_plots import write_study_plots
 
         try:
             with tempfile.TemporaryDirectory(prefix="abtune-study-") as folder:
-                written = write_study_plots(study, Path(folder), analysis)
+                written = write_study_plots(trials, objectives, Path(folder), analysis)
                 self.client.log_artifacts(parent_run_id, folder, "study")
                 self.client.log_batch(parent_run_id, tags=_study_tags(written))
         except Exception as error:  # a dashboard must not stop a study
