@@ -27,7 +27,7 @@ from abtune.launch.warm import owned_server
 from abtune.rundir import DEFAULT_RUNS_DIR, default_run_dir
 from abtune.runfiles import CONFIG_FILE, HOOKS_FILE, read_summary, summary_path
 from abtune.runs import FAILED, KILLED, Run, status_of
-from abtune.study.cli import register_study_commands
+from abtune.study.cli import add_rule_arguments, register_study_commands, rule_of
 from abtune.study.storage import resolve_storage_url
 from abtune.timing import check_fits as fits_cluster
 from abtune.timing import load_cluster
@@ -163,7 +163,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"abtune: interrupted; finished runs are in {out_dir}", file=sys.stderr)
         return INTERRUPTED_EXIT
-    compare.print_table(rows)
+    compare.print_table(rows, args.wide)
     if cluster is not None and (line := compare.break_even_line(out_dir, rows, cluster)):
         print(line)
     for path in compare.write_outputs(rows, out_dir):
@@ -185,15 +185,23 @@ def cmd_promote(args: argparse.Namespace) -> int:
     from abtune.promote import campaign as runner
     from abtune.promote.display import print_campaign
     from abtune.promote.plan import parse_nodes, plan_campaign
-    from abtune.promote.select import inert_carried, load_study, promoted_from_study, selection_basis
+    from abtune.promote.select import (
+        chosen_by,
+        inert_carried,
+        load_study,
+        promoted_from_study,
+        selection_basis,
+    )
     from abtune.promote.target import check_data_root, load_target, train_samples
     from abtune.tracking import open_tracking
 
+    rule = rule_of(args)
     launcher = load_launcher(args.launcher)
     nodes = parse_nodes(args.nodes)
     target = load_target(args.to, args.data_root, args.ranks_per_node)
     study = load_study(args.study, resolve_storage_url(args.storage))
-    promoted = promoted_from_study(study, args.top, args.rule)
+    promoted = promoted_from_study(study, args.top, rule)
+    print(chosen_by(study, promoted, rule))
     try:
         check_data_root(target, str(args.to))
     except ConfigError as error:
@@ -206,7 +214,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
         print(f"abtune: warning: {line}", file=sys.stderr)
     campaign, configs = plan_campaign(target, str(args.to), promoted, nodes, args.scaling, train_samples(target),
                                       study=args.study)
-    print_campaign(campaign, "dry run (nothing written): " if args.dry_run else "")
+    print_campaign(campaign, "dry run (nothing written): " if args.dry_run else "", args.wide)
     if args.dry_run:
         _print_campaign_scripts(campaign, launcher, args.campaign_dir or DEFAULT_RUNS_DIR / "CAMPAIGN")
         return 0
@@ -314,6 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "at which ab's time equals ddp's")
     comp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="override a config field; METHOD.key=value sets a field of one method (sbc.delay=20)")
+    comp.add_argument("--wide", action="store_true", help="every column of the table, however wide")
     comp.set_defaults(func=cmd_compare)
 
     promote = commands.add_parser("promote", help="turn a study's best configurations into a scaling campaign")
@@ -323,8 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     promote.add_argument("--nodes", default="2,4,8,16,32", help="node counts (default: %(default)s)")
     promote.add_argument("--scaling", choices=("local", "global"), required=True,
                          help="constant local batch (global grows) or constant global batch (local shrinks)")
-    promote.add_argument("--rule", choices=("best-accuracy", "least-traffic", "knee"), default="best-accuracy",
-                         help="how to pick from a multi-objective study's Pareto front (default: %(default)s)")
+    add_rule_arguments(promote)
+    promote.add_argument("--wide", action="store_true", help="every column of the campaign table, however wide")
     promote.add_argument("--storage", default=None, help="Optuna storage URL (default: $ABTUNE_STORAGE or sqlite:///optuna.db)")
     promote.add_argument("--launcher", default="local", metavar="NAME|PATH",
                          help="launcher profile: local (default), emulated, debug, slurm, or a YAML file")
