@@ -115,7 +115,7 @@ def print_trials(console: Console, title: str, trials: Sequence[FrozenTrial], al
     columns = [tables.Column("trial", justify="left"), tables.Column("top1"), tables.Column("vs paper", tables.KEY),
                tables.Column("inter MB"), tables.Column("vs DDP"), tables.Column("compr"),
                *(tables.Column(o.label) for o in more), *(tables.Column(p) for p in spec.space),
-               tables.Column("note", tables.ESSENTIAL if labelled else tables.KEY, "left", wrap=True)]
+               tables.Column("note", tables.ESSENTIAL if labelled else tables.KEY, "left", wrap=not labelled)]
     rows = []
     for trial in trials:
         a = trial.user_attrs
@@ -125,6 +125,9 @@ def print_trials(console: Console, title: str, trials: Sequence[FrozenTrial], al
                      with_spread(f"{a['inter_node_bytes'] / MEGA:.2f}", a, "inter_node_bytes", MEGA),
                      _delta(a["inter_node_bytes"], ddp, "inter_node_bytes", True),
                      f"{a['compression']:.2f}", *(o.show(a.get(o.name)) for o in more), *params, results.label(trial)])
+    if labelled:  # the note names each row: beside the trial number, never in a continuation
+        columns.insert(1, columns.pop())
+        rows = [[row[0], row[-1], *row[1:-1]] for row in rows]
     tables.print_table(console, title, columns, rows, wide=wide, elsewhere=f"abtune study export {spec.name} has "
                        "every trial's values")
 
