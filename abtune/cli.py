@@ -26,11 +26,12 @@ from abtune.launch.profiles import check_fits
 from abtune.launch.warm import owned_server
 from abtune.rundir import DEFAULT_RUNS_DIR, default_run_dir
 from abtune.runfiles import CONFIG_FILE, HOOKS_FILE, read_summary, summary_path
-from abtune.runs import FAILED, KILLED, Run, status_of
+from abtune.runs import FAILED, FINISHED, KILLED, Run, status_of
 from abtune.study.cli import add_rule_arguments, register_study_commands, rule_of
 from abtune.study.storage import resolve_storage_url
 from abtune.timing import check_fits as fits_cluster
 from abtune.timing import load_cluster
+from abtune.tracking import LaunchInfo, Tracking
 from abtune.tracking.uri import add_tracking_arguments
 from abtune.yamlfile import parse_yaml
 
@@ -49,7 +50,7 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from abtune.tracking import LaunchInfo, open_tracking
+    from abtune.tracking import open_tracking
 
     config = load_run_config(args.config, _overrides(args.set))
     launcher = load_launcher(args.launcher)
@@ -72,10 +73,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         return _submit_detached(run)  # rank 0 of the job logs into the tracking run
     code = _train_in_foreground(run, args.config)
     if code == 0 and run.run_id is not None:
-        where = tracking.describe()
-        see = f"open {where}" if where.startswith("http") else f"abtune ui --tracking-uri {where}"
-        print(f"MLflow: run {run.run_id} in experiment {config.name!r} at {where} (see it: {see})")
+        print(_mlflow_line(tracking, f"run {run.run_id}", config.name))
     return code
+
+
+def _mlflow_line(tracking: Tracking, what: str, experiment: str) -> str:
+    where = tracking.describe()
+    see = f"open {where}" if where.startswith("http") else f"abtune ui --tracking-uri {where}"
+    return f"MLflow: {what} in experiment {experiment!r} at {where} (see it: {see})"
 
 
 def _train_in_foreground(run: Run, config_path: Path) -> int:
@@ -139,6 +144,7 @@ def _print_summary(run_dir: Path) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from abtune import compare
+    from abtune.tracking import open_tracking
 
     methods = compare.parse_methods(args.methods)
     shared, per_method = compare.split_overrides(_overrides(args.set), methods)
@@ -156,27 +162,47 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out_dir = args.out or DEFAULT_RUNS_DIR / f"{base.name}-compare-{time.strftime('%Y%m%d-%H%M%S')}"
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ConfigError(f"{out_dir} is not empty; choose another --out")
+    tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
+    experiment = next(iter(configs.values())).name
     out_dir.mkdir(parents=True, exist_ok=True)
+    group = tracking.start_group(experiment, out_dir.name, {"abtune.role": "compare", "abtune.compare_dir": str(out_dir.resolve())})
+    train = functools.partial(_train_one, launcher=launcher, layout=layout, tracking=tracking, group=group)
     try:
-        rows = compare.run_methods(configs, out_dir, functools.partial(_train_one, launcher=launcher, layout=layout),
-                                   cluster)
+        rows = compare.run_methods(configs, out_dir, train, cluster)
     except KeyboardInterrupt:
+        tracking.finish_group(group, [], KILLED)
         print(f"abtune: interrupted; finished runs are in {out_dir}", file=sys.stderr)
         return INTERRUPTED_EXIT
     compare.print_table(rows, args.wide)
     if cluster is not None and (line := compare.break_even_line(out_dir, rows, cluster)):
         print(line)
-    for path in compare.write_outputs(rows, out_dir):
+    written = compare.write_outputs(rows, out_dir)
+    for path in written:
         print(f"wrote {path}")
     failed = [r.method for r in rows if r.error is not None]
+    tracking.finish_group(group, written, FAILED if failed else FINISHED)
+    if group is not None:
+        print(_mlflow_line(tracking, f"comparison {group} (a run per method inside it)", experiment))
     if failed:
         raise AbtuneError(f"{', '.join(failed)} failed (see the table); the other results are in {out_dir}")
     return 0
 
 
-def _train_one(config: RunConfig, run_dir: Path, *, launcher: Launcher, layout: Layout) -> None:
-    """One method of `abtune compare`, untracked, in the foreground; raises when it failed."""
-    result = Run.prepare(config, run_dir, launcher, layout).run_here()
+def _train_one(config: RunConfig, run_dir: Path, *, launcher: Launcher, layout: Layout, tracking: Tracking,
+               group: str | None) -> None:
+    """One method of `abtune compare` in the foreground, an MLflow run inside the comparison's; raises when
+    it failed."""
+    run = Run.prepare(config, run_dir, launcher, layout)
+    run.track(tracking, tracking.start_run(
+        config, experiment=config.name, run_name=config.method.name, parent_run_id=group,
+        launch_info=LaunchInfo(launcher.kind, layout.world_size, layout.ranks_per_node),
+        tags={"abtune.role": "compare-method", "abtune.run_dir": str(run_dir.resolve())}))
+    status = KILLED
+    try:
+        result = run.run_here()
+        status = status_of(result)
+    finally:
+        run.finish(status)
     if not result.ok:
         raise TrainingFailed(result.reason or "the run failed")
 
@@ -323,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="override a config field; METHOD.key=value sets a field of one method (sbc.delay=20)")
     comp.add_argument("--wide", action="store_true", help="every column of the table, however wide")
+    add_tracking_arguments(comp)
     comp.set_defaults(func=cmd_compare)
 
     promote = commands.add_parser("promote", help="turn a study's best configurations into a scaling campaign")

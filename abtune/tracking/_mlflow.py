@@ -23,7 +23,7 @@ from abtune.errors import AbtuneError
 from abtune.redact import redact
 from abtune.runfiles import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, RunSummary, find_summary
 from abtune.tracking._base import LaunchInfo, Tracking
-from abtune.tracking.records import Point, final_points, records_points
+from abtune.tracking.records import Point, final_points, records_points, run_description
 from abtune.tracking.uri import export_tracking_uri, local_artifact_root, quiet_secrets_in_mlflow_logs
 from abtune.tracking.view import experiment_tags
 from abtune.training.hooks import read_metrics
@@ -40,6 +40,7 @@ HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BA
 # holds its own, and MLflow's start-up alone left two open (the schema check), a quarter of a shared
 # PostgreSQL's connections at 16 workers (BENCHMARKS, issue 25). Concurrent users still get overflow ones.
 SQL_POOL_DEFAULTS = {"MLFLOW_SQLALCHEMYSTORE_POOL_SIZE": "1"}
+NOTE_TAG = "mlflow.note.content"  # the run's description, shown at the top of its page
 
 
 class TrackingUnavailable(AbtuneError):
@@ -119,6 +120,7 @@ class MlflowTracking(Tracking):
             state = "replayed" if replayed else "complete"
             self.client.set_tag(run_id, "abtune.logging", state)
             self._tag_early_stop(run_id, run_dir)
+            self._describe(run_id, run_dir)
             self.client.set_terminated(run_id, status)
             return state
         except Exception as error:
@@ -135,6 +137,16 @@ class MlflowTracking(Tracking):
         if summary is not None and summary.stopped_early:
             self.client.set_tag(run_id, "abtune.stopped_early", summary.stopped_early)
             self.client.set_tag(run_id, "abtune.stopped_at_step", str(summary.steps_done))
+
+    def _describe(self, run_id: str, run_dir: Path | None) -> None:
+        """The result in one line at the top of the run's page (its description), unless it has one."""
+        summary = find_summary(run_dir) if run_dir is not None else None
+        run = self.client.get_run(run_id)
+        if summary is None or NOTE_TAG in run.data.tags:
+            return
+        study = run.data.tags.get("optuna.study")
+        what = f"{run.info.run_name}" + (f" of study {study}" if study else "")
+        self.client.set_tag(run_id, NOTE_TAG, run_description(summary.raw, what))
 
     def log_metrics(self, run_id: str | None, metrics: dict[str, float]) -> None:
         if run_id is None or not metrics:
@@ -228,15 +240,34 @@ class MlflowTracking(Tracking):
 
     def log_report(self, experiment: str, run_name: str, files: list[Path], tags: dict[str, str]) -> str | None:
         try:
-            run_id = str(self.client.create_run(self._experiment_id(experiment), run_name=run_name,
-                                                tags={"abtune.role": "report", **tags}).info.run_id)
-            for path in files:
-                self.client.log_artifact(run_id, str(path), "report")
-            self.client.set_terminated(run_id, "FINISHED")
-            return run_id
-        except Exception as error:  # the files are on disk; the record is a convenience
-            _warn(f"could not log the report to MLflow at {self.describe()}: {_first_line(error)}")
+            run_id = self.start_group(experiment, run_name, {"abtune.role": "report", **tags})
+        except TrackingUnavailable as error:  # the files are on disk; the record is a convenience
+            _warn(f"could not log the report: {error}")
             return None
+        self.finish_group(run_id, files, "FINISHED", folder="report")
+        return run_id
+
+    def start_group(self, experiment: str, run_name: str, tags: dict[str, str]) -> str:
+        try:
+            return str(self.client.create_run(self._experiment_id(experiment), run_name=run_name,
+                                              tags={k: redact(v) for k, v in tags.items()}).info.run_id)
+        except AbtuneError:
+            raise
+        except Exception as error:
+            raise TrackingUnavailable(f"MLflow at {self.describe()} refused the run: {_first_line(error)}; "
+                                      "start or fix the tracking server, or pass --no-tracking") from None
+
+    def finish_group(self, run_id: str | None, files: list[Path], status: str = "FINISHED", folder: str | None = None) -> None:
+        if run_id is None:
+            return
+        try:
+            for path in files:
+                self.client.log_artifact(run_id, str(path), folder)
+            self.client.set_terminated(run_id, status)
+        except Exception as error:  # the files are on disk; the record is a convenience
+            _warn(f"MLflow run {run_id} at {self.describe()} is incompletely logged ({_first_line(error)}); "
+                  f"the files are in {files[0].parent if files else 'their folder'}")
+            _try(lambda: self.client.set_terminated(run_id, status))
 
     def update_study_artifacts(self, parent_run_id: str | None, trials: Sequence[FrozenTrial],
                                objectives: Sequence[str] | None, analysis: dict[str, Any] | None = None) -> None:
