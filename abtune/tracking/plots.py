@@ -32,6 +32,7 @@ PHASE_ORDER = ("setup", *TRAINING_PHASES, "eval", "checkpoint", "control", "repo
 REFERENCE_STYLE = {"ddp": ("*", "tab:red", "DDP reference"), "paper-defaults": ("D", "tab:green", "paper defaults")}
 DPI = 110
 FEW_TRIALS = 20  # importances over fewer search trials than this come with a warning
+LABELLED_POINTS = 30  # the close-up labels every trial up to this many; beyond, the front only
 
 
 @dataclass(frozen=True)
@@ -191,8 +192,8 @@ def spectra(summary: dict[str, Any], cutoff: float | None, path: Path) -> Drawn 
             left.plot([kept], [normalized[kept - 1]], "o", color=line.get_color(), ms=4, label=f"_{name} kept")
     title = f"spectra at step {decompositions[-1]['step']} (dots: the rank kept"
     if cutoff is not None:
-        left.axhline(cutoff, color="k", ls="--", lw=1, label=f"sigma cutoff {cutoff}")
-        title += f"; dashed: sigma cutoff {cutoff}"
+        left.axhline(cutoff, color="k", ls="--", lw=1, label=f"sigma cutoff {cutoff:.4g}")
+        title += f"; dashed: sigma cutoff {cutoff:.4g}"
     left.set_yscale("log")
     left.set_xlabel("index i")
     left.set_ylabel("σ_i / σ_max")
@@ -254,7 +255,7 @@ def _draw_front(axis: Any, points: list[dict[str, Any]], y: Objective, x: Object
         if marked:
             axis.scatter(*_xy(marked, y, x), marker=marker, s=160 if legend else 110, c=color, zorder=5,
                          alpha=1.0 if legend else 0.85, label=f"{hidden}{text} (trial {_numbers(marked)})")
-    labelled = front if legend else [p for p in points if p["reference"] != "ddp"]
+    labelled = front if legend or len(points) > LABELLED_POINTS else [p for p in points if p["reference"] != "ddp"]
     for p in labelled:  # the front's labels above their points, the others' below: neighbours rarely collide
         compression = p.get("compression")
         text = f"{p['number']} ({compression:.1f}:1)" if compression and compression > 1.005 else str(p["number"])
