@@ -27,11 +27,12 @@ from abtune.launch.warm import owned_server
 from abtune.redact import redact
 from abtune.rundir import DEFAULT_RUNS_DIR, default_run_dir
 from abtune.runfiles import CONFIG_FILE, HOOKS_FILE, read_summary, summary_path
-from abtune.runs import FAILED, KILLED, Run, status_of
-from abtune.study.cli import register_study_commands
+from abtune.runs import FAILED, FINISHED, KILLED, Run, status_of
+from abtune.study.cli import add_rule_arguments, register_study_commands, rule_of
 from abtune.study.storage import resolve_storage_url
 from abtune.timing import check_fits as fits_cluster
 from abtune.timing import load_cluster
+from abtune.tracking import LaunchInfo, Tracking
 from abtune.tracking.uri import add_tracking_arguments
 from abtune.yamlfile import parse_yaml
 
@@ -50,7 +51,7 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from abtune.tracking import LaunchInfo, open_tracking
+    from abtune.tracking import open_tracking
 
     config = load_run_config(args.config, _overrides(args.set))
     launcher = load_launcher(args.launcher)
@@ -73,10 +74,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         return _submit_detached(run)  # rank 0 of the job logs into the tracking run
     code = _train_in_foreground(run, args.config)
     if code == 0 and run.run_id is not None:
-        where = tracking.describe()
-        see = f"open {where}" if where.startswith("http") else f"abtune ui --tracking-uri {where}"
-        print(f"MLflow: run {run.run_id} in experiment {config.name!r} at {where} (see it: {see})")
+        print(_mlflow_line(tracking, f"run {run.run_id}", config.name))
     return code
+
+
+def _mlflow_line(tracking: Tracking, what: str, experiment: str) -> str:
+    where = tracking.describe()
+    see = f"open {where}" if where.startswith("http") else f"abtune ui --tracking-uri {where}"
+    return f"MLflow: {what} in experiment {experiment!r} at {where} (see it: {see})"
 
 
 def _train_in_foreground(run: Run, config_path: Path) -> int:
@@ -140,6 +145,7 @@ def _print_summary(run_dir: Path) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from abtune import compare
+    from abtune.tracking import open_tracking
 
     methods = compare.parse_methods(args.methods)
     shared, per_method = compare.split_overrides(_overrides(args.set), methods)
@@ -157,30 +163,50 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out_dir = args.out or DEFAULT_RUNS_DIR / f"{base.name}-compare-{time.strftime('%Y%m%d-%H%M%S')}"
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ConfigError(f"{out_dir} is not empty; choose another --out")
+    tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
+    experiment = next(iter(configs.values())).name
     out_dir.mkdir(parents=True, exist_ok=True)
+    group = tracking.start_group(experiment, out_dir.name, {"abtune.role": "compare", "abtune.compare_dir": str(out_dir.resolve())})
+    train = functools.partial(_train_one, launcher=launcher, layout=layout, tracking=tracking, group=group)
     try:
-        rows = compare.run_methods(configs, out_dir, functools.partial(_train_one, launcher=launcher, layout=layout),
-                                   cluster)
+        rows = compare.run_methods(configs, out_dir, train, cluster)
     except KeyboardInterrupt:
+        tracking.finish_group(group, [], KILLED)
         print(f"abtune: interrupted; finished runs are in {out_dir}", file=sys.stderr)
         return INTERRUPTED_EXIT
-    compare.print_table(rows)
+    compare.print_table(rows, args.wide)
     if cluster is not None:
         for line in compare.prediction_lines(compare.finished_predictions(out_dir, rows, cluster)):
             print(line)
         if line := compare.break_even_line(out_dir, rows, cluster):
             print(line)
-    for path in compare.write_outputs(rows, out_dir):
+    written = compare.write_outputs(rows, out_dir)
+    for path in written:
         print(f"wrote {path}")
     failed = [r.method for r in rows if r.error is not None]
+    tracking.finish_group(group, written, FAILED if failed else FINISHED)
+    if group is not None:
+        print(_mlflow_line(tracking, f"comparison {group} (a run per method inside it)", experiment))
     if failed:
         raise AbtuneError(f"{', '.join(failed)} failed (see the table); the other results are in {out_dir}")
     return 0
 
 
-def _train_one(config: RunConfig, run_dir: Path, *, launcher: Launcher, layout: Layout) -> None:
-    """One method of `abtune compare`, untracked, in the foreground; raises when it failed."""
-    result = Run.prepare(config, run_dir, launcher, layout).run_here()
+def _train_one(config: RunConfig, run_dir: Path, *, launcher: Launcher, layout: Layout, tracking: Tracking,
+               group: str | None) -> None:
+    """One method of `abtune compare` in the foreground, an MLflow run inside the comparison's; raises when
+    it failed."""
+    run = Run.prepare(config, run_dir, launcher, layout)
+    run.track(tracking, tracking.start_run(
+        config, experiment=config.name, run_name=config.method.name, parent_run_id=group,
+        launch_info=LaunchInfo(launcher.kind, layout.world_size, layout.ranks_per_node),
+        tags={"abtune.role": "compare-method", "abtune.run_dir": str(run_dir.resolve())}))
+    status = KILLED
+    try:
+        result = run.run_here()
+        status = status_of(result)
+    finally:
+        run.finish(status)
     if not result.ok:
         raise TrainingFailed(result.reason or "the run failed")
 
@@ -189,15 +215,23 @@ def cmd_promote(args: argparse.Namespace) -> int:
     from abtune.promote import campaign as runner
     from abtune.promote.display import print_campaign
     from abtune.promote.plan import parse_nodes, plan_campaign
-    from abtune.promote.select import inert_carried, load_study, promoted_from_study, selection_basis
+    from abtune.promote.select import (
+        chosen_by,
+        inert_carried,
+        load_study,
+        promoted_from_study,
+        selection_basis,
+    )
     from abtune.promote.target import check_data_root, load_target, train_samples
     from abtune.tracking import open_tracking
 
+    rule = rule_of(args)
     launcher = load_launcher(args.launcher)
     nodes = parse_nodes(args.nodes)
     target = load_target(args.to, args.data_root, args.ranks_per_node)
     study = load_study(args.study, resolve_storage_url(args.storage))
-    promoted = promoted_from_study(study, args.top, args.rule)
+    promoted = promoted_from_study(study, args.top, rule)
+    print(chosen_by(study, promoted, rule))
     try:
         check_data_root(target, str(args.to))
     except ConfigError as error:
@@ -210,7 +244,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
         print(f"abtune: warning: {line}", file=sys.stderr)
     campaign, configs = plan_campaign(target, str(args.to), promoted, nodes, args.scaling, train_samples(target),
                                       study=args.study)
-    print_campaign(campaign, "dry run (nothing written): " if args.dry_run else "")
+    print_campaign(campaign, "dry run (nothing written): " if args.dry_run else "", args.wide)
     if args.dry_run:
         _print_campaign_scripts(campaign, launcher, args.campaign_dir or DEFAULT_RUNS_DIR / "CAMPAIGN")
         return 0
@@ -326,6 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "at which ab's time equals ddp's")
     comp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="override a config field; METHOD.key=value sets a field of one method (sbc.delay=20)")
+    comp.add_argument("--wide", action="store_true", help="every column of the table, however wide")
+    add_tracking_arguments(comp)
     comp.set_defaults(func=cmd_compare)
 
     promote = commands.add_parser("promote", help="turn a study's best configurations into a scaling campaign")
@@ -335,8 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
     promote.add_argument("--nodes", default="2,4,8,16,32", help="node counts (default: %(default)s)")
     promote.add_argument("--scaling", choices=("local", "global"), required=True,
                          help="constant local batch (global grows) or constant global batch (local shrinks)")
-    promote.add_argument("--rule", choices=("best-accuracy", "least-traffic", "knee"), default="best-accuracy",
-                         help="how to pick from a multi-objective study's Pareto front (default: %(default)s)")
+    add_rule_arguments(promote)
+    promote.add_argument("--wide", action="store_true", help="every column of the campaign table, however wide")
     promote.add_argument("--storage", default=None, help="Optuna storage URL (default: $ABTUNE_STORAGE or sqlite:///optuna.db)")
     promote.add_argument("--launcher", default="local", metavar="NAME|PATH",
                          help="launcher profile: local (default), emulated, debug, slurm, or a YAML file")

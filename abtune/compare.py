@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from abtune import tables
 from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.methods import METHOD_NAMES
@@ -169,8 +170,9 @@ def run_methods(configs: dict[str, RunConfig], out_dir: Path,
     with its error, the others still run."""
     summaries: dict[str, tuple[RunSummary, float]] = {}
     errors: dict[str, str] = {}
-    for method, config in configs.items():
+    for number, (method, config) in enumerate(configs.items(), start=1):
         run_dir = out_dir / method
+        print(f"compare: training {method} ({number} of {len(configs)}) in {run_dir}", flush=True)
         started = time.perf_counter()
         try:
             train(config, run_dir)
@@ -258,32 +260,42 @@ def plot_comparison(rows: list[ComparisonRow], path: Path) -> list[PlotPoint]:
     return drawn
 
 
-def print_table(rows: list[ComparisonRow]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
+def print_table(rows: list[ComparisonRow], wide: bool = False) -> None:
+    """The comparison within the terminal's width: method, top-1, training inter-node MB and its ratio to
+    DDP's, compression (and the predicted times with --cluster) always; the rest while they fit (`wide`:
+    all; compare.csv and compare.json hold every column)."""
     measured = any(r.measured_inter_node_mb is not None for r in rows)
     predicted = any(r.predicted_train_seconds is not None for r in rows)
-    table = Table(title="methods compared (training traffic: MB per rank on the wire, mean over ranks"
-                        + ("; link MB: all nodes' links, measured)" if measured else ")"))
-    columns = ["method", "final top-1", "val loss", "training MB", "inter-node MB", "ddp inter-node MB",
-               "inter-node vs ddp", "reduction vs ddp", "other MB", "compression", "ECR", "train s", "wall s"]
-    extra = (["link MB"] if measured else []) + (["predicted train s", "predicted s to target"] if predicted else [])
-    for column in columns + extra:
-        table.add_column(column, justify="left" if column == "method" else "right")
+    columns = [tables.Column("method", justify="left"), tables.Column("final top-1"), tables.Column("inter-node MB"),
+               tables.Column("inter-node vs ddp"), tables.Column("compression"),
+               *([tables.Column("predicted train s"), tables.Column("predicted s to target")] if predicted else []),
+               tables.Column("reduction vs ddp", tables.KEY), tables.Column("ECR", tables.KEY),
+               tables.Column("train s", tables.KEY), *([tables.Column("link MB", tables.KEY)] if measured else []),
+               tables.Column("training MB", tables.DETAIL), tables.Column("ddp inter-node MB", tables.DETAIL),
+               tables.Column("other MB", tables.DETAIL), tables.Column("val loss", tables.DETAIL),
+               tables.Column("wall s", tables.DETAIL)]
+    cells = [_cells(r, measured, predicted) if r.error is None else [r.method, "failed", *["-"] * (len(columns) - 2)]
+             for r in rows]
+    title = ("methods compared (training traffic: MB per rank on the wire, mean over ranks"
+             + ("; link MB: all nodes' links, measured)" if measured else ")"))
+    out = tables.console()
+    tables.print_table(out, title, columns, cells, wide=wide, elsewhere=f"{CSV_FILE} and {JSON_FILE} hold every column")
     for r in rows:
         if r.error is not None:
-            table.add_row(r.method, "[red]failed[/]", r.error, *[""] * (len(table.columns) - 3))
-            continue
-        table.add_row(r.method, f"{r.final_top1:.4f}", f"{r.val_loss:.4f}", f"{r.training_mb:.3f}",
-                      f"{r.training_inter_node_mb:.3f}", f"{r.ddp_training_inter_node_mb:.3f}",
-                      _x(r.inter_node_reduction_vs_ddp), _x(r.reduction_vs_ddp), f"{r.other_mb:.3f}",
-                      _x(r.compression), "-" if r.ecr_percent is None else f"{r.ecr_percent:.2f}%",
-                      f"{r.train_seconds:.1f}", f"{r.wall_seconds:.1f}",
-                      *([f"{r.measured_inter_node_mb:.3f}"] if measured else []),
-                      *([_seconds(r.predicted_train_seconds), _seconds(r.predicted_time_to_target_seconds)]
-                        if predicted else []))
-    Console(width=160).print(table)
+            out.print(f"{r.method} failed: {r.error}")
+
+
+def _cells(r: ComparisonRow, measured: bool, predicted: bool) -> list[str]:
+    return [r.method, f"{r.final_top1:.4f}", f"{r.training_inter_node_mb:.3f}", _x(r.inter_node_reduction_vs_ddp),
+            _x(r.compression),
+            *([_seconds(r.predicted_train_seconds), _seconds(r.predicted_time_to_target_seconds)] if predicted else []),
+            _x(r.reduction_vs_ddp), "-" if r.ecr_percent is None else f"{r.ecr_percent:.2f}%", f"{r.train_seconds:.1f}",
+            *([_mb(r.measured_inter_node_mb)] if measured else []), f"{r.training_mb:.3f}",
+            f"{r.ddp_training_inter_node_mb:.3f}", f"{r.other_mb:.3f}", f"{r.val_loss:.4f}", f"{r.wall_seconds:.1f}"]
+
+
+def _mb(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def _seconds(value: float | None) -> str:

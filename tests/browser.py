@@ -8,6 +8,7 @@ CI=true, where they fail (tests/system.py, as for SLURM and PostgreSQL).
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -90,6 +91,11 @@ class _GridParser(HTMLParser):
 
     def _col(self) -> str | None:
         return next((c for _, _, c in reversed(self._stack) if c is not None), None)
+
+
+def chart_sections(dom: str) -> list[tuple[str, int]]:
+    """The sections of an MLflow run page's metrics tab, in order: (name, number of charts)."""
+    return [(name, int(count)) for name, count in re.findall(r">([^<>]{1,80})</div><div[^>]*>\((\d+)\)</div>", dom)]
 
 
 def grid_rows(dom: str) -> dict[str, Row]:

@@ -8,11 +8,13 @@ import re
 from pathlib import Path
 
 import pytest
+from mlflow import MlflowClient
 
 from abtune.compare import ComparisonRow, plot_comparison, plot_points, prediction_lines
 from abtune.runfiles import read_summary
 from abtune.timing import break_even_gbit, load_cluster, predict
 from tests.conftest import run_cli, write_config
+from tests.terminal import run_in_terminal, tables_in, too_wide
 
 QUICKSTART = Path(__file__).parent.parent / "studies" / "run_quickstart.yaml"
 CHANCE = 0.1
@@ -125,3 +127,39 @@ def test_prediction_lines_name_where_compute_comes_from_and_each_note_once() -> 
     assert lines[1].startswith("note: compute on paper-a100-hdr200 is not measured (assumed)")
     assert lines[2].startswith("note: predicted steps on paper-a100-hdr200 are mostly its per-step floor (2 ms, assumed)")
     assert len(lines) == 3  # ab's notes are ddp's: printed once
+
+
+@pytest.mark.slow
+def test_compare_fits_the_terminal_says_what_it_trains_and_is_recorded_in_mlflow(tmp_path: Path, mlflow_db: Path) -> None:
+    """In a 100-column terminal with --cluster (whose headers were cut to `inter-n…`, `predict…`): every line of
+    the table fits, every essential header is whole, the progress names the method it trains, and MLflow holds
+    the comparison as a run with one run per method inside it and the table's files."""
+    config = write_config(tmp_path / "run.yaml", train={"steps": 20, "local_batch_size": 16, "eval_every": 10})
+    uri = f"sqlite:///{mlflow_db}"
+    code, lines = run_in_terminal(["compare", str(config), "--methods", "ddp,ab", "--nproc", "2", "--ranks-per-node",
+                                   "1", "--out", str(tmp_path / "out"), "--cluster", "ethernet-25g",
+                                   "--tracking-uri", uri], 100, tmp_path)
+    assert code == 0, "\n".join(lines)
+    assert [line for line in lines if line.startswith("compare: training")] == [
+        f"compare: training ddp (1 of 2) in {tmp_path / 'out' / 'ddp'}", f"compare: training ab (2 of 2) in {tmp_path / 'out' / 'ab'}"]
+    table = [line for line in lines if line[:1] in "┏┃┡│└"]
+    assert table and too_wide(table, 100) == []
+    (shown,) = tables_in(lines)
+    assert shown.headers[:7] == ["method", "final top-1", "inter-node MB", "inter-node vs ddp", "compression",
+                                 "predicted train s", "predicted s to target"]
+    assert [row[0] for row in shown.rows] == ["ddp", "ab"]  # one line per method
+    assert "…" not in "\n".join(lines)
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("tiny-compare")
+    runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    assert set(runs) == {"out", "ddp", "ab"}
+    group = runs["out"]
+    assert group.data.tags["abtune.role"] == "compare" and group.info.status == "FINISHED"
+    assert {a.path for a in client.list_artifacts(group.info.run_id)} == {"compare.csv", "compare.json", "compare.png"}
+    rows = {r["method"]: r for r in csv.DictReader((tmp_path / "out" / "compare.csv").open())}
+    for method in ("ddp", "ab"):
+        run = runs[method]
+        assert run.data.tags["mlflow.parentRunId"] == group.info.run_id and run.info.status == "FINISHED"
+        assert run.data.params["method"] == method
+        assert run.data.metrics["final_top1"] == pytest.approx(float(rows[method]["final_top1"]))

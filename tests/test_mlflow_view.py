@@ -2,7 +2,8 @@
 
 A 2-trial study (the DDP reference and one AB trial) on real stores in the working directory; `abtune ui`
 without options starts the dashboards and prints the study experiment's link; chromium opens that link,
-lets the React app fetch its data, saves a screenshot and dumps the DOM. The screenshot goes to
+lets the React app fetch its data, saves a screenshot and dumps the DOM; then it opens the DDP trial's metrics
+tab the same way. The screenshot goes to
 $ABTUNE_SCREENSHOT_DIR if set (pytest removes old tmp_path folders), else to the test's tmp_path.
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from abtune.tracking.records import HEADLINE, HEADLINE_SECTION, TOP1_PERCENT
 from abtune.tracking.view import RESULT_METRICS
 from tests import browser
 from tests.conftest import abtune_command, run_cli
@@ -78,7 +80,7 @@ def test_the_study_experiment_opens_on_its_trials_and_their_results(tmp_path: Pa
     for run_id, row in shown.items():
         run = trials[run_id]
         assert run.info.run_name in row.cells["attributes.`Run Name`"]
-        assert row.cells["metrics.`final_top1`"] == repr(run.data.metrics["final_top1"])
+        assert row.cells[f"metrics.`{TOP1_PERCENT}`"] == _as_javascript_shows(run.data.metrics[TOP1_PERCENT])
         assert row.cells["params.`method`"] == run.data.params["method"]
         data_columns = [c for c, _ in sorted(row.columns.items(), key=lambda item: item[1])
                         if c.startswith(("metrics.", "params."))]
@@ -86,3 +88,21 @@ def test_the_study_experiment_opens_on_its_trials_and_their_results(tmp_path: Pa
     by_place = sorted(shown, key=lambda run_id: shown[run_id].position)
     top1 = [trials[run_id].data.metrics["final_top1"] for run_id in by_place]
     assert top1 == sorted(top1, reverse=True)  # best final top-1 first
+
+    # A trial's page: its name says what it is, its results are the first section of its metrics tab.
+    (ddp,) = [r for r in trials.values() if r.data.tags["optuna.trial_number"] == "0"]
+    assert ddp.info.run_name == "trial-0 · DDP reference"
+    process, links = _start_ui(tmp_path, env)
+    try:
+        page = links["tiny"].split("/runs?")[0] + f"/runs/{ddp.info.run_id}/model-metrics"
+        dom = browser.render(page, screenshot.with_name("mlflow-trial-metrics.png"), tmp_path / "chromium-profile")
+    finally:
+        os.killpg(process.pid, signal.SIGINT)
+        assert process.wait(timeout=60) == 0
+    assert "trial-0 · DDP reference" in dom
+    sections = browser.chart_sections(dom)
+    assert sections[0] == (HEADLINE_SECTION, len(HEADLINE)), sections
+
+
+def _as_javascript_shows(value: float) -> str:
+    return str(int(value)) if value == int(value) else repr(value)

@@ -18,7 +18,7 @@ from abtune.errors import ConfigError
 from abtune.objectives import OBJECTIVES, pareto_mask
 from abtune.runfiles import read_summary
 from abtune.study import results
-from abtune.study.report import FRONT_ROWS, front_table, trial_table
+from abtune.study.report import FRONT_ROWS, print_front, print_trials
 from abtune.study.spec import load_study_spec
 from abtune.timing import load_cluster, predict
 from abtune.tracking.study_plots import study_points, write_study_plots
@@ -77,14 +77,14 @@ def test_a_study_of_another_objective_shows_it_in_its_tables_and_plots(tmp_path:
                                        pruner={"name": "none"}))
     study = _study(["top1", "train_seconds"])
     console = Console(width=200, record=True)
-    console.print(trial_table("front", study.trials, study.trials, spec))
+    print_trials(console, "front", study.trials, study.trials, spec)
     text = console.export_text()
     assert "train s" in text and "50.0" in text, text
 
-    y, x, points = study_points(study)
+    y, x, points = study_points(study.trials, study.metric_names)
     assert (y.name, x.name, x.label) == ("top1", "train_seconds", "train s")
     assert sorted(p["number"] for p in points if p["front"]) == [0, 1, 3]  # trial 2: slower and less accurate than 0
-    written = write_study_plots(study, tmp_path)
+    written = write_study_plots(study.trials, study.metric_names, tmp_path)
     assert written["pareto_front"] == "written" and (tmp_path / "pareto_front.png").stat().st_size > 5000
 
 
@@ -97,7 +97,7 @@ def test_a_trial_that_never_reached_its_target_is_worst_and_off_the_plot() -> No
         attrs = {"top1": 0.9, "time_to_target": seconds}
         study.add_trial(create_trial(params={"method.warmup_frac": 0.1 + 0.1 * number}, distributions=SPACE,
                                      values=[0.9, seconds], user_attrs=attrs))
-    _, x, points = study_points(study)
+    _, x, points = study_points(study.trials, study.metric_names)
     assert x.name == "time_to_target" and [p["number"] for p in points] == [1]
 
 
@@ -153,7 +153,7 @@ def test_study_best_shows_the_head_of_a_long_front_and_says_how_long_it_is(tmp_p
                                      values=[0.1, 5e6], user_attrs=attrs))
     front = results.pareto_front(study.trials, ["top1", "inter_node_bytes"])
     console = Console(width=300, record=True)
-    console.print(front_table("tiny", ["top1", "inter_node_bytes"], front, study.trials, spec))
+    print_front(console, "tiny", ["top1", "inter_node_bytes"], front, study.trials, spec)
     text = console.export_text()
     title = " ".join(text.split("┏")[0].split())  # rich wraps the title to the table's width
     assert title == (f"Pareto front (top1, inter_node_bytes): {FRONT_ROWS + 5} trial(s), the {FRONT_ROWS} with the "

@@ -14,6 +14,7 @@ from abtune.errors import ConfigError
 from abtune.promote.plan import plan_campaign
 from abtune.promote.select import promoted_from_study
 from abtune.promote.target import load_target
+from abtune.study.ranking import Rule
 from tests.conftest import run_cli
 from tests.promote_fixtures import (
     BEST,
@@ -67,15 +68,18 @@ def test_single_objective_takes_the_best_finished_trials_but_never_the_ddp_refer
 
 
 @pytest.mark.parametrize(("rule", "expected"), [
-    ("best-accuracy", [0, 1, 2, 3]),
-    ("least-traffic", [3, 2, 1, 0]),
+    (Rule("best-accuracy"), [0, 1, 2, 3]),
+    (Rule("least-traffic"), [3, 2, 1, 0]),
     # shortfall from the ideal per objective, scaled over the front: #0 (0, 1), #1 (0.17, 0.33),
     # #2 (0.33, 0.22), #3 (1, 0): distances 1, 0.37, 0.40, 1 (ties by trial number)
-    ("knee", [1, 2, 0, 3]),
+    (Rule("knee"), [1, 2, 0, 3]),
+    # top-1 0.90, 0.85, 0.80, 0.60 at 100, 40, 30, 10 MB: within 0.01 of 0.90 only #0, then by top-1
+    (Rule("within-margin"), [0, 1, 2, 3]),
+    (Rule("within-margin", 0.1), [2, 1, 0, 3]),  # 0.80-0.90: least traffic first, then #3 by top-1
 ])
-def test_pareto_front_is_ranked_by_the_rule(storage: str, rule: str, expected: list[int]) -> None:
+def test_pareto_front_is_ranked_by_the_rule(storage: str, rule: Rule, expected: list[int]) -> None:
     study = pareto_study(storage)
-    promoted = promoted_from_study(study, top=4, rule=rule)  # type: ignore[arg-type]
+    promoted = promoted_from_study(study, top=4, rule=rule)
     assert [p.source.trial for p in promoted] == expected
     assert all(p.overrides == {k: SECOND[k] for k in CARRIED} for p in promoted)
 

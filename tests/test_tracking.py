@@ -139,10 +139,10 @@ def _study(storage: str) -> optuna.Study:
 def test_a_study_has_one_parent_run_with_its_front_importances_and_history(store: str, tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     study = _study(storage)
-    y, x, points = study_points(study)
+    y, x, points = study_points(study.trials, study.metric_names)
     assert (y.name, x.name) == ("top1", "inter_node_bytes")
     points = {p["number"]: p for p in points}
-    assert [n for n, p in sorted(points.items()) if p["front"]] == [0, 1, 2, 3, 5]
+    assert [n for n, p in sorted(points.items()) if p["front"]] == [1, 2, 3, 5]  # the search's: DDP (0) is not on it
     assert points[0]["reference"] == "ddp" and points[1]["reference"] == "paper-defaults"
 
     tracking = open_tracking()
@@ -150,7 +150,8 @@ def test_a_study_has_one_parent_run_with_its_front_importances_and_history(store
     parent = tracking.study_parent_run("tiny-study", described)
     assert tracking.study_parent_run("tiny-study", described) == parent  # found again when a study resumes
     objectives = ["top1", "inter_node_bytes"]
-    tracking.update_study_artifacts(parent, study, analysis(study.trials, ["warmup_frac", "sigma_cutoff"], objectives))
+    tracking.update_study_artifacts(parent, study.trials, study.metric_names,
+                                    analysis(study.trials, ["warmup_frac", "sigma_cutoff"], objectives))
 
     client = MlflowClient(store)
     run = client.get_run(parent)
@@ -166,11 +167,17 @@ def test_a_study_has_one_parent_run_with_its_front_importances_and_history(store
         assert set(by_param) == {"warmup_frac", "sigma_cutoff"} and sum(by_param.values()) == pytest.approx(1.0)
 
     config = RunConfig.model_validate({"name": "t", "model": TINY_VIT})
+    study.enqueue_trial({}, user_attrs={"reference": "ddp"})
+    reference = study.ask()
+    named = tracking.start_trial_run(config, reference, study_name="tiny-study", parent_run_id=parent)
+    assert client.get_run(named).info.run_name == f"trial-{reference.number} · DDP reference"  # says what it is
+    study.tell(reference, state=optuna.trial.TrialState.FAIL)
     trial = study.ask()
     child = tracking.start_trial_run(config, trial, study_name="tiny-study", parent_run_id=parent)
+    assert client.get_run(child).info.run_name == f"trial-{trial.number}"
     tags = client.get_run(child).data.tags
     assert (tags["mlflow.parentRunId"], tags["optuna.study"], tags["abtune.role"]) == (parent, "tiny-study", "trial")
-    assert tags["optuna.trial_number"] == str(trial.number) == "6"
+    assert tags["optuna.trial_number"] == str(trial.number) == "7"
     assert study.trials[trial.number].user_attrs["mlflow_run_id"] == child
     assert client.get_run(child).info.experiment_id == run.info.experiment_id
 
@@ -237,7 +244,7 @@ def test_experiments_open_as_model_training_with_the_results_first(store: str) -
         assert tags["mlflow.experimentKind"] == "custom_model_development"
         view = json.loads(tags[f"mlflow.sharedViewState.{VIEW_KEY}"])
         assert view["selectedColumns"][:4] == [f"metrics.`{m}`" for m in RESULT_METRICS]
-        assert (view["orderByKey"], view["orderByAsc"]) == ("metrics.`final_top1`", False)
+        assert (view["orderByKey"], view["orderByAsc"]) == ("metrics.`Results/top-1 percent`", False)
     links = dict(experiment_links(store, "http://127.0.0.1:5000", limit=10))
     assert links["from-before"] == (f"http://127.0.0.1:5000/#/experiments/{older}/runs"
                                     f"?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}")

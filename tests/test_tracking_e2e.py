@@ -23,6 +23,7 @@ from abtune.config import load_run_config
 from abtune.launch.local import free_port, launch
 from abtune.runfiles import read_summary
 from abtune.tracking import LaunchInfo, open_tracking
+from abtune.tracking.records import COMPRESSION_RATIO, HEADLINE, HEADLINE_SECTION, INTER_NODE_MB, TOP1_PERCENT
 from abtune.tracking.servers import Service, start_mlflow_server, stop, wait_ready
 from abtune.training.hooks import hook_spec, read_metrics, write_hook_specs
 from tests.conftest import abtune_command, run_cli, write_config
@@ -93,6 +94,20 @@ def test_abtune_train_records_params_metrics_and_plots_in_the_default_store(
     assert tags["abtune.predicted.compute_source"] == "assumed" and tags["abtune.predicted.cluster"] == "paper-a100-hdr200"
     assert tags["abtune.predicted.compute_source_detail"] == predicted["compute_source_detail"]
     assert "(assumed compute)" in result.stdout and "note: compute on paper-a100-hdr200 is not measured" in result.stdout
+    # The result at a glance: in human units, at step 0 (a bar with its number), in the section the UI lists first.
+    headline = {key: _history(client, rid, key) for key in HEADLINE}
+    inter_mb = traffic["training_inter_node_bytes"] / 1e6
+    two_decimals = {"abs": 0.005}
+    assert headline == {TOP1_PERCENT: [(0, pytest.approx(100 * summary["final"]["val_top1"], **two_decimals))],
+                        INTER_NODE_MB: [(0, pytest.approx(inter_mb, **two_decimals))],
+                        COMPRESSION_RATIO: [(0, pytest.approx(summary["compression"]["trained_model_ratio"], **two_decimals))]}
+    sections = sorted({key.rpartition("/")[0] for key in metrics if "/" in key and not key.startswith("system/")})
+    assert sections[0] == HEADLINE_SECTION, sections  # the MLflow UI sorts its chart sections this way
+    ddp_mb = traffic["ddp_reference_inter_node_bytes"] / 1e6
+    assert run.data.tags["mlflow.note.content"] == (
+        f"**run** (ab, 60 steps): top-1 **{summary['final']['val_top1']:.4f}**, training inter-node traffic "
+        f"**{inter_mb:,.2f} MB** per rank ({inter_mb / ddp_mb:.2f}x DDP's {ddp_mb:,.2f} MB), trained-model compression "
+        f"**{summary['compression']['trained_model_ratio']:.2f}:1**")
 
     folder = Path(client.download_artifacts(rid, "", str(tmp_path / "download")))
     assert read_summary(folder).raw["traffic"]["inter_node_bytes"] == traffic["inter_node_bytes"]

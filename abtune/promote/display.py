@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from abtune import tables
 from abtune.promote.plan import Campaign, PlannedRun
 
-COLUMNS = ("run", "nodes", "ranks", "local batch", "global batch", "steps/epoch", "steps", "warmup", "AB",
-           "rebound", "LR rebound", "method", "precision", "promoted from")
+COLUMNS = (  # (header, priority): the schedule in steps first, where a run came from last
+    ("run", tables.ESSENTIAL), ("nodes", tables.ESSENTIAL), ("ranks", tables.KEY), ("local batch", tables.ESSENTIAL),
+    ("global batch", tables.ESSENTIAL), ("steps/epoch", tables.KEY), ("steps", tables.ESSENTIAL),
+    ("warmup", tables.ESSENTIAL), ("AB", tables.ESSENTIAL), ("rebound", tables.ESSENTIAL), ("LR rebound", tables.ESSENTIAL),
+    ("method", tables.KEY), ("precision", tables.DETAIL), ("promoted from", tables.KEY))
+TEXT_COLUMNS = ("run", "method", "precision", "promoted from")
 
 
 def run_cells(run: PlannedRun) -> list[str]:
@@ -24,18 +29,13 @@ def run_cells(run: PlannedRun) -> list[str]:
             steps("rebound_steps"), steps("lr_rebound_steps"), run.method, run.precision, source]
 
 
-def print_campaign(campaign: Campaign, title_prefix: str = "") -> None:
-    from rich.console import Console
-    from rich.table import Table
-
+def print_campaign(campaign: Campaign, title_prefix: str = "", wide: bool = False) -> None:
     title = (f"{title_prefix}campaign {campaign.target}, constant {campaign.strategy} batch, "
              f"{campaign.epochs} epochs of {campaign.train_samples:,} samples")
-    table = Table(title=title)
-    for column in COLUMNS:
-        table.add_column(column, justify="left" if column in ("run", "method", "precision", "promoted from") else "right")
-    for run in campaign.runs:
-        table.add_row(*run_cells(run))
-    Console(width=200).print(table)
+    columns = [tables.Column(header, priority, "left" if header in TEXT_COLUMNS else "right",
+                             wrap=header == "promoted from") for header, priority in COLUMNS]
+    tables.print_table(tables.console(), title, columns, [run_cells(run) for run in campaign.runs], wide=wide,
+                       elsewhere="campaign.yaml lists every run in full")
     carried = {run.configuration: run.overrides for run in campaign.runs if run.overrides}
     for name, overrides in carried.items():
         print(f"{name} carries " + ", ".join(f"{k}={v}" for k, v in overrides.items()))

@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from abtune.errors import ConfigError
 from abtune.study.attrs import CONFIRMATION_ATTR, RUN_ID_ATTR, SEEDS_ATTR
 from abtune.study.importance import inert_in_study
-from abtune.study.ranking import Rule, beats, chosen_trials, promotable, rank_front, top_single
+from abtune.study.ranking import DEFAULT_RULE, Rule, beats, chosen_trials, promotable, rank_front, top_single
 
 PROMOTED_KEYS = ("method.name", "method.warmup_frac", "method.ab_frac", "method.rebound_frac",
                  "method.lr_rebound_frac", "method.sigma_cutoff", "method.sync_mode")
@@ -51,7 +51,7 @@ class Promoted:
     dropped: tuple[str, ...] = field(default=())  # trial params that do not transfer to the target
 
 
-def promoted_from_study(study: optuna.Study, top: int, rule: Rule = "best-accuracy") -> list[Promoted]:
+def promoted_from_study(study: optuna.Study, top: int, rule: Rule = DEFAULT_RULE) -> list[Promoted]:
     """The adapter from a study: its confirmed configurations when `abtune study confirm` ran (ranked by
     their confirmed means), else its finished trials; top K (one objective) or K of the Pareto front."""
     confirmed = confirmed_trials(study)
@@ -70,6 +70,16 @@ def promoted_from_study(study: optuna.Study, top: int, rule: Rule = "best-accura
             raise ConfigError(f"--top {top}: the confirmed Pareto front of study '{study.study_name}' holds only "
                               f"{len(chosen)} configuration(s); ask for fewer")
     return [promote_trial(study.study_name, t, _interval_text(study, t.number)) for t in chosen]
+
+
+def chosen_by(study: optuna.Study, promoted: list[Promoted], rule: Rule) -> str:
+    """One line: which trials are promoted and by which rule, as `abtune study best` says it."""
+    trials = ", ".join(f"trial {p.source.trial}" for p in promoted if p.source is not None)
+    basis = " (their confirmed means)" if confirmed_trials(study) else ""
+    if len(study.directions) == 1:
+        return f"promoting {trials} of study {study.study_name}{basis}: one objective, the best value first"
+    objectives = study.metric_names or ["top1", "inter_node_bytes"]
+    return f"promoting {trials} of study {study.study_name}{basis}, chosen by rule {rule.describe(objectives)}"
 
 
 def confirmed_trials(study: optuna.Study) -> list[FrozenTrial]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from abtune.errors import AbtuneError, ConfigError
 from abtune.redact import redact
+from abtune.study.ranking import DEFAULT_MARGIN, DEFAULT_RULE, RULES, Rule
 from abtune.tracking.uri import add_tracking_arguments
 from abtune.words import plural
 
@@ -18,6 +19,19 @@ if TYPE_CHECKING:
     from abtune.tracking import Tracking
 
 INTERRUPTED_EXIT = 130
+
+
+def add_rule_arguments(parser: argparse.ArgumentParser) -> None:
+    """--rule and --margin: how `study best`, `study confirm` and `promote` choose from a Pareto front."""
+    parser.add_argument("--rule", choices=RULES, default=DEFAULT_RULE.name,
+                        help="how to choose from a multi-objective study's Pareto front (default: %(default)s: the "
+                             "least traffic within --margin top-1 of the best top-1)")
+    parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+                        help="top-1 difference for --rule within-margin (default: %(default)s, one point)")
+
+
+def rule_of(args: argparse.Namespace) -> Rule:
+    return Rule(args.rule, args.margin)
 
 
 def _storage(args: argparse.Namespace, create: bool = False, from_file: str | None = None):  # noqa: ANN202
@@ -82,7 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not finished:
         print(f"abtune: interrupted; no trial is left running. Continue with: {again}", file=sys.stderr)
         return INTERRUPTED_EXIT
-    print_best(storage, args.name)
+    print_best(storage, args.name, DEFAULT_RULE)
     return 0
 
 
@@ -174,9 +188,10 @@ def cmd_best(args: argparse.Namespace) -> int:
     from abtune.study.report import print_best
     from abtune.study.storage import require_study
 
+    rule = rule_of(args)
     storage, url = _storage(args)
     require_study(storage, args.name, url)
-    print_best(storage, args.name)
+    print_best(storage, args.name, rule, wide=args.wide)
     return 0
 
 
@@ -203,12 +218,13 @@ def cmd_confirm(args: argparse.Namespace) -> int:
 
     if args.top < 1 or args.seeds < 2 or args.parallel < 1:
         raise ConfigError("--top and --parallel must be at least 1, --seeds at least 2 (a spread needs two values)")
+    rule = rule_of(args)
     launcher = load_launcher(args.launcher)
     storage, url = _storage(args)
     require_study(storage, args.name, url)
     tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
     try:
-        table, _ = confirm(storage, args.name, args.top, args.seeds, args.rule, launcher, args.parallel, tracking)
+        table, _ = confirm(storage, args.name, args.top, args.seeds, rule, launcher, args.parallel, tracking)
     except KeyboardInterrupt:
         print(f"abtune: interrupted; finished seeds are kept. Continue with: abtune study confirm {args.name} "
               f"--top {args.top} --seeds {args.seeds}", file=sys.stderr)
@@ -281,15 +297,16 @@ def register_study_commands(commands: argparse._SubParsersAction) -> None:
     stop.add_argument("--fail", action="store_true", help="fail the stopped trials instead of re-enqueuing them")
     add_tracking_arguments(stop)
     add("status", cmd_status, "trial counts, running trials, best so far")
-    add("best", cmd_best, "best configuration and Pareto front, with deltas vs the reference trials")
+    best = add("best", cmd_best, "the recommended configuration and the Pareto front, with deltas vs the reference trials")
+    add_rule_arguments(best)
+    best.add_argument("--wide", action="store_true", help="every column, however wide the tables get")
     export = add("export", cmd_export, "every trial as CSV or JSON")
     export.add_argument("--format", choices=("csv", "json"), default="csv")
     export.add_argument("--output", type=Path, default=None, help="file to write (default: standard output)")
     confirm = add("confirm", cmd_confirm, "re-run the best configurations and both references with fresh seeds")
     confirm.add_argument("--top", type=int, default=1, help="configurations to confirm (default: %(default)s)")
     confirm.add_argument("--seeds", type=int, default=5, help="fresh seeds per configuration (default: %(default)s)")
-    confirm.add_argument("--rule", choices=("best-accuracy", "least-traffic", "knee"), default="best-accuracy",
-                         help="how to pick from a multi-objective study's Pareto front, as promote does")
+    add_rule_arguments(confirm)
     confirm.add_argument("--parallel", type=int, default=1, help="runs at a time (each starts layout.nproc ranks)")
     confirm.add_argument("--launcher", default="local", metavar="NAME|PATH",
                          help="local (default) or a slurm profile (a job per run)")

@@ -184,7 +184,7 @@ def confirm(storage: Any, name: str, top: int, seeds_count: int, rule: Rule, lau
         storage.set_study_user_attr(study_id, f"{CONFIRMATION_ATTR}.trial_{entry['trial']}", entry)
     storage.set_study_user_attr(study_id, CONFIRMATION_ATTR, {
         "trials": [r["trial"] for r in records], "candidates": [s.trial.number for s in chosen if "candidate" in s.roles],
-        "seeds": seeds, "rule": rule, "test": stats.TEST_NAME, "mlflow_run_id": run_id, "folder": str(out),
+        "seeds": seeds, "rule": rule.name, "margin": rule.margin, "test": stats.TEST_NAME, "mlflow_run_id": run_id, "folder": str(out),
         "time": time.strftime("%Y-%m-%d %H:%M:%S")})
     return table, records
 

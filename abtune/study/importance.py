@@ -160,7 +160,7 @@ def shown_objectives(spec: StudySpec) -> list[str]:
 
 def analysis(trials: Sequence[FrozenTrial], space: Sequence[str], objectives: Sequence[str]) -> dict[str, Any]:
     """Importances (or why there are none yet) and inert parameters, as JSON for an artifact."""
-    report: dict[str, Any] = {"objectives": list(objectives),
+    report: dict[str, Any] = {"objectives": list(objectives), "search_trials": len(_with_params(trials)),
                               "inert": [{"param": p.name, "values": list(p.values), "message": p.describe()}
                                         for p in inert_parameters(trials, space, objectives)]}
     try:

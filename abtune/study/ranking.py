@@ -1,13 +1,23 @@
-"""Which finished trials of a study are best, by a rule: what `abtune promote` carries to a scaling
-campaign and what `abtune study confirm` re-runs.
+"""Which finished trials of a study are best, by a rule: what `abtune study best` recommends, what
+`abtune promote` carries to a scaling campaign and what `abtune study confirm` re-runs (one rule, the
+same default, set with `--rule` and `--margin` on each).
 
-One objective: the top K by it. Several: K of the Pareto front, ranked by `rule`. The `ddp`
-reference trial and trials of methods that cannot be promoted are never chosen.
+One objective: the top K by it. Several: K of the Pareto front, ranked by the rule:
+- `within-margin` (the default): the front's trials within `margin` top-1 of its best top-1, best on
+  the study's other objective first (least inter-node bytes), then the rest of the front by top-1. A
+  point of top-1 is within the seed-to-seed spread of a small study, so the default margin (0.01) trades
+  noise for traffic;
+- `best-accuracy`: by the first maximized objective (top-1);
+- `least-traffic`: by the first minimized objective;
+- `knee`: by distance to the ideal point once every objective is scaled to [0, 1] over the front.
+The `ddp` reference trial and trials of methods that cannot be promoted are never chosen.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import optuna
@@ -16,14 +26,55 @@ from optuna.trial import FrozenTrial, TrialState
 
 from abtune.config import METHOD_CONFIGS
 from abtune.errors import ConfigError
+from abtune.objectives import OBJECTIVES
 from abtune.study.attrs import REFERENCE_ATTR
 from abtune.study.definition import DDP
 
-Rule = Literal["best-accuracy", "least-traffic", "knee"]
-RULES: tuple[Rule, ...] = ("best-accuracy", "least-traffic", "knee")
+RuleName = Literal["within-margin", "best-accuracy", "least-traffic", "knee"]
+RULES: tuple[RuleName, ...] = ("within-margin", "best-accuracy", "least-traffic", "knee")
+DEFAULT_MARGIN = 0.01  # top-1
 
 
-def chosen_trials(study: optuna.Study, top: int, rule: Rule = "best-accuracy") -> list[FrozenTrial]:
+@dataclass(frozen=True)
+class Rule:
+    """How to rank a Pareto front; `margin` (top-1) is read by `within-margin` only."""
+
+    name: RuleName = "within-margin"
+    margin: float = DEFAULT_MARGIN
+
+    def __post_init__(self) -> None:
+        if self.name not in RULES:
+            raise ConfigError(f"--rule {self.name}: choose one of {', '.join(RULES)}")
+        if not (math.isfinite(self.margin) and 0 <= self.margin < 1):
+            raise ConfigError(f"--margin must be a top-1 difference in [0, 1), e.g. 0.01 for one point; got {self.margin}")
+
+    def describe(self, objectives: Sequence[str]) -> str:
+        """The rule in words, for a study of `objectives` (Optuna's metric names, top-1 first)."""
+        named = [OBJECTIVES[o] for o in objectives if o in OBJECTIVES]
+        top1 = next((o for o in named if o.maximize), None)
+        other = next((o for o in named if o is not top1), None)
+        first_min = next((o for o in named if not o.maximize), None)
+        default = " (the default)" if self == Rule() else ""
+        if self.name == "within-margin" and top1 and other:
+            best = "least" if not other.maximize else "highest"
+            return (f"{self.name}{default}: of the Pareto front's trials within {self.margin:g} {top1.label} of its "
+                    f"best, the one with the {best} {other.label}")
+        if self.name == "best-accuracy" and top1:
+            return f"{self.name}{default}: the Pareto front's highest {top1.label}"
+        if self.name == "least-traffic" and first_min:
+            return f"{self.name}{default}: the Pareto front's least {first_min.label}"
+        return f"{self.name}{default}: the Pareto front's trial closest to the ideal point, each objective scaled over the front"
+
+
+DEFAULT_RULE = Rule()
+
+
+def directions_of(objectives: Sequence[str]) -> list[StudyDirection]:
+    """Optuna's directions of abtune objectives, by name."""
+    return [StudyDirection.MAXIMIZE if OBJECTIVES[o].maximize else StudyDirection.MINIMIZE for o in objectives]
+
+
+def chosen_trials(study: optuna.Study, top: int, rule: Rule = DEFAULT_RULE) -> list[FrozenTrial]:
     """The top K finished trials of the search by `rule` (what is promoted without a confirmation)."""
     if top < 1:
         raise ConfigError(f"--top must be at least 1, got {top}")
@@ -75,17 +126,37 @@ def _top_pareto(study: optuna.Study, finished: list[FrozenTrial], top: int, rule
 
 
 def rank_front(front: list[FrozenTrial], directions: list[StudyDirection], rule: Rule) -> list[FrozenTrial]:
-    """best-accuracy: by the first maximized objective; least-traffic: by the first minimized one;
-    knee: by distance to the ideal point once every objective is scaled to [0, 1] over the front."""
-    if rule == "knee":
+    """The front ranked by `rule` (see the module); top-1 is the first maximized objective."""
+    if rule.name == "knee":
         return sorted(front, key=lambda t: (_distance_to_ideal(t, front, directions), t.number))
-    wanted = StudyDirection.MAXIMIZE if rule == "best-accuracy" else StudyDirection.MINIMIZE
+    if rule.name == "within-margin":
+        return _within_margin(front, directions, rule.margin)
+    wanted = StudyDirection.MAXIMIZE if rule.name == "best-accuracy" else StudyDirection.MINIMIZE
     if wanted not in directions:
-        raise ConfigError(f"--rule {rule}: the study has no {wanted.name.lower()}d objective; "
+        raise ConfigError(f"--rule {rule.name}: the study has no {wanted.name.lower()}d objective; "
                           f"choose one of {', '.join(RULES)}")
-    index = directions.index(wanted)
-    sign = -1.0 if wanted == StudyDirection.MAXIMIZE else 1.0
-    return sorted(front, key=lambda t: (sign * t.values[index], t.number))
+    return _by_objective(front, directions, directions.index(wanted))
+
+
+def _by_objective(trials: list[FrozenTrial], directions: list[StudyDirection], index: int) -> list[FrozenTrial]:
+    sign = -1.0 if directions[index] == StudyDirection.MAXIMIZE else 1.0
+    return sorted(trials, key=lambda t: (sign * t.values[index], t.number))
+
+
+def _within_margin(front: list[FrozenTrial], directions: list[StudyDirection], margin: float) -> list[FrozenTrial]:
+    """Within `margin` of the best top-1: best on the other objective first (ties: higher top-1); then the
+    rest by top-1."""
+    if StudyDirection.MAXIMIZE not in directions:
+        raise ConfigError(f"--rule within-margin: the study has no maximized objective (top-1); choose one of "
+                          f"{', '.join(RULES)}")
+    top1 = directions.index(StudyDirection.MAXIMIZE)
+    other = next(i for i in range(len(directions)) if i != top1)
+    best = max(t.values[top1] for t in front)
+    near = [t for t in front if t.values[top1] >= best - margin - 1e-12]
+    far = [t for t in front if t not in near]
+    sign = -1.0 if directions[other] == StudyDirection.MAXIMIZE else 1.0
+    near.sort(key=lambda t: (sign * t.values[other], -t.values[top1], t.number))
+    return near + _by_objective(far, directions, top1)
 
 
 def _distance_to_ideal(trial: FrozenTrial, front: list[FrozenTrial], directions: list[StudyDirection]) -> float:

@@ -13,8 +13,8 @@ from typing import Any
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console
-from rich.table import Table
 
+from abtune import tables
 from abtune.errors import ConfigError
 from abtune.launch.launchers import launcher_type
 from abtune.objectives import OBJECTIVES
@@ -36,6 +36,7 @@ from abtune.study.attrs import (
 )
 from abtune.study.definition import DDP, PAPER_DEFAULTS, stored_spec, stored_study_dir
 from abtune.study.display import with_spread
+from abtune.study.ranking import Rule, directions_of, rank_front
 from abtune.study.spec import StudySpec
 from abtune.study.stop import WORKER_JOBS_ATTR
 
@@ -46,7 +47,7 @@ EXPORTED_ATTRS = (REFERENCE_ATTR, RETRY_OF_ATTR, ATTEMPT_ATTR, *results.RESULT_K
 
 
 def _console() -> Console:
-    return Console(highlight=False, width=200, soft_wrap=True)
+    return tables.console()
 
 
 def _waiting_notes(storage: BaseStorage, study_id: int, trials: list[FrozenTrial]) -> dict[int, str]:
@@ -131,30 +132,39 @@ SHOWN_ALWAYS = ("top1", "inter_node_bytes", "compression")  # with their deltas 
 FRONT_ROWS = 20
 
 
-def trial_table(title: str, trials: Sequence[FrozenTrial], all_trials: Sequence[FrozenTrial],
-                spec: StudySpec) -> Table:
-    """The fixed columns (top-1 vs the paper defaults, inter-node MB vs DDP, compression), then every other
-    objective the study optimizes, then the searched parameters."""
+def print_trials(console: Console, title: str, trials: Sequence[FrozenTrial], all_trials: Sequence[FrozenTrial],
+                 spec: StudySpec, *, wide: bool = False, labelled: bool = False) -> None:
+    """The objectives and compression (top-1 vs the paper defaults, inter-node MB vs DDP), every other objective
+    the study optimizes, the searched parameters, then a note; a narrow terminal drops the deltas against the
+    paper defaults and the note first (`labelled`: the note names the rows, and stays)."""
     ddp, paper = results.reference(all_trials, DDP), results.reference(all_trials, PAPER_DEFAULTS)
     more = [OBJECTIVES[m] for m in spec.objectives if m not in SHOWN_ALWAYS]
-    table = Table("trial", "top1", "vs paper", "inter MB", "vs DDP", "compr", *(o.label for o in more), *spec.space,
-                  "note", title=title)
+    columns = [tables.Column("trial", justify="left"), tables.Column("top1"), tables.Column("vs paper", tables.KEY),
+               tables.Column("inter MB"), tables.Column("vs DDP"), tables.Column("compr"),
+               *(tables.Column(o.label) for o in more), *(tables.Column(p) for p in spec.space),
+               tables.Column("note", tables.ESSENTIAL if labelled else tables.KEY, "left", wrap=not labelled)]
+    rows = []
     for trial in trials:
         a = trial.user_attrs
         params = [_format(trial.params.get(p, "-")) for p in spec.space]
-        table.add_row(str(trial.number), with_spread(f"{a['top1']:.4f}", a, "top1"),
-                      _delta(a["top1"], paper, "top1", ratio=False),
-                      with_spread(f"{a['inter_node_bytes'] / MEGA:.2f}", a, "inter_node_bytes", MEGA),
-                      _delta(a["inter_node_bytes"], ddp, "inter_node_bytes", True),
-                      f"{a['compression']:.2f}", *(o.show(a.get(o.name)) for o in more), *params, results.label(trial))
-    return table
+        rows.append([str(trial.number), with_spread(f"{a['top1']:.4f}", a, "top1"),
+                     _delta(a["top1"], paper, "top1", ratio=False),
+                     with_spread(f"{a['inter_node_bytes'] / MEGA:.2f}", a, "inter_node_bytes", MEGA),
+                     _delta(a["inter_node_bytes"], ddp, "inter_node_bytes", True),
+                     f"{a['compression']:.2f}", *(o.show(a.get(o.name)) for o in more), *params, results.label(trial)])
+    if labelled:  # the note names each row: beside the trial number, never in a continuation
+        columns.insert(1, columns.pop())
+        rows = [[row[0], row[-1], *row[1:-1]] for row in rows]
+    tables.print_table(console, title, columns, rows, wide=wide, elsewhere=f"abtune study export {spec.name} has "
+                       "every trial's values")
 
 
 def _format(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def print_best(storage: BaseStorage, name: str) -> None:
+def print_best(storage: BaseStorage, name: str, rule: Rule, *, wide: bool = False) -> None:
+    """The configuration `rule` recommends, the Pareto front, the reference trials and the importances."""
     study_id = storage.get_study_id_from_name(name)
     spec, trials = stored_spec(storage, study_id), storage.get_all_trials(study_id, deepcopy=False)
     console = _console()
@@ -162,11 +172,15 @@ def print_best(storage: BaseStorage, name: str) -> None:
     if best is None:
         console.print(f"study {name} has no completed search trial yet" + _why_none(trials, spec))
         return
-    console.print(trial_table("best configuration (highest final top-1)", [best], trials, spec))
-    console.print(f"run it again: {rerun_command(best, spec)}")
     metrics = importance.shown_objectives(spec)
     front = results.pareto_front([t for t in results.search_trials(trials) if results.feasible(t)], metrics)
-    console.print(front_table(name, metrics, front, trials, spec))
+    chosen, why = recommended(best, front, spec, rule)
+    console.print(f"recommended: trial {chosen.number}, chosen by {why}")
+    if chosen.number != best.number:
+        console.print(_trade(chosen, best, spec))
+    print_trials(console, "recommended configuration", [chosen], trials, spec, wide=wide)
+    console.print(f"run it again: {rerun_command(chosen, spec)}", soft_wrap=True)
+    print_front(console, name, metrics, front, trials, spec, wide=wide)
     early = curves.describe(curves.early_vs_final(results.search_trials(trials)))
     if early:
         console.print(early)
@@ -176,17 +190,38 @@ def print_best(storage: BaseStorage, name: str) -> None:
                       + ", ".join(f"{t.number} at step {t.user_attrs.get('steps_done', '?')}" for t in pruned))
     refs = [t for t in (results.reference(trials, PAPER_DEFAULTS), results.reference(trials, DDP)) if t is not None]
     if refs:
-        console.print(trial_table("reference trials", refs, trials, spec))
+        print_trials(console, "reference trials", refs, trials, spec, wide=wide, labelled=True)
     print_importances(console, importance.analysis(trials, list(spec.space), metrics))
 
 
-def front_table(name: str, metrics: Sequence[str], front: Sequence[FrozenTrial], all_trials: Sequence[FrozenTrial],
-                spec: StudySpec) -> Table:
+def recommended(best: FrozenTrial, front: Sequence[FrozenTrial], spec: StudySpec, rule: Rule) -> tuple[FrozenTrial, str]:
+    """The trial `rule` ranks first on the front (one objective: the best feasible trial), and why, in words;
+    what `abtune promote` carries by default."""
+    if not spec.multi_objective or not front:
+        budget = spec.constraints.max_inter_node_mb
+        within = f" within the traffic budget of {budget:g} inter-node MB" if budget is not None else ""
+        return best, f"one objective: the highest {OBJECTIVES['top1'].label}{within}"
+    ranked = rank_front(list(front), directions_of(spec.objectives), rule)
+    return ranked[0], f"rule {rule.describe(spec.objectives)} (--rule and --margin choose; abtune promote uses the same)"
+
+
+def _trade(chosen: FrozenTrial, best: FrozenTrial, spec: StudySpec) -> str:
+    """What the recommendation gives up against the highest top-1, and what it saves."""
+    top1 = OBJECTIVES["top1"]
+    others = [OBJECTIVES[m] for m in spec.objectives if m != top1.name]
+    saved = ", ".join(f"{o.label} {o.show(chosen.user_attrs.get(o.name))} instead of {o.show(best.user_attrs.get(o.name))}"
+                      for o in others)
+    return (f"the highest {top1.label} is trial {best.number}'s ({top1.show(best.user_attrs['top1'])}); trial "
+            f"{chosen.number} has {top1.show(chosen.user_attrs['top1'])} at {saved}")
+
+
+def print_front(console: Console, name: str, metrics: Sequence[str], front: Sequence[FrozenTrial],
+                all_trials: Sequence[FrozenTrial], spec: StudySpec, *, wide: bool = False) -> None:
     """The front's first FRONT_ROWS trials (best top-1 first); the title says how many there are."""
     title = f"Pareto front ({', '.join(metrics)}): {len(front)} trial(s)"
     if len(front) > FRONT_ROWS:
         title += f", the {FRONT_ROWS} with the best top-1 shown (every trial: abtune study export {name})"
-    return trial_table(title, front[:FRONT_ROWS], all_trials, spec)
+    print_trials(console, title, front[:FRONT_ROWS], all_trials, spec, wide=wide)
 
 
 def print_importances(console: Console, analysis: dict[str, Any]) -> None:
@@ -196,13 +231,14 @@ def print_importances(console: Console, analysis: dict[str, Any]) -> None:
         console.print(f"parameter importances: not yet ({analysis['importances_missing']})")
     else:
         objectives = list(values)
-        table = Table("parameter", *objectives, title="parameter importances (Optuna's default evaluator, per objective)")
         params = sorted({p for by in values.values() for p in by}, key=lambda p: -max(by.get(p, 0.0) for by in values.values()))
         inert = {i["param"] for i in analysis["inert"]}  # Optuna may credit one with what a correlated parameter did
-        for param in params:
-            table.add_row(param + (" (changed nothing)" if param in inert else ""),
-                          *(f"{values[o].get(param, 0.0):.3f}" for o in objectives))
-        console.print(table)
+        rows = [[param + (" (changed nothing)" if param in inert else ""),
+                 *(f"{values[o].get(param, 0.0):.3f}" for o in objectives)] for param in params]
+        columns = [tables.Column("parameter", justify="left", wrap=True),
+                   *(tables.Column(o, justify="left") for o in objectives)]
+        tables.print_table(console, "parameter importances (Optuna's default evaluator, per objective, over "
+                           f"{analysis['search_trials']} search trials)", columns, rows)
         for objective, reason in analysis.get("importances_skipped", {}).items():
             console.print(f"parameter importances for {objective}: none ({reason})")
     for inert in analysis["inert"]:
@@ -267,7 +303,10 @@ def export_text(storage: BaseStorage, name: str, fmt: str) -> str:
 
 
 def print_list(storage: BaseStorage, url: str) -> None:
-    table = Table("study", "objectives", "trials", "finished", "best top1", "created", title=f"studies in {url}")
+    columns = [tables.Column("study", justify="left", wrap=True), tables.Column("objectives", justify="left", wrap=True),
+               tables.Column("trials"), tables.Column("finished"), tables.Column("best top1"),
+               tables.Column("created", tables.KEY, "left", wrap=True)]
+    rows = []
     for study in sorted(storage.get_all_studies(), key=lambda s: s.study_name):
         trials = storage.get_all_trials(study._study_id, deepcopy=False)
         best = results.best_trial(trials)
@@ -277,6 +316,6 @@ def print_list(storage: BaseStorage, url: str) -> None:
         except ConfigError:  # a study made by plain Optuna: listed, but it has no abtune definition
             objectives, budget = "(not an abtune study)", "-"
         first = min((t.datetime_start for t in trials if t.datetime_start), default=None)
-        table.add_row(study.study_name, objectives, budget, str(results.finished_count(trials)),
-                      f"{best.user_attrs['top1']:.4f}" if best else "-", f"{first:%Y-%m-%d %H:%M}" if first else "-")
-    _console().print(table)
+        rows.append([study.study_name, objectives, budget, str(results.finished_count(trials)),
+                     f"{best.user_attrs['top1']:.4f}" if best else "-", f"{first:%Y-%m-%d %H:%M}" if first else "-"])
+    tables.print_table(_console(), f"studies in {url}", columns, rows)

@@ -186,7 +186,7 @@ class StudyRunner:
         started = time.monotonic()
         trials = self.all_trials()
         analysis = importance.analysis(trials, list(self.spec.space), importance.shown_objectives(self.spec))
-        self.tracking.update_study_artifacts(self.parent_run, self.study, analysis)
+        self.tracking.update_study_artifacts(self.parent_run, trials, self.study.metric_names, analysis)
         self.storage.set_study_system_attr(self.study_id, ARTIFACTS_COST_ATTR, time.monotonic() - started)
 
     def _step(self) -> bool:

@@ -10,7 +10,7 @@ The orchestrating process (`abtune train`, the study runner) holds a `Tracking`:
 
 A study: `parent = tracking.study_parent_run(study_name, storage)`, per trial
 `tracking.start_trial_run(config, trial, study_name=..., parent_run_id=parent, launch_info=...)`, then
-hook_spec / finish_run as above and `tracking.update_study_artifacts(parent, study)` as trials end.
+hook_spec / finish_run as above and `tracking.update_study_artifacts(parent, trials, objectives)` as trials end.
 
 `open_tracking(enabled=False)` returns the do-nothing base. mlflow is imported only when used.
 """

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from abtune.config import RunConfig
 
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
+
 RUN_ID_ATTR = "mlflow_run_id"  # the Optuna trial's user attr naming its MLflow run
+REFERENCE_NAMES = {"ddp": "DDP reference", "paper-defaults": "paper defaults"}  # by the trial's `reference` attr
+
+
+def trial_run_name(number: int, reference: str | None) -> str:
+    """`trial-7`; a reference trial says what it is: `trial-1 · DDP reference`."""
+    label = REFERENCE_NAMES.get(reference or "")
+    return f"trial-{number}" + (f" · {label}" if label else "")
 
 
 @dataclass(frozen=True)
@@ -45,7 +56,8 @@ class Tracking:
                         launch_info: LaunchInfo | None = None) -> str | None:
         """A trial's child run under the study's parent, linked both ways: tags `optuna.study` and
         `optuna.trial_number` on the run, user attr `mlflow_run_id` on the Optuna trial."""
-        run_id = self.start_run(config, experiment=study_name, run_name=f"trial-{trial.number}",
+        run_name = trial_run_name(trial.number, trial.user_attrs.get("reference"))
+        run_id = self.start_run(config, experiment=study_name, run_name=run_name,
                                 parent_run_id=parent_run_id, launch_info=launch_info,
                                 tags={"optuna.study": study_name, "optuna.trial_number": trial.number})
         if run_id is not None:
@@ -77,6 +89,16 @@ class Tracking:
         """A run holding only report files (tables, CSV, plots) as artifacts."""
         return None
 
-    def update_study_artifacts(self, parent_run_id: str | None, study: Any, analysis: dict[str, Any] | None = None) -> None:
-        """Pareto front, importances, optimization history of an Optuna study, as PNGs on the parent run;
+    def start_group(self, experiment: str, run_name: str, tags: dict[str, str]) -> str | None:
+        """A run that trains nothing itself and holds others (they name it as their parent), e.g. one
+        `abtune compare`; raises when the store refuses it, before anything starts."""
+        return None
+
+    def finish_group(self, run_id: str | None, files: list[Path], status: str = "FINISHED", folder: str | None = None) -> None:
+        """Log `files` as the group's artifacts (under `folder`) and end it."""
+
+    def update_study_artifacts(self, parent_run_id: str | None, trials: Sequence[FrozenTrial],
+                               objectives: Sequence[str] | None, analysis: dict[str, Any] | None = None) -> None:
+        """Pareto front, importances, optimization history of a study, as PNGs on the parent run, drawn from
+        every trial (the reference trials included) on the study's `objectives` (Optuna's metric names);
         `analysis` (the study's parameter importances and inert parameters) as importances.json and its plot."""

@@ -13,9 +13,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import abtune
 from abtune.config import RunConfig, flatten, load_run_config
@@ -23,10 +23,13 @@ from abtune.errors import AbtuneError
 from abtune.redact import redact
 from abtune.runfiles import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, RunSummary, find_summary
 from abtune.tracking._base import LaunchInfo, Tracking
-from abtune.tracking.records import Point, final_points, predicted_tags, records_points
+from abtune.tracking.records import Point, final_points, predicted_tags, records_points, run_description
 from abtune.tracking.uri import export_tracking_uri, local_artifact_root, quiet_secrets_in_mlflow_logs
 from abtune.tracking.view import experiment_tags
 from abtune.training.hooks import read_metrics
+
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
 
 PARAMS_PER_BATCH = 100  # MLflow's limit per log_batch
 METRICS_PER_BATCH = 1000
@@ -38,6 +41,7 @@ HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BA
 # PostgreSQL's connections at 16 workers (BENCHMARKS, issue 25). Concurrent users still get overflow ones.
 SQL_POOL_DEFAULTS = {"MLFLOW_SQLALCHEMYSTORE_POOL_SIZE": "1"}
 SQL_SERVERS = ("postgresql", "mysql", "mssql")  # MLflow's SQL stores other than SQLite
+NOTE_TAG = "mlflow.note.content"  # the run's description, shown at the top of its page
 
 
 class TrackingUnavailable(AbtuneError):
@@ -138,8 +142,10 @@ class MlflowTracking(Tracking):
                 self._log_artifacts(run_id, run_dir)
             state = "replayed" if replayed else "complete"
             self.client.set_tag(run_id, "abtune.logging", state)
-            self._tag_early_stop(run_id, run_dir)
-            self._tag_prediction(run_id, run_dir)
+            summary = find_summary(run_dir) if run_dir is not None else None
+            self._tag_early_stop(run_id, summary)
+            self._tag_prediction(run_id, summary)
+            self._describe(run_id, summary)
             self.client.set_terminated(run_id, status)
             return state
         except Exception as error:
@@ -149,20 +155,27 @@ class MlflowTracking(Tracking):
             _try(lambda: self.client.set_terminated(run_id, status))
             return "incomplete"
 
-    def _tag_early_stop(self, run_id: str, run_dir: Path | None) -> None:
+    def _tag_early_stop(self, run_id: str, summary: RunSummary | None) -> None:
         """A run a pruner (or a stop request) ended early says so, where the UI can filter on it:
         tags.abtune.stopped_early = 'pruned'."""
-        summary = find_summary(run_dir) if run_dir is not None else None
         if summary is not None and summary.stopped_early:
             self.client.set_tag(run_id, "abtune.stopped_early", summary.stopped_early)
             self.client.set_tag(run_id, "abtune.stopped_at_step", str(summary.steps_done))
 
-    def _tag_prediction(self, run_id: str, run_dir: Path | None) -> None:
+    def _tag_prediction(self, run_id: str, summary: RunSummary | None) -> None:
         """With train.cluster: where the predicted figures' compute comes from (measured, published, scaled or
         assumed), where the UI can filter on it."""
-        summary = find_summary(run_dir) if run_dir is not None else None
         for key, value in predicted_tags(summary.raw.get("predicted") if summary else None).items():
             self.client.set_tag(run_id, key, value)
+
+    def _describe(self, run_id: str, summary: RunSummary | None) -> None:
+        """The result in one line at the top of the run's page (its description), unless it has one."""
+        run = self.client.get_run(run_id)
+        if summary is None or NOTE_TAG in run.data.tags:
+            return
+        study = run.data.tags.get("optuna.study")
+        what = f"{run.info.run_name}" + (f" of study {study}" if study else "")
+        self.client.set_tag(run_id, NOTE_TAG, run_description(summary.raw, what))
 
     def log_metrics(self, run_id: str | None, metrics: dict[str, float]) -> None:
         if run_id is None or not metrics:
@@ -256,26 +269,47 @@ class MlflowTracking(Tracking):
 
     def log_report(self, experiment: str, run_name: str, files: list[Path], tags: dict[str, str]) -> str | None:
         try:
-            run_id = str(self.client.create_run(self._experiment_id(experiment), run_name=run_name,
-                                                tags={"abtune.role": "report", **tags}).info.run_id)
-            for path in files:
-                self.client.log_artifact(run_id, str(path), "report")
-            self.client.set_terminated(run_id, "FINISHED")
-            return run_id
-        except Exception as error:  # the files are on disk; the record is a convenience
-            _warn(f"could not log the report to MLflow at {self.describe()}: {_first_line(error)}")
+            run_id = self.start_group(experiment, run_name, {"abtune.role": "report", **tags})
+        except TrackingUnavailable as error:  # the files are on disk; the record is a convenience
+            _warn(f"could not log the report: {error}")
             return None
+        self.finish_group(run_id, files, "FINISHED", folder="report")
+        return run_id
 
-    def update_study_artifacts(self, parent_run_id: str | None, study: Any, analysis: dict[str, Any] | None = None) -> None:
-        """Pareto front, importances and optimization history of `study` as PNGs on the parent run, and
-        `analysis` (importances per objective, inert parameters) as importances.json."""
+    def start_group(self, experiment: str, run_name: str, tags: dict[str, str]) -> str:
+        try:
+            return str(self.client.create_run(self._experiment_id(experiment), run_name=run_name,
+                                              tags={k: redact(v) for k, v in tags.items()}).info.run_id)
+        except AbtuneError:
+            raise
+        except Exception as error:
+            raise TrackingUnavailable(f"MLflow at {self.describe()} refused the run: {_first_line(error)}; "
+                                      "start or fix the tracking server, or pass --no-tracking") from None
+
+    def finish_group(self, run_id: str | None, files: list[Path], status: str = "FINISHED", folder: str | None = None) -> None:
+        if run_id is None:
+            return
+        try:
+            for path in files:
+                self.client.log_artifact(run_id, str(path), folder)
+            self.client.set_terminated(run_id, status)
+        except Exception as error:  # the files are on disk; the record is a convenience
+            _warn(f"MLflow run {run_id} at {self.describe()} is incompletely logged ({_first_line(error)}); "
+                  f"the files are in {files[0].parent if files else 'their folder'}")
+            _try(lambda: self.client.set_terminated(run_id, status))
+
+    def update_study_artifacts(self, parent_run_id: str | None, trials: Sequence[FrozenTrial],
+                               objectives: Sequence[str] | None, analysis: dict[str, Any] | None = None) -> None:
+        """Pareto front, importances and optimization history of a study's `trials` (every one, the reference
+        trials included) as PNGs on the parent run, and `analysis` (importances per objective, inert
+        parameters) as importances.json."""
         if parent_run_id is None:
             return
         from abtune.tracking.study_plots import write_study_plots
 
         try:
             with tempfile.TemporaryDirectory(prefix="abtune-study-") as folder:
-                written = write_study_plots(study, Path(folder), analysis)
+                written = write_study_plots(trials, objectives, Path(folder), analysis)
                 self.client.log_artifacts(parent_run_id, folder, "study")
                 self.client.log_batch(parent_run_id, tags=_study_tags(written))
         except Exception as error:  # a dashboard must not stop a study

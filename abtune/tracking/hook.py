@@ -47,7 +47,8 @@ class MlflowHook(TrainingHook):
         from mlflow import MlflowClient  # imported on rank 0 only, when tracking is on
 
         quiet_secrets_in_mlflow_logs()
-        logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)  # no start/stop chatter
+        for chatty in ("mlflow.system_metrics", "mlflow.store.db.utils"):  # start/stop and connection-pool notes
+            logging.getLogger(chatty).setLevel(logging.WARNING)
         self.stream = MetricStream()
         self.sender = _Sender(MlflowClient(uri), run_id, flush_seconds)
         self.sender.describe_rank0()

@@ -12,6 +12,12 @@ Step series (x-axis: the training step; bytes are rank 0's cumulative wire bytes
     ab/factored_weights, ab/eligible_weights and per weight ab/rank/<w>, ab/max_rank/<w>, ab/factored/<w>,
     ab/factors_from_cutoff/<w> (at each decomposition).
 Final metrics (from summary.json, mean over ranks, at the last step): see `summary_metrics`.
+Headline metrics (`HEADLINE`, at step 0, MLflow's step for a value without a history): the run's result
+in the units a person reads, to two decimals, under a section name that the MLflow UI lists before every
+other (it orders sections by name, capitals first, and each section's charts by key; a value at step 0
+is drawn as a bar with its number on it): top-1 in percent, training inter-node MB per rank, the trained
+model's compression. They repeat `final_top1`, `training_inter_node_bytes` and `compression`, which stay
+as they were for whatever reads them.
 """
 
 from __future__ import annotations
@@ -24,6 +30,13 @@ from abtune.config import TRAINING_PHASES
 
 PHASE_CODES = {"train": 0, "warmup": 1, "ab": 2, "rebound": 3}
 GIGA = 1e9
+HEADLINE_SECTION = "Results"
+# Short enough that the runs table's narrow columns still tell them apart ("Results/top-1 p...").
+TOP1_PERCENT = f"{HEADLINE_SECTION}/top-1 percent"
+INTER_NODE_MB = f"{HEADLINE_SECTION}/training inter-node MB per rank"
+COMPRESSION_RATIO = f"{HEADLINE_SECTION}/compression ratio"
+HEADLINE = (TOP1_PERCENT, INTER_NODE_MB, COMPRESSION_RATIO)
+HEADLINE_DIGITS = 2  # what a person reads; the exact values are in final_top1, training_inter_node_bytes, compression
 
 
 @dataclass(frozen=True)
@@ -169,5 +182,29 @@ def measured_metrics(traffic: dict[str, Any]) -> dict[str, float | None]:
             **{f"traffic/measured_inter_node_bytes_node{n}": tx for n, tx in enumerate(measured["by_node_tx"])}}
 
 
+def headline_metrics(summary: dict[str, Any]) -> dict[str, float | None]:
+    """The result in the units a person reads, rounded as a person reads it (see the module)."""
+    top1 = summary["final"]["val_top1"]
+    values = {TOP1_PERCENT: None if top1 is None else 100.0 * top1,
+              INTER_NODE_MB: summary["traffic"]["training_inter_node_bytes"] / 1e6,
+              COMPRESSION_RATIO: summary["compression"]["trained_model_ratio"]}
+    return {key: None if v is None else round(v, HEADLINE_DIGITS) for key, v in values.items()}
+
+
 def final_points(summary: dict[str, Any], wall_seconds: float | None) -> list[Point]:
-    return decomposition_points(summary) + _points(int(summary["steps_done"]), summary_metrics(summary, wall_seconds))
+    return (decomposition_points(summary) + _points(int(summary["steps_done"]), summary_metrics(summary, wall_seconds))
+            + _points(0, headline_metrics(summary)))
+
+
+def run_description(summary: dict[str, Any], what: str) -> str:
+    """The run's result in one line of markdown, for the top of its MLflow page (`what`: e.g. `trial 7 of
+    study quickstart`)."""
+    traffic, compression = summary["traffic"], summary["compression"]
+    top1 = summary["final"]["val_top1"]
+    inter = traffic["training_inter_node_bytes"] / 1e6
+    ddp = traffic.get("ddp_reference_inter_node_bytes")
+    versus = f" ({inter / (ddp / 1e6):.2f}x DDP's {ddp / 1e6:,.2f} MB)" if ddp else ""
+    shown_top1 = "-" if top1 is None else f"{top1:.4f}"
+    return (f"**{what}** ({summary['method']}, {summary['steps_done']} steps): top-1 **{shown_top1}**, training "
+            f"inter-node traffic **{inter:,.2f} MB** per rank{versus}, trained-model compression "
+            f"**{compression['trained_model_ratio']:.2f}:1**")

@@ -1,5 +1,8 @@
 """An Optuna study as points on two of its objectives, and the study plots.
 
+The plots read the study's whole trial list, as `study best` does: the reference trials are drawn
+with their own markers, and the Pareto front is the search's (never the DDP reference).
+
 The axes: top-1 (every study optimizes it) against the study's other objective, named in Optuna's
 `metric_names`; a study of top-1 alone, or one created before abtune named its objectives, plots
 inter-node bytes (every trial records every objective, abtune/objectives.py). Each point's values are
@@ -12,21 +15,23 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from abtune.objectives import EVALUATIONS_ATTR, OBJECTIVES, Objective, pareto_mask
 from abtune.tracking import plots
 
 REFERENCE_ATTR = "reference"
+DDP = "ddp"
+TRAFFIC_EXCESS_ATTR = "traffic_excess_mb"  # MB over the study's traffic budget (its constraint)
 
 
-def plotted_objectives(study: optuna.Study) -> tuple[Objective, Objective]:
-    """(y, x): top-1 and the study's other objective, else inter-node bytes."""
-    others = [name for name in study.metric_names or [] if name in OBJECTIVES and name != "top1"]
+def plotted_objectives(objectives: Sequence[str] | None) -> tuple[Objective, Objective]:
+    """(y, x): top-1 and the study's other objective (Optuna's metric names), else inter-node bytes."""
+    others = [name for name in objectives or [] if name in OBJECTIVES and name != "top1"]
     return OBJECTIVES["top1"], OBJECTIVES[others[0] if others else "inter_node_bytes"]
 
 
@@ -37,27 +42,32 @@ def _trial_point(trial: FrozenTrial, y: Objective, x: Objective) -> dict[str, An
         return None
     return {"number": trial.number, "y": float(values[0]), "x": float(values[1]), "front": False,
             "reference": attrs.get(REFERENCE_ATTR), "y_std": attrs.get(f"{y.name}_std"),
-            "x_std": attrs.get(f"{x.name}_std"), "compression": attrs.get("compression")}
+            "x_std": attrs.get(f"{x.name}_std"), "compression": attrs.get("compression"),
+            "feasible": float(attrs.get(TRAFFIC_EXCESS_ATTR, 0.0)) <= 0.0}
 
 
-def study_points(study: optuna.Study) -> tuple[Objective, Objective, list[dict[str, Any]]]:
-    """The plotted objectives and every finished trial as a point; `front` marks the non-dominated ones."""
-    y, x = plotted_objectives(study)
-    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    points = [p for t in trials if (p := _trial_point(t, y, x)) is not None]
+def study_points(trials: Sequence[FrozenTrial], objectives: Sequence[str] | None
+                 ) -> tuple[Objective, Objective, list[dict[str, Any]]]:
+    """The plotted objectives and every completed trial as a point, the reference trials included;
+    `front` marks the search's non-dominated ones, as `study best` finds them: the DDP reference and the
+    trials over the traffic budget are never on it."""
+    y, x = plotted_objectives(objectives)
+    points = [p for t in trials if t.state == TrialState.COMPLETE and (p := _trial_point(t, y, x)) is not None]
+    searched = [p for p in points if p["reference"] != DDP and p["feasible"]]
     signs = [1.0 if objective.maximize else -1.0 for objective in (y, x)]
-    front = pareto_mask([[signs[0] * p["y"], signs[1] * p["x"]] for p in points])
-    for p, on_front in zip(points, front, strict=True):
+    front = pareto_mask([[signs[0] * p["y"], signs[1] * p["x"]] for p in searched])
+    for p, on_front in zip(searched, front, strict=True):
         p["front"] = on_front
     return y, x, points
 
 
-def study_curves(study: optuna.Study) -> tuple[Objective, Objective, list[dict[str, Any]]]:
+def study_curves(trials: Sequence[FrozenTrial], objectives: Sequence[str] | None
+                 ) -> tuple[Objective, Objective, list[dict[str, Any]]]:
     """Every trial that reported evaluations: its steps and the plotted objectives' values there (the
     numbers the pruner ranked on), and whether it was pruned."""
-    y, x = plotted_objectives(study)
+    y, x = plotted_objectives(objectives)
     curves = []
-    for trial in study.get_trials(deepcopy=False):
+    for trial in trials:
         by_step = sorted((int(s), v) for s, v in trial.user_attrs.get(EVALUATIONS_ATTR, {}).items())
         if by_step:
             curves.append({"number": trial.number, "pruned": trial.state == TrialState.PRUNED,
@@ -66,10 +76,12 @@ def study_curves(study: optuna.Study) -> tuple[Objective, Objective, list[dict[s
     return y, x, curves
 
 
-def write_study_plots(study: optuna.Study, folder: Path, analysis: dict[str, Any] | None = None) -> dict[str, str]:
-    """Write pareto_front.png, optimization_history.png and, from `analysis` (the study's parameter
-    importances per objective and inert parameters), importances.json and importances.png; return what each became."""
-    y, x, points = study_points(study)
+def write_study_plots(trials: Sequence[FrozenTrial], objectives: Sequence[str] | None, folder: Path,
+                      analysis: dict[str, Any] | None = None) -> dict[str, str]:
+    """Write pareto_front.png, optimization_history.png, evaluations.png and, from `analysis` (the study's
+    parameter importances per objective and inert parameters), importances.json and importances.png; return
+    what each became. `trials`: every trial of the study, the reference trials included."""
+    y, x, points = study_points(trials, objectives)
     written: dict[str, str] = {}
     if analysis is not None:
         (folder / "importances.json").write_text(json.dumps(analysis, indent=1))
@@ -79,13 +91,13 @@ def write_study_plots(study: optuna.Study, folder: Path, analysis: dict[str, Any
     plots.pareto_front(points, y, x, folder / "pareto_front.png")
     plots.optimization_history(points, y, x, folder / "optimization_history.png")
     written.update(pareto_front="written", optimization_history="written")
-    _, _, curves = study_curves(study)
+    _, _, curves = study_curves(trials, objectives)
     if curves:
-        plots.evaluation_curves(curves, y, x, folder / "evaluations.png")
+        plots.evaluation_curves(curves, y, x, folder / "evaluations.png", [p for p in points if p["reference"]])
         written["evaluations"] = "written"
     values = (analysis or {}).get("importances")
     if values:
-        plots.importances(values, folder / "importances.png")
+        plots.importances(values, analysis["search_trials"], folder / "importances.png")  # type: ignore[index]
         written["importances"] = "written"
     else:
         written["importances"] = f"not yet: {(analysis or {}).get('importances_missing', 'no analysis')}"

@@ -5,8 +5,8 @@ Two of the UI's own mechanisms, both stored on the experiment when abtune create
   chooses its view (GenAI or machine learning) from its workflow switch, which a link sets with
   `?workflowType=machine_learning`; the tag is what the experiment list and older 3.x releases read.
 - a shared view (`mlflow.sharedViewState.KEY`, opened with `?viewStateShareKey=KEY`, what the UI's
-  own "share" button writes): the runs table with each run's results as its first columns, best
-  final top-1 first, instead of the UI's default of no metric column at all.
+  own "share" button writes): the runs table with each run's results (in the units a person reads) as its
+  first columns, best final top-1 first, instead of the UI's default of no metric column at all.
 `experiment_url` is the link that opens both; `abtune ui` prints it for every abtune experiment.
 """
 
@@ -15,13 +15,16 @@ from __future__ import annotations
 import json
 from urllib.parse import urlencode
 
+from abtune.tracking.records import HEADLINE
+
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 MODEL_TRAINING = "custom_model_development"
 SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
 VIEW_KEY = "abtune-results"
 VIEW_TAG = SHARED_VIEW_PREFIX + VIEW_KEY
-# the result metrics of a run (see records.summary_metrics), in the order the table shows them
-RESULT_METRICS = ("final_top1", "training_inter_node_bytes", "compression", "reduction_vs_ddp")
+# the result metrics of a run in the order the table shows them: the headline ones (top-1 %, inter-node MB,
+# compression; records.HEADLINE), then the reduction of training traffic against DDP's
+RESULT_METRICS = (*HEADLINE, "reduction_vs_ddp")
 
 
 def _column(kind: str, key: str) -> str:

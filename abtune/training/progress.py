@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -25,7 +26,7 @@ HEADER = ROW_FORMAT.format("step", "epoch", "phase", "loss", "top1", "compr", "d
 class ProgressReporter:
     """Silent on ranks other than 0. The bar shows only on a terminal; rows are always printed."""
 
-    def __init__(self, active: bool, total_steps: int) -> None:
+    def __init__(self, active: bool, total_steps: int, label: str = "train") -> None:
         self.active = active
         self.console = Console(highlight=False)
         self.total_steps = total_steps
@@ -33,7 +34,7 @@ class ProgressReporter:
         self._loss_count = 0
         self._header_shown = False
         self._progress = Progress(
-            TextColumn("[bold]train[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[phase]:>8}"),
+            TextColumn(f"[bold]{escape(label)}[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[phase]:>8}"),
             TextColumn("loss {task.fields[loss]:.4f}"), TimeElapsedColumn(), TimeRemainingColumn(),
             console=self.console, disable=not (active and self.console.is_terminal), transient=True,
         )

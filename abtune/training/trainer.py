@@ -90,7 +90,7 @@ class Trainer:
         self.steps_per_epoch = steps_per_epoch(len(train_set), config.train.local_batch_size, env.world_size)
         self.eval_every = config.train.eval_every or self.steps_per_epoch
         self.precision = Precision(config.train.precision, env.device, config.train.loss_scale)
-        self.progress = ProgressReporter(env.is_main, config.train.steps)
+        self.progress = ProgressReporter(env.is_main, config.train.steps, f"train {config.method.name}")
         self.method = build_method(
             config.method,
             MethodContext(env, self.meter, config.train.steps, _make_optimizer(config), self._new_model,

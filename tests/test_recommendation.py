@@ -1,0 +1,77 @@
+"""One recommendation that weighs both objectives: `study best` names the configuration a rule chooses and
+prints the rule; `promote` (and `study confirm`) choose by the same rule, with the same default."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from abtune.errors import ConfigError
+from abtune.study import results
+from abtune.study.ranking import DEFAULT_RULE, Rule, directions_of, rank_front
+from tests.conftest import run_cli
+from tests.quickstart_fixture import quickstart_study, quickstart_trials
+
+VIT_TARGET = Path(__file__).resolve().parent.parent / "studies" / "imagenet_vit_b16.yaml"
+OBJECTIVES = ["top1", "inter_node_bytes"]
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    folder = tmp_path_factory.mktemp("quickstart")
+    return folder, quickstart_study(folder)
+
+
+def _front() -> list:
+    return results.pareto_front(results.search_trials(quickstart_trials()), OBJECTIVES)
+
+
+def test_the_default_rule_takes_the_least_traffic_within_a_point_of_the_best_top1() -> None:
+    """The quickstart's front: trial 4 (0.9611, 59.98 MB), 7 (0.9528, 47.14 MB), 2 (0.9472, 46.88 MB)."""
+    assert Rule("within-margin", 0.01) == DEFAULT_RULE
+    ranked = [t.number for t in rank_front(_front(), directions_of(OBJECTIVES), DEFAULT_RULE)]
+    assert ranked == [7, 4, 2]  # 4 and 7 within 0.01 of 0.9611, 7 sends less; then 2 by top-1
+    assert [t.number for t in rank_front(_front(), directions_of(OBJECTIVES), Rule("within-margin", 0.02))][0] == 2
+    assert [t.number for t in rank_front(_front(), directions_of(OBJECTIVES), Rule("within-margin", 0.0))][0] == 4
+    assert [t.number for t in rank_front(_front(), directions_of(OBJECTIVES), Rule("best-accuracy"))][0] == 4
+    assert DEFAULT_RULE.describe(OBJECTIVES) == ("within-margin (the default): of the Pareto front's trials within "
+                                                 "0.01 top-1 of its best, the one with the least inter-node MB")
+    with pytest.raises(ConfigError, match=r"--margin must be a top-1 difference in \[0, 1\), e.g. 0.01"):
+        Rule("within-margin", 1.5)
+
+
+def _recommended(out: str) -> int:
+    found = re.search(r"^recommended: trial (\d+), chosen by rule (\S+)", out, re.MULTILINE)
+    assert found, out
+    return int(found.group(1))
+
+
+def test_study_best_recommends_by_the_rule_and_says_which(quickstart: tuple[Path, str]) -> None:
+    folder, url = quickstart
+    out = run_cli("study", "best", "quickstart", "--storage", url, cwd=folder).stdout
+    assert _recommended(out) == 7
+    flat = " ".join(out.split())
+    assert ("chosen by rule within-margin (the default): of the Pareto front's trials within 0.01 top-1 of its "
+            "best, the one with the least inter-node MB") in flat
+    assert "the highest top-1 is trial 4's (0.9611); trial 7 has 0.9528 at inter-node MB 47.14 instead of 59.98" in flat
+    assert f"run it again: abtune train {folder}/trials/7/config.yaml" in out
+    best = run_cli("study", "best", "quickstart", "--storage", url, "--rule", "best-accuracy", cwd=folder).stdout
+    assert _recommended(best) == 4 and "the highest top-1 is" not in best
+    assert _recommended(run_cli("study", "best", "quickstart", "--storage", url, "--margin", "0.02", cwd=folder).stdout) == 2
+
+
+def test_promote_carries_what_study_best_recommends(quickstart: tuple[Path, str]) -> None:
+    folder, url = quickstart
+    base = ["promote", "quickstart", "--storage", url, "--to", str(VIT_TARGET), "--nodes", "2", "--scaling", "local",
+            "--dry-run"]
+    out = run_cli(*base, cwd=folder).stdout
+    assert out.startswith("promoting trial 7 of study quickstart, chosen by rule within-margin (the default)"), out
+    assert "n02-trial-7" in out
+    assert "promoting trial 4 of study quickstart, chosen by rule best-accuracy" in \
+        run_cli(*base, "--rule", "best-accuracy", cwd=folder).stdout
+    refused = run_cli(*base, "--margin", "-0.1", cwd=folder, check=False)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.strip().splitlines() == [
+        "abtune: error: --margin must be a top-1 difference in [0, 1), e.g. 0.01 for one point; got -0.1"]

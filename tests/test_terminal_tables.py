@@ -1,0 +1,106 @@
+"""Tables that fit the terminal (abtune/tables.py), seen through the installed CLI in a real pseudo-terminal
+at 80, 100 and 200 columns: no line is wider than the terminal, no row wraps, every header is whole, and what
+a narrow terminal leaves out is named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from abtune import tables
+from tests.quickstart_fixture import quickstart_study
+from tests.terminal import run_in_terminal, tables_in, too_wide
+
+PARAMS = ["method.warmup_frac", "method.ab_frac", "method.rebound_frac", "method.lr_rebound_frac", "method.sigma_cutoff"]
+ESSENTIAL = ["trial", "top1", "inter MB", "vs DDP", "compr", *PARAMS]
+VIT_TARGET = Path(__file__).resolve().parent.parent / "studies" / "imagenet_vit_b16.yaml"
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    folder = tmp_path_factory.mktemp("quickstart")
+    return folder, quickstart_study(folder)
+
+
+def _columns_of(shown: list, title: str) -> list[str]:
+    (table,) = [t for t in shown if title in t.title]
+    return table.headers
+
+
+@pytest.mark.parametrize("columns", [80, 100, 200])
+def test_study_best_fits_the_terminal_with_every_essential_column_whole(quickstart: tuple[Path, str],
+                                                                       columns: int) -> None:
+    folder, url = quickstart
+    code, lines = run_in_terminal(["study", "best", "quickstart", "--storage", url], columns, folder)
+    assert code == 0, "\n".join(lines)
+    wide = too_wide(lines, columns)
+    assert [line for line in wide if not line.startswith("run it again: abtune train")] == [], "\n".join(lines)
+    shown = tables_in(lines)
+    (front,) = [t for t in shown if "Pareto front" in t.title]
+    assert [row[0] for row in front.rows] == ["4", "7", "2"]  # one line each, never wrapped
+    for title in ("recommended configuration", "Pareto front", "reference trials"):
+        headers = _columns_of(shown, title)
+        assert set(ESSENTIAL) <= set(headers), (title, headers)
+    assert "…" not in "\n".join(lines)
+    left_out = [line for line in lines if line.startswith("not shown at")]
+    if columns == 200:
+        assert left_out == [] and "note" in _columns_of(shown, "reference trials")
+    else:
+        assert left_out and all(line.startswith(f"not shown at {columns} columns: vs paper") for line in left_out)
+    assert "paper defaults" in "\n".join(lines) and "DDP reference" in "\n".join(lines)  # the references' note stays
+
+
+def test_study_best_wide_shows_every_column(quickstart: tuple[Path, str]) -> None:
+    folder, url = quickstart
+    code, lines = run_in_terminal(["study", "best", "quickstart", "--storage", url, "--wide"], 80, folder)
+    assert code == 0
+    recommended = _columns_of(tables_in(lines), "recommended configuration")
+    assert recommended == ["trial", "top1", "vs paper", "inter MB", "vs DDP", "compr", *PARAMS, "note"]
+    assert not any(line.startswith("not shown") for line in lines)
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_promote_dry_run_fits_the_terminal(quickstart: tuple[Path, str], columns: int) -> None:
+    folder, url = quickstart
+    code, lines = run_in_terminal(["promote", "quickstart", "--storage", url, "--to", str(VIT_TARGET), "--nodes",
+                                   "2,4,8,16,32", "--scaling", "local", "--dry-run"], columns, folder)
+    assert code == 0, "\n".join(lines)
+    assert too_wide([line for line in lines if "│" in line or "┃" in line], columns) == []
+    campaign = _columns_of(tables_in(lines), "dry run")
+    assert {"run", "nodes", "local batch", "global batch", "steps", "warmup", "AB", "rebound", "LR rebound"} <= set(campaign)
+
+
+def _printed(columns: list[tables.Column], rows: list[list[str]], width: int, wide: bool = False) -> str:
+    out = Console(width=width, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    tables.print_table(out, "t", columns, rows, wide=wide, elsewhere="x.csv has every column")
+    return out.export_text()
+
+
+def test_the_least_important_columns_go_first_and_are_named() -> None:
+    columns = [tables.Column("method", justify="left"), tables.Column("final top-1"),
+               tables.Column("ECR", tables.KEY), tables.Column("wall s", tables.DETAIL)]
+    rows = [["ab-nogroups", "0.9500", "48.69%", "19.3"]]
+    assert "not shown" not in _printed(columns, rows, 80)
+    narrow = _printed(columns, rows, 30)
+    assert "not shown at 30 columns: ECR, wall s (--wide shows them; x.csv has every column)" in " ".join(narrow.split())
+    assert "0.9500" in narrow and "ab-nogroups" in narrow
+    assert "ECR" in _printed(columns, rows, 30, wide=True)
+
+
+def test_a_header_wraps_only_where_it_may_and_a_value_is_never_cut() -> None:
+    assert tables._wrapped("method.lr_rebound_frac", 9) == "method.\nlr_\nrebound_\nfrac"
+    assert tables._wrapped("inter-node vs ddp", 10) == "inter-node\nvs ddp"
+    column = tables.Column("predicted s to target")
+    least, natural = tables._widths(column, ["12345.6", "never"])
+    assert (least, natural) == (9, 21)  # "predicted" and the whole header on one line
+    note = tables.Column("note", wrap=True)
+    assert tables._widths(note, ["retry of 3 pruned at step 40"]) == (6, 28)  # "pruned" is its longest word
+
+
+def test_essential_columns_wider_than_the_terminal_continue_below() -> None:
+    columns = [tables.Column("trial", justify="left"), *(tables.Column(f"parameter_{i}") for i in range(8))]
+    text = _printed(columns, [["7", *[f"0.{i}2345" for i in range(8)]]], 60)
+    assert "t (continued)" in text and max(len(line) for line in text.splitlines()) <= 60
+    assert all(f"0.{i}2345" in text for i in range(8))
