@@ -42,10 +42,18 @@ class Column:
 def console() -> Console:
     """A console as wide as the terminal (a file or pipe: $COLUMNS, else unlimited); it wraps text at
     spaces (print a command with `soft_wrap=True`: it stays one line to copy)."""
-    terminal = Console(highlight=False)
-    if terminal.is_terminal or "COLUMNS" in os.environ:
-        return terminal
+    # sys.stdout itself, not rich's is_terminal: FORCE_COLOR or TTY_COMPATIBLE ask for colours, and would
+    # give a file rich's default 80 columns
+    if _is_tty(sys.stdout) or "COLUMNS" in os.environ:
+        return Console(highlight=False)
     return Console(highlight=False, width=UNLIMITED, file=sys.stdout)
+
+
+def _is_tty(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):  # no isatty, or a closed file
+        return False
 
 
 def print_table(out: Console, title: str, columns: Sequence[Column], rows: Sequence[Sequence[str]], *,

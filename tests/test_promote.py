@@ -48,8 +48,12 @@ def storage(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
-    """`abtune ARGS` in this process (importing torch once); the entry point itself is tested by the dry run."""
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
+    """`abtune ARGS` in this process (importing torch once); the entry point itself is tested by the dry run.
+    At run_cli's 200 columns, whatever an earlier test in this process left in the environment."""
+    monkeypatch.setenv("COLUMNS", "200")
+    for forcing in ("FORCE_COLOR", "TTY_COMPATIBLE"):
+        monkeypatch.delenv(forcing, raising=False)
     def run(*args: str) -> Result:
         code = main(list(args))
         captured = capsys.readouterr()

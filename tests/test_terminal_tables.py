@@ -104,3 +104,15 @@ def test_essential_columns_wider_than_the_terminal_continue_below() -> None:
     text = _printed(columns, [["7", *[f"0.{i}2345" for i in range(8)]]], 60)
     assert "t (continued)" in text and max(len(line) for line in text.splitlines()) <= 60
     assert all(f"0.{i}2345" in text for i in range(8))
+
+
+@pytest.mark.parametrize("forcing", ["FORCE_COLOR", "TTY_COMPATIBLE"])
+def test_output_to_a_file_is_not_cut_to_80_columns_when_colour_is_forced(forcing: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """FORCE_COLOR and TTY_COMPATIBLE make rich call a file a terminal, 80 columns wide: a width is the
+    terminal's only on a terminal or from $COLUMNS."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setenv(forcing, "1")
+    assert tables.console().width == tables.UNLIMITED
+    monkeypatch.setenv("COLUMNS", "100")
+    assert tables.console().width == 100
