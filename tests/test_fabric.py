@@ -222,10 +222,11 @@ FAULT_BOUND_S = 90  # the fault's step, the floor, the launcher's clean-up, with
 
 
 @pytest.mark.slow
-def test_a_link_taken_down_mid_run_fails_it_in_one_line_and_leaves_nothing(tmp_path: Path) -> None:
-    """The profile's fault takes node 1's link down at step 10 of 2000: the ranks wait for each other, and a
-    rank's hang detector fails the run in one line naming itself, its step and what it waited for, at its
-    5 s floor (not the process group's 600 s timeout), with no process or namespace left."""
+def test_a_link_taken_down_mid_run_fails_it_in_one_line_naming_the_node_and_leaves_nothing(tmp_path: Path) -> None:
+    """The profile's fault takes node 1's link down at step 10 of 2000: the ranks wait for each other, and the hang
+    detector of a rank on node 0 fails the run in one line at its 5 s floor (not the process group's 600 s timeout)
+    naming node 1 and its ranks, which it no longer hears from in the rendezvous store, then itself, its step and
+    what it waited for; no process or namespace is left."""
     require_fabric()
     before, namespaces = host_network(), set(fabric_namespaces())
     config = write_config(tmp_path / "run.yaml", model=MODEL, train={
@@ -236,9 +237,11 @@ def test_a_link_taken_down_mid_run_fails_it_in_one_line_and_leaves_nothing(tmp_p
                      "--run-dir", str(tmp_path / "run"), "--no-tracking", check=False)
     took = time.monotonic() - started
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
-    assert re.match(r"abtune: error: rank \d \(node \d\) made no progress for \d+ s in step \d+ \(phase train\), "
-                    r"not in a collective \(the last it issued: all_reduce over group 'world' of 4 ranks", result.stderr)
-    assert f"the bound was {HANG_FLOOR_S} s (train.hang.floor_s" in result.stderr, result.stderr
+    assert re.match(r"abtune: error: node 1 \(ranks 2, 3\) made no progress for \d+ s \(last heard of in step \d+ "
+                    r"\(phase train\)\); rank [01] \(node 0\) waited \d+ s in step \d+ \(phase train\), "
+                    r"not in a collective \(the last it issued: all_reduce over group 'world' of 4 ranks",
+                    result.stderr), result.stderr
+    assert re.search(r"the bound was \d+ s \((train.hang.floor_s|10 x its longest step)", result.stderr), result.stderr
     assert took < FAULT_BOUND_S, took
     steps = [json.loads(line).get("step", 0) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert 10 <= max(steps) < 2000  # it trained up to the fault, and no further

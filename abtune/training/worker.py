@@ -53,7 +53,7 @@ def run_rank(run_dir: Path, resume: bool) -> None:
     # torch-heavy: imported once the process is a rank, so that launchers importing this module
     # (for FAILURES_DIR, QUIET_VARIABLE) do not pay for torch
     from abtune import strict_device
-    from abtune.dist import init_distributed, shutdown
+    from abtune.dist import StoreBoard, init_distributed, shutdown
     from abtune.training.trainer import Trainer
 
     config = load_run_config(run_dir / CONFIG_FILE)
@@ -66,8 +66,10 @@ def run_rank(run_dir: Path, resume: bool) -> None:
         env = init_distributed(config.train.pg_timeout_s)  # may refuse: a task without a GPU of its own
         with strict_device.strict_devices(strict_device.requested()):
             trainer = Trainer(config, run_dir, env)
-            if env.world_size > 1:  # one rank waits for no peer; and the debug launcher's breakpoints may take hours
-                trainer.hang.start(lambda message: end_hung_rank(run_dir, rank, message))
+            # one rank waits for no peer; and the debug launcher's breakpoints may take hours
+            if env.world_size > 1 and config.train.hang.enabled:
+                trainer.hang.start(lambda message: end_hung_rank(run_dir, rank, message),
+                                   StoreBoard(env.world_size, config.train.pg_timeout_s))
             trainer.train(resume=resume)
         finish_together()
     except AbtuneError as error:

@@ -188,9 +188,10 @@ def _task_pid(job_id: str, task: int) -> int | None:
 
 
 def test_a_frozen_rank_gets_its_job_ended_by_a_peer_not_its_time_limit(tmp_path: Path, profile: Path) -> None:
-    """A rank frozen mid-run (SIGSTOP, as a hung GPU or a stalled node) leaves its peer waiting in DDP's all-reduce;
-    the peer's hang detector ends its task at its 3 s floor, srun ends the job, and the one line names the rank
-    that waited, well before the job's hour or the process group's 600 s."""
+    """A rank frozen mid-run on node n2 (SIGSTOP, as a hung GPU or a stalled node) leaves its peer waiting in DDP's
+    all-reduce; the peer's hang detector ends its task at its 3 s floor, srun ends the job, and the one line names
+    the frozen rank and its node (SLURM's name for it, the one to drain), then the rank that waited, well before
+    the job's hour or the process group's 600 s."""
     config = write_config(tmp_path / "long.yaml", train={"steps": 100000, "eval_every": 100000, "log_every": 10,
                                                          "hang": {"floor_s": 3, "untimed_s": 120}})
     two_ranks = tmp_path / "two.yaml"
@@ -210,9 +211,9 @@ def test_a_frozen_rank_gets_its_job_ended_by_a_peer_not_its_time_limit(tmp_path:
         if Path(f"/proc/{pid}").exists():
             os.kill(pid, signal.SIGCONT)
     assert not outcome.ok and outcome.reason is not None
-    assert re.fullmatch(r"SLURM job \d+ FAILED: rank 0 \(node 0\) made no progress for \d+ s in step \d+ \(phase "
-                        r"train\), not in a collective \(the last it issued: all_reduce over group 'world' .*",
-                        outcome.reason), outcome.reason
+    assert re.fullmatch(r"SLURM job \d+ FAILED: rank 1 \(node 1, host n2\) made no progress for \d+ s \(last heard "
+                        r"of [^;]+\); rank 0 \(node 0, host n1\) waited \d+ s in step \d+ \(phase train\), not in a "
+                        r"collective \(the last it issued: all_reduce over group 'world' .*", outcome.reason), outcome.reason
     assert time.monotonic() - frozen < 120
     wait_for(lambda: not in_queue(job.job_id), 60, "the job to leave the queue")
 
