@@ -24,7 +24,7 @@ from abtune.launch.base import Job, Launcher, Layout
 from abtune.launch.launchers import JOBS_DIR, load_launcher
 from abtune.launch.profiles import check_fits
 from abtune.launch.warm import owned_server
-from abtune.rundir import DEFAULT_RUNS_DIR, default_run_dir
+from abtune.rundir import DEFAULT_RUNS_DIR, check_writable, default_run_dir
 from abtune.runfiles import CONFIG_FILE, HOOKS_FILE, read_summary, summary_path
 from abtune.runs import FAILED, KILLED, Run, status_of
 from abtune.study.cli import register_study_commands
@@ -55,13 +55,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     launcher = load_launcher(args.launcher)
     layout = launcher.layout(args.nproc, args.ranks_per_node)
     check_fits(config, layout)
+    if args.resume and args.run_dir is None:
+        raise ConfigError("--resume needs --run-dir: the folder of the run to continue")
+    run_dir = args.run_dir or default_run_dir(config)
+    check_writable(run_dir, "--run-dir" if args.run_dir else "run folder")
     if args.dry_run:
-        print(launcher.describe(args.run_dir or default_run_dir(config), layout, config.name), end="")
+        print(launcher.describe(run_dir, layout, config.name), end="")
         return 0
     if args.detach and not launcher.jobs_outlive_driver:
         raise ConfigError(f"--detach: a {launcher.kind} run ends with this command; --detach is for slurm profiles")
     tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
-    run = Run.prepare(config, args.run_dir, launcher, layout, resume=args.resume, claim=True)
+    run = Run.prepare(config, run_dir, launcher, layout, resume=args.resume, claim=True)
     resumed_from = run.previous_tracking_run()
     run.track(tracking, tracking.start_run(
         config, experiment=config.name, run_name=run.run_dir.name,
@@ -154,6 +158,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if cluster is not None:
         fits_cluster(layout.nodes, layout.ranks_per_node, cluster)
     out_dir = args.out or DEFAULT_RUNS_DIR / f"{base.name}-compare-{time.strftime('%Y%m%d-%H%M%S')}"
+    check_writable(out_dir, "--out")
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ConfigError(f"{out_dir} is not empty; choose another --out")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -206,6 +211,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
         print(f"abtune: warning: {line}", file=sys.stderr)
     campaign, configs = plan_campaign(target, str(args.to), promoted, nodes, args.scaling, train_samples(target),
                                       study=args.study)
+    check_writable(args.campaign_dir or DEFAULT_RUNS_DIR, "--campaign-dir" if args.campaign_dir else "runs folder")
     print_campaign(campaign, "dry run (nothing written): " if args.dry_run else "")
     if args.dry_run:
         _print_campaign_scripts(campaign, launcher, args.campaign_dir or DEFAULT_RUNS_DIR / "CAMPAIGN")

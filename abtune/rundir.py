@@ -6,8 +6,11 @@ resumed or re-run with `abtune train` like any other run.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -18,6 +21,38 @@ from abtune.runfiles import CONFIG_FILE, FAILURES_DIR
 from abtune.runlock import claim_run
 
 DEFAULT_RUNS_DIR = Path("runs")
+CHOOSE_ANOTHER = "choose a folder you can write"
+
+
+class UnwritableFolder(ConfigError):
+    """A folder abtune must write cannot be made or written (read-only, under a file, no space, /proc)."""
+
+
+def check_writable(folder: Path, name: str) -> None:
+    """Refuse in one line, before anything starts, a folder that cannot be made or written; `name` says
+    where it came from (`--run-dir`, `study_dir`). Leaves nothing behind: the probe is removed."""
+    existing = next(p for p in (folder, *folder.absolute().parents) if p.exists() or p == p.parent)
+    if not existing.is_dir():
+        raise UnwritableFolder(f"{name} {folder}: {existing} is a file, not a folder; {CHOOSE_ANOTHER}")
+    try:
+        shutil.rmtree(tempfile.mkdtemp(prefix=".abtune-probe-", dir=existing))
+    except OSError as error:
+        raise UnwritableFolder(f"{name} {folder}: cannot create a folder in {existing} ({_reason(error)}); "
+                               f"{CHOOSE_ANOTHER}") from None
+
+
+@contextlib.contextmanager
+def writing(folder: Path, name: str) -> Iterator[None]:
+    """An OSError in the block (making the folder, a file in it) becomes UnwritableFolder, one line."""
+    try:
+        yield
+    except OSError as error:
+        raise UnwritableFolder(f"{name} {folder}: cannot write {error.filename or 'there'} ({_reason(error)}); "
+                               f"{CHOOSE_ANOTHER}") from None
+
+
+def _reason(error: OSError) -> str:
+    return (error.strerror or str(error)).lower()
 
 
 def default_run_dir(config: RunConfig) -> Path:
@@ -35,10 +70,11 @@ def prepare_run_dir(config: RunConfig, run_dir: Path | None, resume: bool, claim
         check_same_config(stored, config)
     elif stored.exists():
         raise ConfigError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --run-dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if claim:
-        claim_run(run_dir)  # refuses while an earlier launch of this run still trains
-    stored.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    with writing(run_dir, "run folder"):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if claim:
+            claim_run(run_dir)  # refuses while an earlier launch of this run still trains
+        stored.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     shutil.rmtree(run_dir / FAILURES_DIR, ignore_errors=True)
     return run_dir
 

@@ -88,6 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_launch(args: argparse.Namespace) -> int:
     from abtune.launch.base import SubmissionFailed
     from abtune.launch.launchers import load_launcher
+    from abtune.rundir import check_writable
     from abtune.study import launch
     from abtune.study.definition import stored_spec, stored_study_dir
     from abtune.study.storage import require_study
@@ -98,6 +99,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     storage, url = _storage(args)
     study_id = require_study(storage, args.name, url)
     spec, study_dir = stored_spec(storage, study_id), stored_study_dir(storage, study_id)
+    check_writable(study_dir, "study_dir")  # the workers write their logs and the trials' folders there
     layout = launch.check_study_fits(spec, launcher, args.name)
     unchecked = launcher.check_worker_room(layout, args.workers, f"abtune study run {args.name} --launcher {args.launcher}")
     if unchecked is not None and args.dry_run:  # a real launch asks the cluster itself, and fails there if it must

@@ -41,6 +41,7 @@ from abtune.launch.launchers import LocalLauncher
 from abtune.launch.outcome import RunOutcome
 from abtune.launch.profiles import LocalProfile, check_fits
 from abtune.redact import redact
+from abtune.rundir import UnwritableFolder, check_writable
 from abtune.runfiles import CONFIG_FILE
 from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import importance, reattach, repeats, results, retries, stop, workers
@@ -134,6 +135,7 @@ class StudyRunner:
         offset = seed_offset(storage.get_all_trials(self.study_id, deepcopy=False))
         self.study, self.spec = open_search_study(storage, name, offset)
         self.study_dir = stored_study_dir(storage, self.study_id)
+        check_writable(self.study_dir, "study_dir")  # before any trial is asked for: none is left RUNNING
         self.distributions = build_distributions(self.spec, f"study {name}")
         self.launcher = launcher or LocalLauncher(LocalProfile())
         self.layout = trial_layout(self.spec, self.launcher)
@@ -268,14 +270,14 @@ class StudyRunner:
                 active.run = repeats.start_trial(self, trial, config, run_id)
             else:
                 active.run = self._submit(trial, config, run_id)
-        except ConfigError as error:
-            self.active.remove(active)
-            self._fail(active, str(error), kind=None)
-            return
-        except SubmissionFailed as error:  # sbatch refused: the trial runs again later, the runner stops
+        except (SubmissionFailed, UnwritableFolder, OSError) as error:  # runs again later; the runner stops
             self.active.remove(active)
             self._fail(active, str(error), kind=retries.INTERRUPTED)
             self.error, self.stopping = ConfigError(str(error)), True
+            return
+        except ConfigError as error:
+            self.active.remove(active)
+            self._fail(active, str(error), kind=None)
             return
         assert active.job is not None
         reattach.record_job(trial, active.job)  # followed by the next runner if this one dies
