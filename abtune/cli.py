@@ -59,7 +59,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ConfigError("--resume needs --run-dir: the folder of the run to continue")
     run_dir = args.run_dir or default_run_dir(config)
     check_writable(run_dir, "--run-dir" if args.run_dir else "run folder")
+    unchecked = launcher.check_request(layout)
     if args.dry_run:
+        if unchecked is not None:
+            print(f"abtune: note: {unchecked}", file=sys.stderr)
         print(launcher.describe(run_dir, layout, config.name), end="")
         return 0
     if args.detach and not launcher.jobs_outlive_driver:
@@ -91,7 +94,7 @@ def _train_in_foreground(run: Run, config_path: Path) -> int:
             result = _submit(run).follow(sys.stdout, run.launcher.poll_s)
         else:
             result = run.run_here()
-        status = status_of(result)
+        status, ran = status_of(result), not result.never_started
     except KeyboardInterrupt:
         if run.job is not None and run.job.outlives_driver:
             stop = run.job.cancel_command()
@@ -106,6 +109,10 @@ def _train_in_foreground(run: Run, config_path: Path) -> int:
         raise
     finally:
         run.finish(status, ran=ran)
+    if result.never_started:  # as a refused submission: the same --run-dir works again
+        if not run.resume:
+            _discard_unstarted(run.run_dir)
+        raise ConfigError(result.reason or "the job could never start")
     if not result.ok:
         failure = ConfigError if result.exit_code == ConfigError.exit_code else TrainingFailed
         raise failure(f"{result.reason or 'the run failed'} (run folder {run.run_dir}; checkpoints allow --resume)")

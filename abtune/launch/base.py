@@ -161,6 +161,11 @@ class Launcher(ABC):
         """The script a batch system would run for this run; None when there is none."""
         return None
 
+    def check_request(self, layout: Layout) -> str | None:
+        """Refuse (ConfigError, one line) a run of `layout` this launcher's cluster can never start. Returns
+        what could not be checked, None when all was (or there was nothing to check)."""
+        return None
+
     def describe(self, run_dir: Path, layout: Layout, run_name: str) -> str:
         """What `--dry-run` prints: the batch script, or one line."""
         script = self.batch_script(run_dir, layout)

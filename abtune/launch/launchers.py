@@ -20,7 +20,7 @@ import submitit
 
 from abtune.errors import AbtuneError, ConfigError
 from abtune.launch import local, slurm
-from abtune.launch.base import DEFAULT_TIMEOUT_MIN, Job, Launcher, Layout, exported
+from abtune.launch.base import DEFAULT_TIMEOUT_MIN, Job, Launcher, Layout, SubmissionFailed, exported
 from abtune.launch.outcome import RunOutcome
 from abtune.launch.pids import process_alive, process_start
 from abtune.launch.profiles import (
@@ -314,9 +314,20 @@ class SlurmLauncher(Launcher):
     def batch_script(self, run_dir: Path, layout: Layout, job_name: str | None = None) -> str:
         return slurm.sbatch_script(run_dir, layout, self.profile, job_name)
 
+    def check_request(self, layout: Layout) -> str | None:
+        """What sinfo tells of the partition: a job it can never hold is refused (capacity.check_request)."""
+        from abtune.launch.capacity import check_request
+
+        return check_request(self.profile, layout)
+
     def submit(self, run_dir: Path, layout: Layout, *, resume: bool = False, job_name: str | None = None,
                timeout_min: int = DEFAULT_TIMEOUT_MIN, env: dict[str, str] | None = None) -> Job:
-        """sbatch (the profile's time limit, not `timeout_min`); from inside a job as from a login node."""
+        """sbatch (the profile's time limit, not `timeout_min`); from inside a job as from a login node. A
+        job the cluster can never start is refused as sbatch refuses one (SubmissionFailed)."""
+        try:
+            self.check_request(layout)
+        except ConfigError as error:
+            raise SubmissionFailed(str(error)) from None
         with slurm.nested_submission(), exported(env):
             return SlurmJob(slurm.submit(run_dir, layout, self.profile, resume, job_name), run_dir)
 

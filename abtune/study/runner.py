@@ -140,6 +140,7 @@ class StudyRunner:
         self.launcher = launcher or LocalLauncher(LocalProfile())
         self.layout = trial_layout(self.spec, self.launcher)
         check_fits(parse_run_config(self.spec.base, f"study {name}: base"), self.layout)
+        self.launcher.check_request(self.layout)  # a trial job the cluster can never start: refused before any ask
         self.error: AbtuneError | None = None
         self.left_running: list[Job] = []  # jobs (SLURM) still running when this runner stopped
         self.parallel = parallel
@@ -270,10 +271,9 @@ class StudyRunner:
                 active.run = repeats.start_trial(self, trial, config, run_id)
             else:
                 active.run = self._submit(trial, config, run_id)
-        except (SubmissionFailed, UnwritableFolder, OSError) as error:  # runs again later; the runner stops
+        except (SubmissionFailed, UnwritableFolder, OSError) as error:
             self.active.remove(active)
-            self._fail(active, str(error), kind=retries.INTERRUPTED)
-            self.error, self.stopping = ConfigError(str(error)), True
+            self._refused(active, str(error))
             return
         except ConfigError as error:
             self.active.remove(active)
@@ -283,6 +283,13 @@ class StudyRunner:
         reattach.record_job(trial, active.job)  # followed by the next runner if this one dies
         trial.set_user_attr("prepare_seconds", time.time() - active.started)  # ask -> submitted
         self.display.started(trial.number, trial.user_attrs.get(REFERENCE_ATTR))
+
+    def _refused(self, active: Active, reason: str) -> None:
+        """The cluster refused the trial's job or its folder (sbatch, a job that can never start, a folder
+        that cannot be written): every trial would meet the same, so the trial runs again later and the
+        runner stops with the reason."""
+        self._fail(active, reason, kind=retries.INTERRUPTED)
+        self.error, self.stopping = ConfigError(reason), True
 
     def _over_budget(self, trial: optuna.Trial) -> bool:
         """Another worker took the last trial of the budget between our check and our ask: do not run
@@ -328,6 +335,9 @@ class StudyRunner:
     def _finish(self, active: Active, outcome: RunOutcome) -> None:
         if self.stopping and not outcome.ok and not _outlives(active):  # our Ctrl-C stopped it
             self._fail(active, INTERRUPTED, kind=retries.INTERRUPTED)
+            return
+        if outcome.never_started:
+            self._refused(active, outcome.reason or "its job could never start")
             return
         if not outcome.ok:
             reason = outcome.reason or f"the job exited with code {outcome.exit_code}"

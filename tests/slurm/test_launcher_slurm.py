@@ -20,12 +20,14 @@ from abtune.config import load_run_config
 from abtune.launch.base import Layout
 from abtune.launch.launchers import SlurmJob, load_launcher, reattach
 from abtune.launch.profiles import load_profile
-from abtune.launch.slurm import in_queue, job_folder, submit_array
+from abtune.launch.slurm import in_queue, job_folder, submit, submit_array
+from abtune.launch.slurm import outcome as outcome_of
 from abtune.rundir import prepare_run_dir
 from abtune.runfiles import read_summary
 from abtune.training.hooks import read_metrics, write_hook_specs
 from tests.conftest import abtune_command, run_cli, wait_for, with_checkout_on_path, write_config
 from tests.gate import gate_spec, paused, release
+from tests.study_helpers import trials_of, write_study
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]  # slow too: `-m "not slow"` is the quick subset
 
@@ -273,9 +275,83 @@ def test_unknown_partition_is_one_line(tmp_path: Path, profile: Path) -> None:
     result = run_cli("train", str(ab_config(tmp_path, steps=10)), "--launcher", str(bad),
                      "--run-dir", str(tmp_path / "run"), check=False)
     assert (result.returncode, result.stderr) == (
-        2, "abtune: error: sbatch refused the job: invalid partition specified: nosuchpart\n")
+        2, "abtune: error: partition: nosuchpart is not a partition of this cluster (sinfo lists debug); set one of "
+           "them in the launcher profile\n")
     assert not (tmp_path / "run").exists()
 
+
+
+def test_a_profile_the_cluster_cannot_hold_is_refused_in_one_line_at_dry_run_and_submission(
+        tmp_path: Path, profile: Path) -> None:
+    """4 nodes of a 2-node partition (sinfo tells; 4 so that AB's study finds its groups even): `train` and `train
+    --dry-run` refuse it in one line and submit nothing, and `study launch` refuses it without recommending
+    `study run`, which would wait the same way."""
+    four = tmp_path / "four.yaml"
+    four.write_text(profile.read_text().replace("nodes: 2", "nodes: 4"))
+    config = write_config(tmp_path / "ddp.yaml", train={"steps": 10})
+    expected = ("abtune: error: launcher profile: nodes 4, but partition debug has 2 node(s) (n1, n2; sinfo); "
+                "ask for at most 2\n")
+    queued_before = _my_jobs()
+    for dry_run in (["--dry-run"], []):
+        result = run_cli("train", str(config), "--launcher", str(four), "--run-dir", str(tmp_path / "run"),
+                         "--no-tracking", *dry_run, check=False)
+        assert (result.returncode, result.stderr, result.stdout) == (2, expected, "")
+    assert not (tmp_path / "run").exists() and _my_jobs() == queued_before
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    run_cli("study", "create", str(write_study(tmp_path / "s.yaml")), "--storage", url)
+    for command in (["launch", "--dry-run"], ["run"]):
+        refused = run_cli("study", command[0], "tiny", "--launcher", str(four), "--storage", url, "--no-tracking",
+                          *command[1:], cwd=tmp_path, check=False)
+        assert (refused.returncode, refused.stderr) == (2, expected), refused.stderr
+    assert {t.state.name for t in trials_of(url)} == {"WAITING"}  # the references, never asked for
+    # One that got past the check (the partition shrank since, an older abtune) pends for PartitionNodeLimit (which
+    # also means "nodes down" and may clear: with more nodes than the partition has, it never does), then for
+    # PartitionConfig once the scheduler has looked at it.
+    job = submit(prepared_run(config, tmp_path / "past"), Layout(4, 2), load_profile(str(four)))
+    outcome = wait_for(lambda: outcome_of(job, tmp_path / "past"), JOB_TIMEOUT_S, "the job to be given up")
+    assert (outcome.ok, outcome.never_started) == (False, True)
+    assert re.fullmatch(rf"SLURM job {job.job_id} can never start: it pends for (PartitionNodeLimit \(it asks 4 "
+                        r"node\(s\); partition debug has 2\)|PartitionConfig \(the partition's configuration cannot "
+                        r"hold it\)); cancelled it: fix the launcher profile", outcome.reason or ""), outcome.reason
+    wait_for(lambda: not in_queue(job.job_id), 60, "the job to leave the queue")
+
+
+def _my_jobs() -> list[str]:
+    return subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True,
+                          timeout=30).stdout.split()
+
+
+def test_a_job_pending_for_a_reason_that_cannot_clear_is_cancelled_and_fails_in_one_line(
+        tmp_path: Path, profile: Path, slurm_cluster) -> None:
+    """The run's job waits behind another that holds both nodes; then the partition's time limit drops below
+    the job's hour: SLURM keeps it PENDING (PartitionTimeLimit) for ever. `train` cancels it and says why."""
+    hold = subprocess.run(["sbatch", "--parsable", "-N2", "--exclusive", "--wrap", "sleep 600"], capture_output=True,
+                          text=True, check=True, timeout=30, cwd=tmp_path).stdout.strip()
+    limit = ["scontrol", "update", f"PartitionName={slurm_cluster.partition}"]
+    run_dir = tmp_path / "run"
+    command = [*abtune_command(), "train", str(ab_config(tmp_path, steps=10)), "--launcher", str(profile),
+               "--run-dir", str(run_dir), "--no-tracking"]
+    cli = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = cli.stdout.readline() if cli.stdout else ""
+        assert first.startswith("submitted SLURM job "), first
+        job_id = first.split()[3].rstrip(":")
+        wait_for(lambda: "Resources" in _reason(job_id), JOB_TIMEOUT_S, "the job to wait for the nodes")
+        subprocess.run([*limit, "MaxTime=30"], check=True, timeout=30)
+        _, stderr = cli.communicate(timeout=JOB_TIMEOUT_S)
+    finally:
+        cli.kill()  # only if it still follows a job that never starts
+        subprocess.run([*limit, "MaxTime=INFINITE"], check=True, timeout=30)
+        subprocess.run(["scancel", hold], check=True, timeout=30)
+    assert cli.returncode == 2, stderr
+    assert stderr == (f"abtune: error: SLURM job {job_id} can never start: it pends for PartitionTimeLimit (its time "
+                      "limit exceeds the partition's); cancelled it: fix the launcher profile\n")
+    wait_for(lambda: not in_queue(job_id), 60, "the job to leave the queue")
+
+
+def _reason(job_id: str) -> str:
+    return subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%r"], capture_output=True, text=True,
+                          timeout=30).stdout
 
 
 def test_job_array_for_study_workers(tmp_path: Path, profile: Path) -> None:
