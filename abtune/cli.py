@@ -136,8 +136,22 @@ def _submit(run: Run) -> Job:
 
 
 def _submit_detached(run: Run) -> int:
-    watch = _submit(run).watch_command()
+    """Submit and return; the job's own successor finishes its tracking run (Run.finish_after_job)."""
+    from abtune.launch.base import SubmissionFailed
+
+    try:
+        watch = _submit(run).watch_command()
+    except ConfigError:
+        run.finish(FAILED, ran=False)  # refused: nothing will ever log into it
+        raise
     print((f"follow with: {watch}; " if watch else "") + f"the result appears in {summary_path(run.run_dir)}")
+    try:
+        closer = run.finish_after_job()
+    except SubmissionFailed as error:
+        print(f"abtune: warning: MLflow run {run.run_id} stays RUNNING after the job ends: {error}", file=sys.stderr)
+        return 0
+    if closer is not None:
+        print(f"MLflow run {run.run_id} is finished by {closer.describe()} once the job ends, however it ends")
     return 0
 
 

@@ -180,6 +180,11 @@ class Launcher(ABC):
                timeout_min: int = DEFAULT_TIMEOUT_MIN, env: dict[str, str] | None = None) -> Job:
         """Start the run prepared in `run_dir`; returns at once. `env`: variables its processes get."""
 
+    def after(self, job: Job, body: Callable[[], Any], folder: Path) -> Job | None:
+        """Run `body` once `job` has ended, however it ended, with no process of ours following it (logs in
+        `folder`); None where a job ends with the process that started it (the driver sees its end)."""
+        return None
+
     def run(self, run_dir: Path, layout: Layout, *, resume: bool = False, out: TextIO = sys.stdout) -> RunOutcome:
         """Run in the foreground: submit and follow to the end (Ctrl-C: KeyboardInterrupt)."""
         return self.submit(run_dir, layout, resume=resume).follow(out, self.poll_s)

@@ -331,6 +331,12 @@ class SlurmLauncher(Launcher):
         with slurm.nested_submission(), exported(env):
             return SlurmJob(slurm.submit(run_dir, layout, self.profile, resume, job_name), run_dir)
 
+    def after(self, job: Job, body: Callable[[], Any], folder: Path) -> Job:
+        """A light one-task job that starts when `job` leaves the queue (sbatch --dependency=afterany)."""
+        with slurm.nested_submission():
+            return SlurmJob(slurm.submit_after(job.job_id, folder, self.profile, body, f"{_job_name(job)}-after"),
+                            job.run_dir)
+
     # --- study workers: one job array of light jobs (see abtune/study/launch.py) ---------------
     def submit_workers(self, folder: Path, body: Callable[[], Any], count: int, job_name: str) -> list[str]:
         jobs = slurm.submit_array(folder, slurm.WORKER_LAYOUT, slurm.worker_profile(self.profile), [body] * count,
@@ -369,6 +375,10 @@ class SlurmLauncher(Launcher):
         from abtune.launch.capacity import trial_job_notes
 
         return trial_job_notes(trial_jobs, worker_jobs)
+
+
+def _job_name(job: Job) -> str:
+    return f"abtune-{job.run_dir.absolute().name}"
 
 
 # The launchers abtune knows, by profile kind: what load_launcher builds, re-attach follows and the tests cover.

@@ -222,6 +222,17 @@ def submit_array(folder: Path, layout: Layout, profile: SlurmProfile, bodies: li
         return executor.submit_array(bodies)
 
 
+def submit_after(job_id: str, folder: Path, profile: SlurmProfile, body: Any, job_name: str) -> submitit.Job[Any]:
+    """`body` as a light job (a study worker's: one task, no GPU) that starts once job `job_id` has ended,
+    however it ended (`--dependency=afterany`: also cancelled while pending, or killed)."""
+    light = worker_profile(profile)
+    light = light.model_copy(update={"max_requeues": 0,
+                                     "sbatch": {**light.sbatch, "dependency": f"afterany:{job_id}"}})
+    executor = make_executor(folder, WORKER_LAYOUT, light, job_name)
+    with _sbatch_errors_in_one_line():
+        return executor.submit(body)
+
+
 @contextlib.contextmanager
 def _sbatch_errors_in_one_line() -> Iterator[None]:
     """An sbatch refusal becomes SubmissionFailed with one line (submitit would also print sbatch's stderr)."""

@@ -354,6 +354,45 @@ def _reason(job_id: str) -> str:
                           timeout=30).stdout
 
 
+def test_a_detached_run_s_mlflow_run_is_closed_however_its_job_ends(tmp_path: Path, profile: Path,
+                                                                    mlflow_db: Path) -> None:
+    """`train --detach` follows nothing, so the job's own closer (a one-task job that runs after it, however it
+    ended) tells MLflow as `train` following it would: a run that trains to the end FINISHED with its results, one
+    cancelled while it waited for nodes FAILED; one that sbatch refused FAILED at once. None stays RUNNING."""
+    from mlflow import MlflowClient
+
+    tracking = ["--tracking-uri", f"sqlite:///{mlflow_db}"]
+    config = write_config(tmp_path / "ddp.yaml", train={"steps": 20, "log_every": 10, "eval_every": 20})
+    refused = tmp_path / "refused.yaml"
+    refused.write_text(profile.read_text() + "sbatch: {constraint: nosuchfeature}\n")  # sinfo cannot tell
+    result = run_cli("train", str(config), "--launcher", str(refused), "--run-dir", str(tmp_path / "refused"),
+                     "--detach", *tracking, check=False)
+    assert result.returncode == 2 and "sbatch refused the job" in result.stderr, result.stderr
+    hold = subprocess.run(["sbatch", "--parsable", "-N2", "--exclusive", "--wrap", "sleep 600"], capture_output=True,
+                          text=True, check=True, timeout=30, cwd=tmp_path).stdout.strip()
+    try:
+        jobs = {}
+        for name in ("cancelled", "finished"):
+            out = run_cli("train", str(config), "--launcher", str(profile), "--run-dir", str(tmp_path / name),
+                          "--detach", *tracking).stdout
+            jobs[name] = out.split()[3].rstrip(":")
+        subprocess.run(["scancel", jobs["cancelled"]], check=True, timeout=30)
+    finally:
+        subprocess.run(["scancel", hold], check=True, timeout=30)
+    client = MlflowClient(f"sqlite:///{mlflow_db}")
+
+    def ended() -> dict[str, str] | None:
+        runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+        states = {run.data.tags.get("abtune.run_dir", "").rpartition("/")[2]: run.info.status for run in runs}
+        return states if "RUNNING" not in states.values() and len(states) == 3 else None
+
+    states = wait_for(ended, JOB_TIMEOUT_S, "every MLflow run to end")
+    assert states == {"refused": "FAILED", "cancelled": "FAILED", "finished": "FINISHED"}, states
+    finished = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                  filter_string="attributes.status = 'FINISHED'")[0]
+    assert finished.data.metrics["final_top1"] == read_summary(tmp_path / "finished").final_top1
+
+
 def test_job_array_for_study_workers(tmp_path: Path, profile: Path) -> None:
     """What `abtune study launch N --workers W` builds on: W bodies, one array, back at once with the ids."""
     jobs = submit_array(tmp_path / "workers", Layout(1, 1), load_profile(str(profile)),
