@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import functools
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -24,8 +25,9 @@ from abtune.launch.base import Job, Launcher, Layout
 from abtune.launch.launchers import JOBS_DIR, load_launcher
 from abtune.launch.profiles import check_fits
 from abtune.launch.warm import owned_server
-from abtune.rundir import DEFAULT_RUNS_DIR, check_writable, default_run_dir
-from abtune.runfiles import CONFIG_FILE, HOOKS_FILE, read_summary, summary_path
+from abtune.redact import redact
+from abtune.rundir import DEFAULT_RUNS_DIR, check_resumable, check_writable, default_run_dir
+from abtune.runfiles import CONFIG_FILE, HOOKS_FILE, latest_checkpoint_step, read_summary, summary_path
 from abtune.runs import FAILED, KILLED, Run, status_of
 from abtune.study.cli import register_study_commands
 from abtune.study.storage import resolve_storage_url
@@ -59,6 +61,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ConfigError("--resume needs --run-dir: the folder of the run to continue")
     run_dir = args.run_dir or default_run_dir(config)
     check_writable(run_dir, "--run-dir" if args.run_dir else "run folder")
+    if args.resume:
+        check_resumable(run_dir, config)
     unchecked = launcher.check_request(layout)
     if args.dry_run:
         if unchecked is not None:
@@ -77,7 +81,7 @@ def cmd_train(args: argparse.Namespace) -> int:
               **({"abtune.resumed_from": resumed_from} if resumed_from else {})}))
     if args.detach:
         return _submit_detached(run)  # rank 0 of the job logs into the tracking run
-    code = _train_in_foreground(run, args.config)
+    code = _train_in_foreground(run, args)
     if code == 0 and run.run_id is not None:
         where = tracking.describe()
         see = f"open {where}" if where.startswith("http") else f"abtune ui --tracking-uri {where}"
@@ -85,7 +89,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     return code
 
 
-def _train_in_foreground(run: Run, config_path: Path) -> int:
+def _train_in_foreground(run: Run, args: argparse.Namespace) -> int:
     """Run (locally: the ranks are our children; SLURM: submit and follow), print the summary, and tell
     tracking how it ended. A SLURM job survives Ctrl-C: only following stops."""
     status, ran = KILLED, True
@@ -101,7 +105,10 @@ def _train_in_foreground(run: Run, config_path: Path) -> int:
             print(f"abtune: stopped following; {run.job.describe()} keeps running"
                   + (f" ({stop} stops it)" if stop else ""), file=sys.stderr)
         else:
-            print(f"abtune: interrupted; continue with: abtune train {config_path} --run-dir {run.run_dir} --resume",
+            step = latest_checkpoint_step(run.run_dir)
+            print("abtune: interrupted before the run's first checkpoint; nothing to resume in "
+                  f"{run.run_dir}" if step is None else
+                  f"abtune: interrupted; continue from step {step} with: {_train_command(args, run.run_dir)}",
                   file=sys.stderr)
         return INTERRUPTED_EXIT
     except ConfigError:
@@ -115,8 +122,28 @@ def _train_in_foreground(run: Run, config_path: Path) -> int:
         raise ConfigError(result.reason or "the job could never start")
     if not result.ok:
         failure = ConfigError if result.exit_code == ConfigError.exit_code else TrainingFailed
-        raise failure(f"{result.reason or 'the run failed'} (run folder {run.run_dir}; checkpoints allow --resume)")
+        step = latest_checkpoint_step(run.run_dir)
+        resume = ("no checkpoint to resume from" if step is None else
+                  f"continue from step {step} with: {_train_command(args, run.run_dir)}")
+        raise failure(f"{result.reason or 'the run failed'} (run folder {run.run_dir}; {resume})")
     return _print_summary(run.run_dir)
+
+
+def _train_command(args: argparse.Namespace, run_dir: Path) -> str:
+    """The `abtune train ... --resume` that continues this run: the command as given (launcher, layout,
+    overrides, tracking; a password in the tracking URI masked), quoted for a shell."""
+    words = ["abtune", "train", str(args.config)]
+    if args.launcher != "local":
+        words += ["--launcher", args.launcher]
+    for flag, value in (("--nproc", args.nproc), ("--ranks-per-node", args.ranks_per_node)):
+        if value is not None:
+            words += [flag, str(value)]
+    words += ["--run-dir", str(run_dir), *(w for pair in args.set for w in ("--set", pair))]
+    if args.tracking_uri:
+        words += ["--tracking-uri", redact(args.tracking_uri)]
+    if args.no_tracking:
+        words.append("--no-tracking")
+    return shlex.join([*words, "--resume"])
 
 
 def _submit(run: Run) -> Job:

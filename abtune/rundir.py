@@ -17,7 +17,7 @@ import yaml
 
 from abtune.config import RunConfig, flatten, load_run_config
 from abtune.errors import ConfigError
-from abtune.runfiles import CONFIG_FILE, FAILURES_DIR
+from abtune.runfiles import CONFIG_FILE, FAILURES_DIR, latest_checkpoint_step
 from abtune.runlock import claim_run
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -77,6 +77,15 @@ def prepare_run_dir(config: RunConfig, run_dir: Path | None, resume: bool, claim
         stored.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     shutil.rmtree(run_dir / FAILURES_DIR, ignore_errors=True)
     return run_dir
+
+
+def check_resumable(run_dir: Path, config: RunConfig) -> None:
+    """`--resume`: the folder holds this run (same config) and a checkpoint to continue from; a run that
+    stopped before its first checkpoint would only start again at step 0 over its earlier records."""
+    check_same_config(run_dir / CONFIG_FILE, config)
+    if latest_checkpoint_step(run_dir) is None:
+        raise ConfigError(f"--resume: {run_dir} holds no checkpoint to resume from (the run stopped before "
+                          "train.checkpoint_every wrote one); start it again without --resume in another --run-dir")
 
 
 def check_same_config(stored: Path, config: RunConfig) -> None:

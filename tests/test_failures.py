@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -11,20 +12,60 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import abtune_command, run_cli, write_config
+from abtune.runfiles import read_summary
+from abtune.training.hooks import write_hook_specs
+from tests.conftest import abtune_command, run_cli, wait_for, with_checkout_on_path, write_config
+from tests.gate import gate_spec, paused, release
 
 pytestmark = pytest.mark.slow
 
 
 def test_nan_loss_stops_the_run_with_one_line(tmp_path: Path) -> None:
+    """It fails before any checkpoint: the line offers no --resume, and a --resume is refused in one line instead of
+    starting again at step 0 in the same folder."""
     config = write_config(tmp_path / "diverge.yaml", optimizer={"name": "sgd", "lr": 1e30, "momentum": 0.0})
-    result = run_cli("train", str(config), "--nproc", "2", "--run-dir", str(tmp_path / "run"), "--no-tracking",
-                     check=False)
+    run = ("train", str(config), "--nproc", "2", "--run-dir", str(tmp_path / "run"), "--no-tracking")
+    result = run_cli(*run, check=False)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert "the loss became nan" in lines[0] and "lower optimizer.lr" in lines[0]
+    assert lines[0].endswith(f"(run folder {tmp_path / 'run'}; no checkpoint to resume from)"), lines[0]
     assert "Traceback" not in result.stderr
+    again = run_cli(*run, "--resume", check=False)
+    assert (again.returncode, again.stderr) == (2, (
+        f"abtune: error: --resume: {tmp_path / 'run'} holds no checkpoint to resume from (the run stopped before "
+        "train.checkpoint_every wrote one); start it again without --resume in another --run-dir\n"))
+
+
+def test_the_ctrl_c_hint_is_the_command_that_continues_the_run(tmp_path: Path) -> None:
+    """Interrupted after its checkpoint at step 10, a run of 2 ranks with --set overrides prints the whole command,
+    quoted; run as printed, it resumes at step 10 and ends. Interrupted before any checkpoint, it offers none."""
+    config = write_config(tmp_path / "my run.yaml", train={"steps": 30, "checkpoint_every": 10})
+    hints = []
+    for gate_at, run_dir in ((20, tmp_path / "after checkpoint"), (5, tmp_path / "before")):
+        run_dir.mkdir()
+        write_hook_specs(run_dir, [gate_spec(gate_at)])  # rank 0 waits there: the Ctrl-C finds it mid-training
+        command = [*abtune_command(), "train", str(config), "--nproc", "2", "--ranks-per-node", "1", "--run-dir",
+                   str(run_dir), "--set", "train.log_every=5", "--set", "model.arch=vit", "--no-tracking"]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env=with_checkout_on_path(os.environ), start_new_session=True)
+        wait_for(lambda d=run_dir, p=process: paused(d) or p.poll() is not None, 300, "rank 0 at the gate")
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+        release(run_dir)
+        assert process.returncode == 130, stderr
+        hints.append(stderr.strip().splitlines()[-1])
+    resume = (f"abtune train {shlex.quote(str(config))} --nproc 2 --ranks-per-node 1 --run-dir "
+              f"{shlex.quote(str(tmp_path / 'after checkpoint'))} --set train.log_every=5 --set model.arch=vit "
+              "--no-tracking --resume")
+    assert hints == [f"abtune: interrupted; continue from step 10 with: {resume}",
+                     f"abtune: interrupted before the run's first checkpoint; nothing to resume in {tmp_path / 'before'}"]
+    resumed = subprocess.run([*abtune_command(), *shlex.split(resume)[1:]], capture_output=True, text=True,
+                             timeout=300, env=with_checkout_on_path(os.environ))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from" in resumed.stdout and "at step 10" in resumed.stdout
+    assert read_summary(tmp_path / "after checkpoint").raw["steps_done"] == 30
 
 
 def _children(pid: int) -> list[int]:

@@ -49,7 +49,6 @@ from abtune.study.attrs import (
     ARTIFACTS_AT_ATTR,
     ARTIFACTS_COST_ATTR,
     FAIL_REASON_ATTR,
-    LAUNCHER_ATTR,
     OVER_BUDGET_ATTR,
     REFERENCE_ATTR,
     RETRIED_ATTR,
@@ -62,6 +61,7 @@ from abtune.study.space import build_distributions
 from abtune.study.storage import absolute_url, storage_environment
 from abtune.study.trials import (
     adopt_retried_checkpoint,
+    record_launcher,
     submit_trial,
     trial_config,
     trial_dir,
@@ -313,7 +313,7 @@ class StudyRunner:
         run = self.prepare_run(config, run_dir, trial_hook_specs(self.spec, self.study.study_name, trial), run_id,
                                continues_checkpoint=adopted)
         trial.set_user_attr(RUN_DIR_ATTR, str(run_dir))
-        trial.set_user_attr(LAUNCHER_ATTR, self.launcher.source or self.launcher.kind)
+        record_launcher(trial, self.launcher)
         submit_trial(run, self.spec, trial_job_name(self.study.study_name, trial.number), self.trial_env)
         return run
 

@@ -126,7 +126,7 @@ def test_cancelled_job_fails_with_the_slurm_state(tmp_path: Path, profile: Path)
 
     assert cli.returncode == 1
     assert stderr.strip().splitlines() == [
-        f"abtune: error: SLURM job {job_id} CANCELLED (run folder {run_dir}; checkpoints allow --resume)"
+        f"abtune: error: SLURM job {job_id} CANCELLED (run folder {run_dir}; no checkpoint to resume from)"
     ]
     # what a study runner sees when it re-attaches to the trial's job later
     job = reattach("slurm", job_id, run_dir)

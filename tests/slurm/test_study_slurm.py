@@ -101,11 +101,14 @@ def test_study_launch_runs_the_budget_on_a_job_array(tmp_path: Path, profile: Pa
     assert len(set(job_ids)) == len(trials) and all(sacct_states(j) == ["COMPLETED"] for j in job_ids)
     for trial in trials:
         assert trial.state == TrialState.COMPLETE, trial.user_attrs.get("fail_reason")
+        assert trial.user_attrs["launcher"] == str(profile)  # the profile it ran with, not the shipped `slurm`
         run = summary(trial)
         assert (run["world_size"], run["num_nodes"], run["steps_done"]) == (2, 2, 30)
         assert trial.values == [run["final"]["val_top1"]] == [trial.user_attrs["top1"]]
     assert trials[0].user_attrs["reference"] == "paper-defaults"
     _check_one_child_run_per_trial(tracking, trials)
+    best = run_cli("study", "best", "tiny", "--storage", url, cwd=tmp_path).stdout
+    assert re.search(rf"run it again: abtune train \S+/config.yaml --launcher {re.escape(str(profile))}\n", best), best
     again = run_cli(*launch, cwd=tmp_path).stdout
     assert again.startswith("study tiny has spent its budget of 3 trials; nothing to launch")
     assert len(trials_of(url)) == len(everything)
