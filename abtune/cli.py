@@ -63,7 +63,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_writable(run_dir, "--run-dir" if args.run_dir else "run folder")
     if args.resume:
         check_resumable(run_dir, config)
-    unchecked = launcher.check_request(layout)
+    unchecked = launcher.check_request(layout, config)
     if args.dry_run:
         if unchecked is not None:
             print(f"abtune: note: {unchecked}", file=sys.stderr)
@@ -202,6 +202,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     configs = {m: compare.method_config(base, m, per_method[m]) for m in methods}
     for config in configs.values():
         check_fits(config, layout)
+        launcher.check_request(layout, config)
     cluster = load_cluster(args.cluster) if args.cluster else None
     if cluster is not None:
         fits_cluster(layout.nodes, layout.ranks_per_node, cluster)

@@ -162,3 +162,16 @@ def test_the_default_mlflow_store_in_a_folder_nobody_can_write_is_refused_in_one
     assert result.stderr.startswith("abtune: error: MLflow store /proc: cannot write /proc/mlflow.db.lock ("), result.stderr
     assert "pass --tracking-uri or --no-tracking" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+def test_a_layout_that_does_not_fit_train_cluster_is_refused_before_anything_starts(tmp_path: Path,
+                                                                                   dry_run: bool) -> None:
+    """5 ranks a node on a cluster of 4 accelerators a node: refused in one line, not by rank 0 after the start-up."""
+    config = write_config(tmp_path / "run.yaml", train={"cluster": "ethernet-25g"})
+    result = run_cli("train", str(config), "--nproc", "5", "--ranks-per-node", "5", "--run-dir", str(tmp_path / "run"),
+                     "--no-tracking", *(["--dry-run"] if dry_run else []), check=False)
+    assert (result.returncode, result.stderr, result.stdout) == (2, (
+        "abtune: error: the run's 1 node(s) x 5 rank(s) do not fit cluster ethernet-25g (16 x 4); train it at a "
+        "layout that fits\n"), "")
+    assert not (tmp_path / "run").exists()

@@ -263,14 +263,45 @@ def test_a_bad_fault_is_refused_in_one_line(tmp_path: Path, fault: dict[str, Any
     assert not (tmp_path / "run").exists()
 
 
-def test_a_fault_on_a_node_the_run_lacks_is_refused_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+@pytest.mark.parametrize(("fault", "expected"), [
+    ({"at_step": 2, "node": 2, "link": "down"}, "fabric.faults: node 2 does not exist; this run has nodes 0-1"),
+    ({"at_step": 6, "node": 1, "link": "down"},
+     "fabric.faults: the fault at step 6 comes after the run's last step (train.steps 5): it would never happen; "
+     "lower at_step or raise train.steps"),
+], ids=["node", "step"])
+def test_a_fault_that_cannot_happen_is_refused_in_one_line(tmp_path: Path, fault: dict[str, Any], expected: str,
+                                                          dry_run: bool) -> None:
     require_fabric()
     config = write_config(tmp_path / "run.yaml", model=MODEL, train={"steps": 5})
-    result = run_cli("train", str(config), "--launcher", str(profile(tmp_path / "f.yaml", faults=[
-        {"at_step": 2, "node": 2, "link": "down"}])), "--nproc", "2", "--ranks-per-node", "1",
-        "--run-dir", str(tmp_path / "run"), "--no-tracking", check=False)
+    result = run_cli("train", str(config), "--launcher", str(profile(tmp_path / "f.yaml", faults=[fault])),
+                     "--nproc", "2", "--ranks-per-node", "1", "--run-dir", str(tmp_path / "run"), "--no-tracking",
+                     *(["--dry-run"] if dry_run else []), check=False)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-    assert "fabric.faults: node 2 does not exist; this run has nodes 0-1" in result.stderr
+    assert expected in result.stderr and result.stdout == "", result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def kernel_has_netem() -> bool:
+    """Asked of the kernel itself: a netem qdisc on the loopback of a namespace that lives for one command."""
+    return subprocess.run(["unshare", "--net", "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"],
+                          capture_output=True).returncode == 0
+
+
+def test_a_latency_this_kernel_cannot_emulate_is_refused_at_dry_run(tmp_path: Path) -> None:
+    """This project's machine (a sandboxed kernel) has no netem: `--dry-run` says so in one line, as the run would
+    after building half a fabric; a kernel with netem prints what would start."""
+    require_fabric()
+    config = write_config(tmp_path / "run.yaml", model=MODEL, train={"steps": 20})
+    launcher = profile(tmp_path / "slow.yaml", faults=[{"at_step": 5, "node": 1, "latency_ms": 5}])
+    result = run_cli("train", str(config), "--launcher", str(launcher), "--nproc", "2", "--ranks-per-node", "1",
+                     "--run-dir", str(tmp_path / "run"), "--no-tracking", "--dry-run", check=False)
+    if kernel_has_netem():
+        assert result.returncode == 0 and result.stdout.startswith("local: 2 rank(s)"), result.stderr
+    else:
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith("abtune: error: fabric: a fault's latency_ms needs netem, and this kernel "
+                                        "has no netem"), result.stderr
 
 
 LOSS_STEPS = 40

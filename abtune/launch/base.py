@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
+from abtune.config import RunConfig
 from abtune.errors import AbtuneError, ConfigError
 from abtune.launch.outcome import RunOutcome
 
@@ -161,9 +162,9 @@ class Launcher(ABC):
         """The script a batch system would run for this run; None when there is none."""
         return None
 
-    def check_request(self, layout: Layout) -> str | None:
-        """Refuse (ConfigError, one line) a run of `layout` this launcher's cluster can never start. Returns
-        what could not be checked, None when all was (or there was nothing to check)."""
+    def check_request(self, layout: Layout, config: RunConfig | None = None) -> str | None:
+        """Refuse (ConfigError, one line) a run of `layout` (and `config`, where known) that this launcher can
+        never start. Returns what could not be checked, None when all was (or there was nothing to check)."""
         return None
 
     def describe(self, run_dir: Path, layout: Layout, run_name: str) -> str:

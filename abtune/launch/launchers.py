@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 import submitit
 
+from abtune.config import RunConfig
 from abtune.errors import AbtuneError, ConfigError
 from abtune.launch import local, slurm
 from abtune.launch.base import DEFAULT_TIMEOUT_MIN, Job, Launcher, Layout, SubmissionFailed, exported
@@ -150,6 +151,14 @@ class LocalLauncher(Launcher):
             from abtune.launch.fabric import check_requirements
 
             check_requirements(loss=self.profile.fabric.loses_packets)
+
+    def check_request(self, layout: Layout, config: RunConfig | None = None) -> str | None:
+        """The fabric's faults and latency against the run (fabric.check_fabric)."""
+        if self.profile.fabric is not None:
+            from abtune.launch.fabric import check_fabric
+
+            check_fabric(self.profile.fabric, layout.nodes, config.train.steps if config is not None else None)
+        return None
 
     def submit(self, run_dir: Path, layout: Layout, *, resume: bool = False, job_name: str | None = None,
                timeout_min: int = DEFAULT_TIMEOUT_MIN, env: dict[str, str] | None = None) -> Job:
@@ -314,7 +323,7 @@ class SlurmLauncher(Launcher):
     def batch_script(self, run_dir: Path, layout: Layout, job_name: str | None = None) -> str:
         return slurm.sbatch_script(run_dir, layout, self.profile, job_name)
 
-    def check_request(self, layout: Layout) -> str | None:
+    def check_request(self, layout: Layout, config: RunConfig | None = None) -> str | None:
         """What sinfo tells of the partition: a job it can never hold is refused (capacity.check_request)."""
         from abtune.launch.capacity import check_request
 

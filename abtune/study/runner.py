@@ -139,8 +139,9 @@ class StudyRunner:
         self.distributions = build_distributions(self.spec, f"study {name}")
         self.launcher = launcher or LocalLauncher(LocalProfile())
         self.layout = trial_layout(self.spec, self.launcher)
-        check_fits(parse_run_config(self.spec.base, f"study {name}: base"), self.layout)
-        self.launcher.check_request(self.layout)  # a trial job the cluster can never start: refused before any ask
+        base = parse_run_config(self.spec.base, f"study {name}: base")
+        check_fits(base, self.layout)
+        self.launcher.check_request(self.layout, base)  # a trial the launcher can never start: refused before any ask
         self.error: AbtuneError | None = None
         self.left_running: list[Job] = []  # jobs (SLURM) still running when this runner stopped
         self.parallel = parallel
