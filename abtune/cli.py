@@ -25,7 +25,6 @@ from abtune.launch.base import Job, Launcher, Layout
 from abtune.launch.launchers import JOBS_DIR, load_launcher
 from abtune.launch.profiles import check_fits
 from abtune.launch.warm import owned_server
-from abtune.redact import redact
 from abtune.rundir import DEFAULT_RUNS_DIR, check_resumable, check_writable, default_run_dir
 from abtune.runfiles import CONFIG_FILE, HOOKS_FILE, latest_checkpoint_step, read_summary, summary_path
 from abtune.runs import FAILED, KILLED, Run, status_of
@@ -33,7 +32,7 @@ from abtune.study.cli import register_study_commands
 from abtune.study.storage import resolve_storage_url
 from abtune.timing import check_fits as fits_cluster
 from abtune.timing import load_cluster
-from abtune.tracking.uri import add_tracking_arguments
+from abtune.tracking.uri import add_tracking_arguments, tracking_arguments
 from abtune.yamlfile import parse_yaml
 
 INTERRUPTED_EXIT = 130
@@ -56,14 +55,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = load_run_config(args.config, _overrides(args.set))
     launcher = load_launcher(args.launcher)
     layout = launcher.layout(args.nproc, args.ranks_per_node)
-    check_fits(config, layout)
-    if args.resume and args.run_dir is None:
-        raise ConfigError("--resume needs --run-dir: the folder of the run to continue")
-    run_dir = args.run_dir or default_run_dir(config)
-    check_writable(run_dir, "--run-dir" if args.run_dir else "run folder")
-    if args.resume:
-        check_resumable(run_dir, config)
-    unchecked = launcher.check_request(layout, config)
+    run_dir, unchecked = _check_before_start(args, config, launcher, layout)
     if args.dry_run:
         if unchecked is not None:
             print(f"abtune: note: {unchecked}", file=sys.stderr)
@@ -87,6 +79,21 @@ def cmd_train(args: argparse.Namespace) -> int:
         see = f"open {where}" if where.startswith("http") else f"abtune ui --tracking-uri {where}"
         print(f"MLflow: run {run.run_id} in experiment {config.name!r} at {where} (see it: {see})")
     return code
+
+
+def _check_before_start(args: argparse.Namespace, config: RunConfig, launcher: Launcher,
+                        layout: Layout) -> tuple[Path, str | None]:
+    """What would fail later, refused now in one line (`--dry-run` too): AB's groups and `train.cluster` on
+    this layout, a folder that cannot be written, `--resume` without a checkpoint, a run the launcher can
+    never start. Returns the run folder and what could not be checked."""
+    check_fits(config, layout)
+    if args.resume and args.run_dir is None:
+        raise ConfigError("--resume needs --run-dir: the folder of the run to continue")
+    run_dir = args.run_dir or default_run_dir(config)
+    check_writable(run_dir, "--run-dir" if args.run_dir else "run folder")
+    if args.resume:
+        check_resumable(run_dir, config)
+    return run_dir, launcher.check_request(layout, config)
 
 
 def _train_in_foreground(run: Run, args: argparse.Namespace) -> int:
@@ -139,11 +146,7 @@ def _train_command(args: argparse.Namespace, run_dir: Path) -> str:
         if value is not None:
             words += [flag, str(value)]
     words += ["--run-dir", str(run_dir), *(w for pair in args.set for w in ("--set", pair))]
-    if args.tracking_uri:
-        words += ["--tracking-uri", redact(args.tracking_uri)]
-    if args.no_tracking:
-        words.append("--no-tracking")
-    return shlex.join([*words, "--resume"])
+    return shlex.join([*words, *tracking_arguments(args), "--resume"])
 
 
 def _submit(run: Run) -> Job:

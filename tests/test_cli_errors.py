@@ -175,3 +175,14 @@ def test_a_layout_that_does_not_fit_train_cluster_is_refused_before_anything_sta
         "abtune: error: the run's 1 node(s) x 5 rank(s) do not fit cluster ethernet-25g (16 x 4); train it at a "
         "layout that fits\n"), "")
     assert not (tmp_path / "run").exists()
+
+
+def test_the_command_a_hint_prints_keeps_every_option_and_no_password() -> None:
+    from abtune.cli import _train_command, build_parser
+
+    args = build_parser().parse_args(["train", "r.yaml", "--launcher", "emulated", "--nproc", "4", "--ranks-per-node",
+                                      "2", "--set", "method.sigma_cutoff=0.2", "--tracking-uri",
+                                      "https://me:s3cret@host:5000"])
+    assert _train_command(args, Path("runs/my run")) == (
+        "abtune train r.yaml --launcher emulated --nproc 4 --ranks-per-node 2 --run-dir 'runs/my run' --set "
+        "method.sigma_cutoff=0.2 --tracking-uri 'https://me:***@host:5000' --resume")

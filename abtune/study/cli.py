@@ -5,13 +5,14 @@ sqlite:///optuna.db in the working directory); URLs are printed with their passw
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from abtune.errors import AbtuneError, ConfigError
 from abtune.redact import redact
-from abtune.tracking.uri import add_tracking_arguments
+from abtune.tracking.uri import add_tracking_arguments, tracking_arguments
 
 if TYPE_CHECKING:
     from abtune.tracking import Tracking
@@ -65,7 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from abtune.tracking import open_tracking
 
     tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
-    again = f"abtune study run {args.name}" + ("" if args.launcher == "local" else f" --launcher {args.launcher}")
+    again = _run_command(args, url)
     runner = StudyRunner(storage, args.name, url, args.parallel, args.trials, launcher, tracking=tracking)
     try:
         finished = runner.run()
@@ -83,6 +84,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         return INTERRUPTED_EXIT
     print_best(storage, args.name)
     return 0
+
+
+def _run_command(args: argparse.Namespace, url: str) -> str:
+    """The `abtune study run` that carries on where this one stopped: its launcher, storage and tracking (a
+    password masked), quoted for a shell."""
+    words = ["abtune", "study", "run", args.name]
+    if args.launcher != "local":
+        words += ["--launcher", args.launcher]
+    if args.storage:
+        words += ["--storage", _shown(url)]
+    return shlex.join([*words, *tracking_arguments(args)])
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
