@@ -18,7 +18,7 @@ import yaml
 from abtune.config import RunConfig, flatten, load_run_config
 from abtune.errors import ConfigError
 from abtune.runfiles import CONFIG_FILE, FAILURES_DIR, latest_checkpoint_step
-from abtune.runlock import claim_run
+from abtune.runlock import check_idle, claim_run
 
 DEFAULT_RUNS_DIR = Path("runs")
 CHOOSE_ANOTHER = "choose a folder you can write"
@@ -83,6 +83,7 @@ def check_resumable(run_dir: Path, config: RunConfig) -> None:
     """`--resume`: the folder holds this run (same config) and a checkpoint to continue from; a run that
     stopped before its first checkpoint would only start again at step 0 over its earlier records."""
     check_same_config(run_dir / CONFIG_FILE, config)
+    check_idle(run_dir)  # a run still training has no checkpoint yet, maybe: that is not what to say
     if latest_checkpoint_step(run_dir) is None:
         raise ConfigError(f"--resume: {run_dir} holds no checkpoint to resume from (the run stopped before "
                           "train.checkpoint_every wrote one); start it again without --resume in another --run-dir")

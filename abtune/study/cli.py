@@ -113,8 +113,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
     spec, study_dir = stored_spec(storage, study_id), stored_study_dir(storage, study_id)
     check_writable(study_dir, "study_dir")  # the workers write their logs and the trials' folders there
     layout = launch.check_study_fits(spec, launcher, args.name)
-    unchecked = (launcher.check_request(layout)
-                 or launcher.check_worker_room(layout, args.workers, f"abtune study run {args.name} --launcher {args.launcher}"))
+    unchecked = launcher.check_request(layout)
+    if unchecked is None:
+        unchecked = launcher.check_worker_room(layout, args.workers, f"abtune study run {args.name} --launcher {args.launcher}")
+    else:
+        unchecked += ", nor the room workers leave trials"
     if unchecked is not None and args.dry_run:  # a real launch asks the cluster itself, and fails there if it must
         print(f"abtune: note: {unchecked}", file=sys.stderr)
     if not launch.work_left(storage.get_all_trials(study_id, deepcopy=False), spec.trials):
