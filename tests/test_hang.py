@@ -140,15 +140,16 @@ def overrun_of_rank_0() -> tuple[Overrun, RankId, str]:
         clock.now += 4
         overrun = hang.overrun()
     assert overrun is not None
-    return overrun, hang.me, "rank 0 (node 0) waited 4 s in step 42 (phase ab), waiting in " + ALL_REDUCE
+    return overrun, hang.me, "rank 0 (node 0) made no progress for 4 s in step 42 (phase ab), waiting in " + ALL_REDUCE
 
 
 def test_a_frozen_rank_is_named_not_the_peer_that_noticed() -> None:
     overrun, me, seen = overrun_of_rank_0()
     line = describe_hang(overrun, me, [heard(0, 0, 0.3), heard(1, 0, 0.8), heard(2, 1, 4.5, busy=1.0),
                                             heard(3, 1, 0.1)], NOW)
-    # rank 2 said nothing for 4.5 s, in work that had run 1 s when it last spoke; rank 3 on its node is alive
-    assert line.startswith("rank 2 (node 1) made no progress for 6 s (last heard of in step 42 (phase ab)); "), line
+    # rank 2 said nothing for 4.5 s; rank 3 on its node is alive
+    assert line.startswith("rank 2 (node 1) stopped responding: not heard from for 4 s, last in step 42 (phase ab); "
+                           + seen), line
     assert seen + "; the bound was 3 s (train.hang.floor_s 3 s; its longest step took 0.20 s)" in line
 
 
@@ -157,8 +158,8 @@ def test_a_node_whose_ranks_all_fell_silent_is_named_with_its_host_where_hosts_d
     line = describe_hang(overrun, RankId(0, 0, "n1"), [
         heard(0, 0, 0.3, host="n1"), heard(1, 0, 0.3, host="n1"), heard(2, 1, 6, host="n2"), heard(3, 1, 7, host="n2"),
         heard(4, 2, 0.2, host="n3"), heard(5, 2, 9, host="n3")], NOW)
-    assert line.startswith("node 1 (ranks 2, 3, host n2) and rank 5 (node 2, host n3) made no progress for 10 s "), line
-    assert "; rank 0 (node 0, host n1) waited 4 s" in line
+    assert line.startswith("node 1 (ranks 2, 3, host n2) and rank 5 (node 2, host n3) stopped responding: not heard "
+                           "from for 9 s, last in step 42 (phase ab); rank 0 (node 0, host n1) made no progress for 4 s"), line
 
 
 def test_a_rank_alive_outside_any_collective_while_others_wait_is_named() -> None:
@@ -166,8 +167,9 @@ def test_a_rank_alive_outside_any_collective_while_others_wait_is_named() -> Non
     overrun, me, seen = overrun_of_rank_0()
     line = describe_hang(overrun, me, [heard(0, 0, 0.3), heard(1, 0, 0.3), heard(2, 1, 0.5, busy=7, waiting=None),
                                             heard(3, 1, 0.2)], NOW)
-    assert line.startswith("rank 2 (node 1) made no progress for 8 s (alive, in step 42 (phase ab), outside any "
-                           "collective while others wait in one); " + seen), line
+    # its step had run 7 s when it last spoke, half a second ago
+    assert line.startswith("rank 2 (node 1) held the others up: 8 s in step 42 (phase ab), outside any collective "
+                           "while others wait in one; " + seen), line
 
 
 def test_a_peer_that_reported_the_hang_itself_is_no_culprit_and_unknowns_say_so() -> None:
@@ -179,7 +181,7 @@ def test_a_peer_that_reported_the_hang_itself_is_no_culprit_and_unknowns_say_so(
                     "bound was 3 s (train.hang.floor_s 3 s; its longest step took 0.20 s): a peer, its node or the "
                     "link between them stopped responding")
     never = describe_hang(overrun, me, [heard(0, 0, 0.3), None, heard(2, 1, 0.3), heard(3, 1, 0.3)], NOW)
-    assert never.startswith("rank(s) 1 (never heard of) made no progress for 4 s (not heard of since the start); ")
+    assert never.startswith("rank(s) 1 never published their progress; rank 0 (node 0) made no progress for 4 s")
     unanswered = describe_hang(overrun, me, None, NOW)
     assert unanswered.endswith(f"rank 0 (node 0), which holds the rendezvous store, did not answer in "
                                f"{READ_TIMEOUT_S:g} s: it, its node or the link to it stopped responding")

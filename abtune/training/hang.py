@@ -41,6 +41,10 @@ BETWEEN = "between"  # the loop's own code between two timed pieces of work (log
 SILENT_S = 2.5
 REPORT_AFTER_S = SILENT_S + CHECK_SECONDS  # a frozen peer is silent for longer than SILENT_S by then
 READ_TIMEOUT_S = 5.0  # the rendezvous store's answer; none means its rank, node or the link to it stopped
+# Rank 0 serves the store: a hung rank 0 waits this long before it ends, so that peers noticing the same hang
+# finish reading and stop publishing first (a store that dies under them makes c10d print a stack on the
+# terminal); the launcher or srun ends it sooner, as soon as another rank has ended.
+STORE_LINGER_S = REPORT_AFTER_S + 2 * CHECK_SECONDS
 UNKNOWN_CAUSE = "a peer, its node or the link between them stopped responding"
 
 
@@ -106,14 +110,14 @@ class Overrun:
     why: str
     collective: str
 
-    def seen_by(self, me: RankId, show_host: bool = False) -> str:
-        return (f"{me.describe(show_host)} waited {self.waited:.0f} s {_where(self.work)}, {self.collective}; the "
+    def line(self, me: RankId, show_host: bool = False) -> str:
+        """This rank's own account: the work that overran, what it waits in, the bound."""
+        return (f"{me.describe(show_host)} {HUNG} {self.waited:.0f} s {_where(self.work)}, {self.collective}; the "
                 f"bound was {self.limit:.0f} s ({self.why})")
 
     def alone(self, me: RankId, cause: str = UNKNOWN_CAUSE) -> str:
         """The line when nothing tells which peer stopped."""
-        return (f"{me.describe()} {HUNG} {self.waited:.0f} s {_where(self.work)}, {self.collective}; the bound was "
-                f"{self.limit:.0f} s ({self.why}): {cause}")
+        return f"{self.line(me)}: {cause}"
 
 
 def _where(work: Work) -> str:
@@ -146,15 +150,17 @@ def describe_hang(overrun: Overrun, me: RankId, heard: Sequence[Heard | None] | 
     if not culprits and not never:
         return overrun.alone(me)
     show_host = len({h.host for h in known}) > 1
-    names = _name_ranks(culprits, known, show_host) + ([f"rank(s) {', '.join(map(str, never))} (never heard of)"]
-                                                       if never else [])
-    if not culprits:
-        what, quiet = "not heard of since the start", overrun.waited
+    if silent:
+        quiet = max(now - h.at for h in silent)
+        culprit = (f"{' and '.join(_name_ranks(silent, known, show_host))} stopped responding: not heard from for "
+                   f"{quiet:.0f} s, last {silent[0].where}")
+    elif culprits:
+        busy = max(now - h.at + h.busy_s for h in culprits)
+        culprit = (f"{' and '.join(_name_ranks(culprits, known, show_host))} held the others up: {busy:.0f} s "
+                   f"{culprits[0].where}, outside any collective while others wait in one")
     else:
-        quiet = max(now - h.at + h.busy_s for h in culprits)
-        what = (f"last heard of {culprits[0].where}" if silent else
-                f"alive, {culprits[0].where}, outside any collective while others wait in one")
-    return f"{' and '.join(names)} {HUNG} {quiet:.0f} s ({what}); {overrun.seen_by(me, show_host)}"
+        culprit = f"rank(s) {', '.join(map(str, never))} never published their progress"
+    return f"{culprit}; {overrun.line(me, show_host)}"
 
 
 def _outside_collectives(known: Sequence[Heard]) -> list[Heard]:

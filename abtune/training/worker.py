@@ -19,6 +19,7 @@ import faulthandler
 import logging
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import NoReturn
@@ -27,6 +28,7 @@ from abtune.config import load_run_config
 from abtune.errors import AbtuneError, TrainingFailed
 from abtune.runfiles import CONFIG_FILE, FAILURES_DIR
 from abtune.runlock import join_run
+from abtune.training.hang import STORE_LINGER_S
 
 QUIET_VARIABLE = "ABTUNE_LAUNCHED"  # set by a launcher that reports failures itself
 
@@ -89,10 +91,13 @@ def run_rank(run_dir: Path, resume: bool) -> None:
 
 def end_hung_rank(run_dir: Path, rank: int, message: str) -> NoReturn:
     """From the hang detector's thread: the main thread is blocked in C++ and cannot be interrupted, so
-    the process ends here (abtune/training/hang.py)."""
+    the process ends here (abtune/training/hang.py); rank 0, which serves the rendezvous store, after its peers
+    are done with it."""
     record_failure(run_dir, rank, message)
     if not os.environ.get(QUIET_VARIABLE):
         print(f"abtune worker: {message}", file=sys.stderr)
+    if rank == 0:
+        time.sleep(STORE_LINGER_S)
     exit_without_finalizing(TrainingFailed.exit_code)
 
 

@@ -213,9 +213,10 @@ def test_a_frozen_rank_gets_its_job_ended_by_a_peer_not_its_time_limit(tmp_path:
         if Path(f"/proc/{pid}").exists():
             os.kill(pid, signal.SIGCONT)
     assert not outcome.ok and outcome.reason is not None
-    assert re.fullmatch(r"SLURM job \d+ FAILED: rank 1 \(node 1, host n2\) made no progress for \d+ s \(last heard "
-                        r"of [^;]+\); rank 0 \(node 0, host n1\) waited \d+ s in step \d+ \(phase train\), not in a "
-                        r"collective \(the last it issued: all_reduce over group 'world' .*", outcome.reason), outcome.reason
+    assert re.fullmatch(r"SLURM job \d+ FAILED: rank 1 \(node 1, host n2\) stopped responding: not heard from for \d+ "
+                        r"s, last [^;]+; rank 0 \(node 0, host n1\) made no progress for \d+ s in step \d+ \(phase "
+                        r"train\), not in a collective \(the last it issued: all_reduce over group 'world' .*",
+                        outcome.reason), outcome.reason
     assert time.monotonic() - frozen < 120
     wait_for(lambda: not in_queue(job.job_id), 60, "the job to leave the queue")
 
