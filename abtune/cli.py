@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import functools
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -25,15 +26,15 @@ from abtune.launch.launchers import JOBS_DIR, load_launcher
 from abtune.launch.profiles import check_fits
 from abtune.launch.warm import owned_server
 from abtune.redact import redact
-from abtune.rundir import DEFAULT_RUNS_DIR, default_run_dir
-from abtune.runfiles import CONFIG_FILE, HOOKS_FILE, read_summary, summary_path
+from abtune.rundir import DEFAULT_RUNS_DIR, check_resumable, check_writable, default_run_dir
+from abtune.runfiles import CONFIG_FILE, HOOKS_FILE, latest_checkpoint_step, read_summary, summary_path
 from abtune.runs import FAILED, FINISHED, KILLED, Run, status_of
 from abtune.study.cli import add_rule_arguments, register_study_commands, rule_of
 from abtune.study.storage import resolve_storage_url
 from abtune.timing import check_fits as fits_cluster
 from abtune.timing import load_cluster
 from abtune.tracking import LaunchInfo, Tracking
-from abtune.tracking.uri import add_tracking_arguments
+from abtune.tracking.uri import add_tracking_arguments, tracking_arguments
 from abtune.yamlfile import parse_yaml
 
 INTERRUPTED_EXIT = 130
@@ -56,14 +57,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = load_run_config(args.config, _overrides(args.set))
     launcher = load_launcher(args.launcher)
     layout = launcher.layout(args.nproc, args.ranks_per_node)
-    check_fits(config, layout)
+    run_dir, unchecked = _check_before_start(args, config, launcher, layout)
     if args.dry_run:
-        print(launcher.describe(args.run_dir or default_run_dir(config), layout, config.name), end="")
+        if unchecked is not None:
+            print(f"abtune: note: {unchecked}", file=sys.stderr)
+        print(launcher.describe(run_dir, layout, config.name), end="")
         return 0
     if args.detach and not launcher.jobs_outlive_driver:
         raise ConfigError(f"--detach: a {launcher.kind} run ends with this command; --detach is for slurm profiles")
     tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
-    run = Run.prepare(config, args.run_dir, launcher, layout, resume=args.resume, claim=True)
+    run = Run.prepare(config, run_dir, launcher, layout, resume=args.resume, claim=True)
     resumed_from = run.previous_tracking_run()
     run.track(tracking, tracking.start_run(
         config, experiment=config.name, run_name=run.run_dir.name,
@@ -72,7 +75,7 @@ def cmd_train(args: argparse.Namespace) -> int:
               **({"abtune.resumed_from": resumed_from} if resumed_from else {})}))
     if args.detach:
         return _submit_detached(run)  # rank 0 of the job logs into the tracking run
-    code = _train_in_foreground(run, args.config)
+    code = _train_in_foreground(run, args)
     if code == 0 and run.run_id is not None:
         print(_mlflow_line(tracking, f"run {run.run_id}", config.name))
     return code
@@ -84,7 +87,22 @@ def _mlflow_line(tracking: Tracking, what: str, experiment: str) -> str:
     return f"MLflow: {what} in experiment {experiment!r} at {where} (see it: {see})"
 
 
-def _train_in_foreground(run: Run, config_path: Path) -> int:
+def _check_before_start(args: argparse.Namespace, config: RunConfig, launcher: Launcher,
+                        layout: Layout) -> tuple[Path, str | None]:
+    """What would fail later, refused now in one line (`--dry-run` too): AB's groups and `train.cluster` on
+    this layout, a folder that cannot be written, `--resume` without a checkpoint, a run the launcher can
+    never start. Returns the run folder and what could not be checked."""
+    check_fits(config, layout)
+    if args.resume and args.run_dir is None:
+        raise ConfigError("--resume needs --run-dir: the folder of the run to continue")
+    run_dir = args.run_dir or default_run_dir(config)
+    check_writable(run_dir, "--run-dir" if args.run_dir else "run folder")
+    if args.resume:
+        check_resumable(run_dir, config)
+    return run_dir, launcher.check_request(layout, config)
+
+
+def _train_in_foreground(run: Run, args: argparse.Namespace) -> int:
     """Run (locally: the ranks are our children; SLURM: submit and follow), print the summary, and tell
     tracking how it ended. A SLURM job survives Ctrl-C: only following stops."""
     status, ran = KILLED, True
@@ -93,14 +111,17 @@ def _train_in_foreground(run: Run, config_path: Path) -> int:
             result = _submit(run).follow(sys.stdout, run.launcher.poll_s)
         else:
             result = run.run_here()
-        status = status_of(result)
+        status, ran = status_of(result), not result.never_started
     except KeyboardInterrupt:
         if run.job is not None and run.job.outlives_driver:
             stop = run.job.cancel_command()
             print(f"abtune: stopped following; {run.job.describe()} keeps running"
                   + (f" ({stop} stops it)" if stop else ""), file=sys.stderr)
         else:
-            print(f"abtune: interrupted; continue with: abtune train {config_path} --run-dir {run.run_dir} --resume",
+            step = latest_checkpoint_step(run.run_dir)
+            print("abtune: interrupted before the run's first checkpoint; nothing to resume in "
+                  f"{run.run_dir}" if step is None else
+                  f"abtune: interrupted; continue from step {step} with: {_train_command(args, run.run_dir)}",
                   file=sys.stderr)
         return INTERRUPTED_EXIT
     except ConfigError:
@@ -108,10 +129,30 @@ def _train_in_foreground(run: Run, config_path: Path) -> int:
         raise
     finally:
         run.finish(status, ran=ran)
+    if result.never_started:  # as a refused submission: the same --run-dir works again
+        if not run.resume:
+            _discard_unstarted(run.run_dir)
+        raise ConfigError(result.reason or "the job could never start")
     if not result.ok:
         failure = ConfigError if result.exit_code == ConfigError.exit_code else TrainingFailed
-        raise failure(f"{result.reason or 'the run failed'} (run folder {run.run_dir}; checkpoints allow --resume)")
+        step = latest_checkpoint_step(run.run_dir)
+        resume = ("no checkpoint to resume from" if step is None else
+                  f"continue from step {step} with: {_train_command(args, run.run_dir)}")
+        raise failure(f"{result.reason or 'the run failed'} (run folder {run.run_dir}; {resume})")
     return _print_summary(run.run_dir)
+
+
+def _train_command(args: argparse.Namespace, run_dir: Path) -> str:
+    """The `abtune train ... --resume` that continues this run: the command as given (launcher, layout,
+    overrides, tracking; a password in the tracking URI masked), quoted for a shell."""
+    words = ["abtune", "train", str(args.config)]
+    if args.launcher != "local":
+        words += ["--launcher", args.launcher]
+    for flag, value in (("--nproc", args.nproc), ("--ranks-per-node", args.ranks_per_node)):
+        if value is not None:
+            words += [flag, str(value)]
+    words += ["--run-dir", str(run_dir), *(w for pair in args.set for w in ("--set", pair))]
+    return shlex.join([*words, *tracking_arguments(args), "--resume"])
 
 
 def _submit(run: Run) -> Job:
@@ -131,8 +172,22 @@ def _submit(run: Run) -> Job:
 
 
 def _submit_detached(run: Run) -> int:
-    watch = _submit(run).watch_command()
+    """Submit and return; the job's own successor finishes its tracking run (Run.finish_after_job)."""
+    from abtune.launch.base import SubmissionFailed
+
+    try:
+        watch = _submit(run).watch_command()
+    except ConfigError:
+        run.finish(FAILED, ran=False)  # refused: nothing will ever log into it
+        raise
     print((f"follow with: {watch}; " if watch else "") + f"the result appears in {summary_path(run.run_dir)}")
+    try:
+        closer = run.finish_after_job()
+    except SubmissionFailed as error:
+        print(f"abtune: warning: MLflow run {run.run_id} stays RUNNING after the job ends: {error}", file=sys.stderr)
+        return 0
+    if closer is not None:
+        print(f"MLflow run {run.run_id} is finished by {closer.describe()} once the job ends, however it ends")
     return 0
 
 
@@ -157,10 +212,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     configs = {m: compare.method_config(base, m, per_method[m]) for m in methods}
     for config in configs.values():
         check_fits(config, layout)
+        launcher.check_request(layout, config)
     cluster = load_cluster(args.cluster) if args.cluster else None
     if cluster is not None:
         fits_cluster(layout.nodes, layout.ranks_per_node, cluster)
     out_dir = args.out or DEFAULT_RUNS_DIR / f"{base.name}-compare-{time.strftime('%Y%m%d-%H%M%S')}"
+    check_writable(out_dir, "--out")
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ConfigError(f"{out_dir} is not empty; choose another --out")
     tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
@@ -244,6 +301,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
         print(f"abtune: warning: {line}", file=sys.stderr)
     campaign, configs = plan_campaign(target, str(args.to), promoted, nodes, args.scaling, train_samples(target),
                                       study=args.study)
+    check_writable(args.campaign_dir or DEFAULT_RUNS_DIR, "--campaign-dir" if args.campaign_dir else "runs folder")
     print_campaign(campaign, "dry run (nothing written): " if args.dry_run else "", args.wide)
     if args.dry_run:
         _print_campaign_scripts(campaign, launcher, args.campaign_dir or DEFAULT_RUNS_DIR / "CAMPAIGN")

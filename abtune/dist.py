@@ -8,6 +8,7 @@ simulates nodes), else SLURM_NODEID, else torchrun's GROUP_RANK, else 0.
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -82,6 +83,35 @@ def discover_topology(env: DistEnv) -> tuple[Topology, CommMeter]:
     # The gather ran before the meter could exist (it needs the topology); count it now.
     meter.record(Op.ALL_GATHER, gathered.nbytes, meter.world())
     return topology, meter
+
+
+def node_name() -> str:
+    """The name of this rank's node: SLURM's (the one to drain), else the host's."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+PROGRESS_KEY = "abtune/progress/"
+
+
+class StoreBoard:
+    """Every rank's progress (abtune/training/hang.py) in the run's rendezvous store, the TCPStore that rank 0
+    serves at MASTER_ADDR:MASTER_PORT, through a client of its own: the process group's client must not wait
+    behind it, and its long timeout keeps c10d from logging while a hung rank reads a store that does not answer
+    (the detector gives up on it sooner)."""
+
+    def __init__(self, world_size: int, timeout_s: int) -> None:
+        self.world_size = world_size
+        self._store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                                    timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+
+    def publish(self, rank: int, record: str) -> None:
+        self._store.set(f"{PROGRESS_KEY}{rank}", record)
+
+    def read(self) -> list[str | None]:
+        keys = [f"{PROGRESS_KEY}{rank}" for rank in range(self.world_size)]
+        present = [key for key in keys if self._store.check([key])]  # get would wait for a key never set
+        values = dict(zip(present, self._store.multi_get(present), strict=True)) if present else {}
+        return [values[key].decode() if key in values else None for key in keys]
 
 
 def shutdown() -> None:

@@ -33,6 +33,12 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if (p / COMPLETE_MARK).exists())
 
 
+def latest_checkpoint_step(run_dir: Path) -> int | None:
+    """The step of the run's newest complete checkpoint, the one `--resume` continues from; None without one."""
+    complete = complete_checkpoints(run_dir)
+    return int(complete[-1].name.removeprefix("step_")) if complete else None
+
+
 def summary_path(run_dir: Path) -> Path:
     return run_dir / SUMMARY_FILE
 

@@ -36,6 +36,16 @@ def claim_run(run_dir: Path) -> None:
     _held.append(handle)
 
 
+def check_idle(run_dir: Path) -> None:
+    """Refuse, without claiming it, a run whose earlier launch still trains."""
+    if not (run_dir / LOCK_FILE).exists():
+        return
+    handle = (run_dir / LOCK_FILE).open("a+")
+    if not _lock(handle, fcntl.LOCK_EX):
+        raise ConfigError(_busy(run_dir))
+    handle.close()  # and with it the lock
+
+
 def join_run(run_dir: Path) -> IO[str]:
     """Rank 0: hold the run next to its launcher, so a resume is refused even if the launcher dies.
 

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from abtune.config import RunConfig
 from abtune.launch.base import DEFAULT_TIMEOUT_MIN, Job, Launcher, Layout
+from abtune.launch.launchers import JOBS_DIR
 from abtune.launch.outcome import RunOutcome
 from abtune.rundir import prepare_run_dir
 from abtune.tracking._base import Tracking
@@ -54,8 +55,7 @@ class Run:
 
     def previous_tracking_run(self) -> str | None:
         """The tracking run of the launch this one resumes (a resumed run is a new run pointing at it)."""
-        earlier = [s for s in configured_hook_specs(self.run_dir) if s["factory"] == Tracking.HOOK_FACTORY]
-        return earlier[0]["options"]["run_id"] if self.resume and earlier else None
+        return tracking_run_of(self.run_dir) if self.resume else None
 
     # --- starting -----------------------------------------------------------------------------
     def submit(self, *, job_name: str | None = None, timeout_min: int = DEFAULT_TIMEOUT_MIN,
@@ -94,6 +94,41 @@ class Run:
         """Tell tracking how the run ended (FINISHED, FAILED, KILLED); `ran` False: nothing started, so
         there is nothing to replay."""
         self.tracking.finish_run(self.run_id, self.run_dir if ran else None, status)
+
+    def finish_after_job(self) -> Job | None:
+        """For a run nobody follows (`train --detach`): the launcher finishes its tracking run once the job
+        has ended, however it ended (cancelled while pending included); None when untracked, or where jobs
+        end with their driver."""
+        if self.run_id is None or self.job is None:
+            return None
+        body = FinishTracking(str(self.run_dir.absolute()), self.job.kind, self.job.record())
+        return self.launcher.after(self.job, body, self.run_dir.absolute() / JOBS_DIR)
+
+
+@dataclass(frozen=True)
+class FinishTracking:
+    """The body of the job that runs after a detached run's job: tells tracking how the run ended, as a
+    driver following it would have (`Run.finish`). The tracking store comes from the environment the job
+    was submitted with."""
+
+    run_dir: str
+    kind: str
+    record: Any
+
+    def __call__(self) -> str:
+        from abtune.launch.launchers import reattach
+        from abtune.tracking import open_tracking
+
+        run_dir = Path(self.run_dir)
+        job = reattach(self.kind, self.record, run_dir)
+        outcome = job.wait() if job is not None else RunOutcome(False, "its job is gone")
+        return open_tracking().finish_run(tracking_run_of(run_dir), run_dir, status_of(outcome))
+
+
+def tracking_run_of(run_dir: Path) -> str | None:
+    """The tracking run that rank 0 of the folder's latest launch logs into (hooks.yaml)."""
+    specs = [s for s in configured_hook_specs(run_dir) if s["factory"] == Tracking.HOOK_FACTORY]
+    return specs[0]["options"]["run_id"] if specs else None
 
 
 def status_of(outcome: RunOutcome) -> str:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, abtune_command, run_cli, with_checkout_on_path, write_config
-from tests.study_helpers import write_study
+from tests.study_helpers import trials_of, write_study
 
 
 @pytest.mark.parametrize(
@@ -156,3 +157,84 @@ def test_a_postgresql_url_names_the_installed_driver_and_any_other_stays_as_it_i
         assert with_installed_driver(written) == "postgresql+psycopg2://me:pw@db:5432/x"
     for kept in ("postgresql+psycopg://me@db/x", "sqlite:////tmp/o.db", "journal:/tmp/j.log", "http://mlflow:5000"):
         assert with_installed_driver(kept) == kept
+
+
+# --- folders abtune cannot write ----------------------------------------------------------------------------------
+@pytest.fixture(params=["under a file", "in /proc", "on a read-only file system"])
+def unwritable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
+    """A folder that cannot be made: below a file, in /proc (root cannot either), on a read-only mount."""
+    if request.param == "under a file":
+        (tmp_path / "a-file").write_text("")
+        yield tmp_path / "a-file" / "run"
+    elif request.param == "in /proc":
+        yield Path("/proc") / f"abtune-test-{os.getpid()}" / "run"
+    else:
+        mount = tmp_path / "read-only"
+        mount.mkdir()
+        if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(mount)]).returncode:
+            pytest.skip("mounting a read-only tmpfs needs root")
+        try:
+            yield mount / "run"
+        finally:
+            subprocess.run(["umount", str(mount)], check=True)
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+def test_an_unwritable_run_folder_is_refused_in_one_line(tiny_config: Path, unwritable: Path, dry_run: bool) -> None:
+    result = run_cli("train", str(tiny_config), "--nproc", "2", "--run-dir", str(unwritable), "--no-tracking",
+                     *(["--dry-run"] if dry_run else []), check=False)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"abtune: error: --run-dir {unwritable}: "), result.stderr
+    assert result.stderr.rstrip().endswith("choose a folder you can write"), result.stderr
+    assert result.stdout == ""
+
+
+def test_a_study_whose_folder_is_unwritable_stops_in_one_line_and_asks_no_trial(tmp_path: Path) -> None:
+    """`study run` and `study launch` (also --dry-run) check the study's folder before a trial is asked for:
+    none is left RUNNING, and the study's waiting reference trials stay waiting."""
+    (tmp_path / "a-file").write_text("")
+    study_dir = tmp_path / "a-file" / "study"
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    run_cli("study", "create", str(write_study(tmp_path / "s.yaml", study_dir=str(study_dir))), "--storage", url)
+    before = [(t.number, t.state) for t in trials_of(url)]
+    for command in (["run", "tiny"], ["launch", "tiny", "--launcher", "slurm", "--dry-run"]):
+        result = run_cli("study", *command, "--storage", url, "--no-tracking", cwd=tmp_path, check=False)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith(f"abtune: error: study_dir {study_dir}: "), result.stderr
+    assert [(t.number, t.state) for t in trials_of(url)] == before
+
+
+def test_the_default_mlflow_store_in_a_folder_nobody_can_write_is_refused_in_one_line(tmp_path: Path,
+                                                                                      tiny_config: Path) -> None:
+    """Run from /proc, the default store (./mlflow.db) cannot be made: one line that says what to do instead."""
+    env = {key: value for key, value in os.environ.items() if key != "MLFLOW_TRACKING_URI"}  # the default store
+    result = run_cli("train", str(tiny_config), "--nproc", "2", "--run-dir", str(tmp_path / "run"), cwd=Path("/proc"),
+                     env=env, check=False)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("abtune: error: MLflow store /proc: cannot write /proc/mlflow.db.lock ("), result.stderr
+    assert "pass --tracking-uri or --no-tracking" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+def test_a_layout_that_does_not_fit_train_cluster_is_refused_before_anything_starts(tmp_path: Path,
+                                                                                   dry_run: bool) -> None:
+    """5 ranks a node on a cluster of 4 accelerators a node: refused in one line, not by rank 0 after the start-up."""
+    config = write_config(tmp_path / "run.yaml", train={"cluster": "ethernet-25g"})
+    result = run_cli("train", str(config), "--nproc", "5", "--ranks-per-node", "5", "--run-dir", str(tmp_path / "run"),
+                     "--no-tracking", *(["--dry-run"] if dry_run else []), check=False)
+    assert (result.returncode, result.stderr, result.stdout) == (2, (
+        "abtune: error: the run's 1 node(s) x 5 rank(s) do not fit cluster ethernet-25g (16 x 4); train it at a "
+        "layout that fits\n"), "")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_command_a_hint_prints_keeps_every_option_and_no_password() -> None:
+    from abtune.cli import _train_command, build_parser
+
+    args = build_parser().parse_args(["train", "r.yaml", "--launcher", "emulated", "--nproc", "4", "--ranks-per-node",
+                                      "2", "--set", "method.sigma_cutoff=0.2", "--tracking-uri",
+                                      "https://me:s3cret@host:5000"])
+    assert _train_command(args, Path("runs/my run")) == (
+        "abtune train r.yaml --launcher emulated --nproc 4 --ranks-per-node 2 --run-dir 'runs/my run' --set "
+        "method.sigma_cutoff=0.2 --tracking-uri 'https://me:***@host:5000' --resume")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import signal
 import subprocess
 import time
@@ -10,20 +12,60 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import abtune_command, run_cli, write_config
+from abtune.runfiles import read_summary
+from abtune.training.hooks import write_hook_specs
+from tests.conftest import abtune_command, run_cli, wait_for, with_checkout_on_path, write_config
+from tests.gate import gate_spec, paused, release
 
 pytestmark = pytest.mark.slow
 
 
 def test_nan_loss_stops_the_run_with_one_line(tmp_path: Path) -> None:
+    """It fails before any checkpoint: the line offers no --resume, and a --resume is refused in one line instead of
+    starting again at step 0 in the same folder."""
     config = write_config(tmp_path / "diverge.yaml", optimizer={"name": "sgd", "lr": 1e30, "momentum": 0.0})
-    result = run_cli("train", str(config), "--nproc", "2", "--run-dir", str(tmp_path / "run"), "--no-tracking",
-                     check=False)
+    run = ("train", str(config), "--nproc", "2", "--run-dir", str(tmp_path / "run"), "--no-tracking")
+    result = run_cli(*run, check=False)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert "the loss became nan" in lines[0] and "lower optimizer.lr" in lines[0]
+    assert lines[0].endswith(f"(run folder {tmp_path / 'run'}; no checkpoint to resume from)"), lines[0]
     assert "Traceback" not in result.stderr
+    again = run_cli(*run, "--resume", check=False)
+    assert (again.returncode, again.stderr) == (2, (
+        f"abtune: error: --resume: {tmp_path / 'run'} holds no checkpoint to resume from (the run stopped before "
+        "train.checkpoint_every wrote one); start it again without --resume in another --run-dir\n"))
+
+
+def test_the_ctrl_c_hint_is_the_command_that_continues_the_run(tmp_path: Path) -> None:
+    """Interrupted after its checkpoint at step 10, a run of 2 ranks with --set overrides prints the whole command,
+    quoted; run as printed, it resumes at step 10 and ends. Interrupted before any checkpoint, it offers none."""
+    config = write_config(tmp_path / "my run.yaml", train={"steps": 30, "checkpoint_every": 10})
+    hints = []
+    for gate_at, run_dir in ((20, tmp_path / "after checkpoint"), (5, tmp_path / "before")):
+        run_dir.mkdir()
+        write_hook_specs(run_dir, [gate_spec(gate_at)])  # rank 0 waits there: the Ctrl-C finds it mid-training
+        command = [*abtune_command(), "train", str(config), "--nproc", "2", "--ranks-per-node", "1", "--run-dir",
+                   str(run_dir), "--set", "train.log_every=5", "--set", "model.arch=vit", "--no-tracking"]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env=with_checkout_on_path(os.environ), start_new_session=True)
+        wait_for(lambda d=run_dir, p=process: paused(d) or p.poll() is not None, 300, "rank 0 at the gate")
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+        release(run_dir)
+        assert process.returncode == 130, stderr
+        hints.append(stderr.strip().splitlines()[-1])
+    resume = (f"abtune train {shlex.quote(str(config))} --nproc 2 --ranks-per-node 1 --run-dir "
+              f"{shlex.quote(str(tmp_path / 'after checkpoint'))} --set train.log_every=5 --set model.arch=vit "
+              "--no-tracking --resume")
+    assert hints == [f"abtune: interrupted; continue from step 10 with: {resume}",
+                     f"abtune: interrupted before the run's first checkpoint; nothing to resume in {tmp_path / 'before'}"]
+    resumed = subprocess.run([*abtune_command(), *shlex.split(resume)[1:]], capture_output=True, text=True,
+                             timeout=300, env=with_checkout_on_path(os.environ))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from" in resumed.stdout and "at step 10" in resumed.stdout
+    assert read_summary(tmp_path / "after checkpoint").raw["steps_done"] == 30
 
 
 def _children(pid: int) -> list[int]:
@@ -52,13 +94,15 @@ def test_killed_rank_stops_the_others_and_names_the_rank(tmp_path: Path) -> None
 FROZEN_BOUND_S = 60  # the 3 s floor, the launcher's settle and grace (a stopped rank ignores SIGTERM), a loaded machine
 
 
-def test_a_frozen_rank_is_detected_by_its_peer_which_names_itself_and_what_it_waits_for(tmp_path: Path) -> None:
-    """SIGSTOP freezes rank 1 as a hung GPU or a stalled node would: rank 0 waits for it in DDP's gradient
-    all-reduce, and its hang detector ends the run at its 3 s floor (gloo's timeout here is 600 s)."""
+def test_a_frozen_rank_is_named_by_the_peer_that_noticed_it(tmp_path: Path) -> None:
+    """SIGSTOP freezes rank 2 (node 1 of 2) as a hung GPU or a stalled node would: its peers wait for it in DDP's
+    gradient all-reduce, and the first whose hang detector fires at its 3 s floor (gloo's timeout here is 600 s)
+    names rank 2 and its node from what every rank last published in the rendezvous store, not itself; rank 3,
+    alive on the same node, is not blamed."""
     config = write_config(tmp_path / "long.yaml", train={"steps": 100000, "log_every": 5,
                                                          "hang": {"floor_s": 3, "untimed_s": 120}})
-    command = [*abtune_command(), "train", str(config), "--nproc", "2", "--run-dir", str(tmp_path / "run"),
-               "--no-tracking"]
+    command = [*abtune_command(), "train", str(config), "--nproc", "4", "--ranks-per-node", "2",
+               "--run-dir", str(tmp_path / "run"), "--no-tracking"]
     cold = {**os.environ, "ABTUNE_WARM_START": "0"}  # ranks as the launcher's children
     # In a session of its own: a stopped process in pytest's process group gets that whole group SIGHUP from
     # the kernel once the group is orphaned (as under CI or setsid), here when a warm rank of the test that
@@ -66,18 +110,19 @@ def test_a_frozen_rank_is_detected_by_its_peer_which_names_itself_and_what_it_wa
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cold,
                                start_new_session=True)
     deadline = time.monotonic() + 120
-    while len(ranks := _children(process.pid)) < 2 or not (tmp_path / "run" / "metrics.jsonl").exists():
+    while len(ranks := _children(process.pid)) < 4 or not (tmp_path / "run" / "metrics.jsonl").exists():
         assert time.monotonic() < deadline and process.poll() is None
         time.sleep(0.2)
     time.sleep(2)  # some steps timed
-    os.kill(ranks[1], signal.SIGSTOP)
+    os.kill(ranks[2], signal.SIGSTOP)
     frozen = time.monotonic()
     _, stderr = process.communicate(timeout=300)
     took = time.monotonic() - frozen
     assert process.returncode == 1 and stderr.count("\n") == 1, stderr
     line = stderr.strip()
-    assert line.startswith("abtune: error: rank 0 (node 0) made no progress for "), line
-    assert "(phase train), not in a collective (the last it issued: all_reduce over group 'world' of 2 ranks" in line
-    assert "the bound was 3 s (train.hang.floor_s 3 s; its longest step took" in line
+    assert line.startswith("abtune: error: rank 2 (node 1) stopped responding: not heard from for "), line
+    assert re.search(r"; rank [013] \(node [01]\) made no progress for \d+ s in step \d+ \(phase train\), not in a "
+                     r"collective \(the last it issued: all_reduce over group 'world' of 4 ranks", line), line
+    assert re.search(r"the bound was \d+ s \((train.hang.floor_s 3 s|10 x its longest step)", line), line
     assert took < FROZEN_BOUND_S, took
     assert all(not Path(f"/proc/{pid}").exists() for pid in ranks), "every rank is stopped"

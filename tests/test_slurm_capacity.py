@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from abtune.launch.capacity import Node, nodes_left, pending_note, room_advice
+from abtune.errors import ConfigError
+from abtune.launch.base import Layout
+from abtune.launch.capacity import (
+    Node,
+    _check_node_resources,
+    _gpus,
+    _largest_job,
+    _memory_mb,
+    _minutes,
+    never_starts,
+    nodes_left,
+    pending_note,
+    room_advice,
+)
 from abtune.launch.profiles import SlurmProfile
 from abtune.launch.slurm import STUDY_POLLS_PER_S, poll_interval, worker_profile
 
@@ -74,3 +89,42 @@ def test_a_worker_of_a_big_array_polls_so_the_array_asks_squeue_at_most_twice_a_
     profile = SlurmProfile(array_parallelism=parallelism)
     assert poll_interval(profile) == seconds
     assert min(int(array_tasks or 1), parallelism) / poll_interval(profile) <= STUDY_POLLS_PER_S
+
+
+def test_what_sinfo_says_of_nodes_and_partitions_is_read() -> None:
+    assert [_gpus(g) for g in ("(null)", "gpu:4", "gpu:a100:4(S:0-1)", "gpu:a100:2,gpu:v100:2,mps:100")] == [0, 4, 4, 4]
+    assert [_minutes(t) for t in ("infinite", "UNLIMITED", "30:00", "2:00:00", "1-00:00:00")] == [None, None, 30, 120, 1440]
+    assert [_largest_job(size) for size in ("1-infinite", "1-4", "infinite", "8")] == [None, 4, None, 8]
+    assert [_memory_mb(mem) for mem in ("500", "512M", "64G", "1T")] == [500, 512, 65536, 1048576]
+
+
+GPU_PARTITION = [Node("g1", 76, 512000, 4), Node("g2", 76, 512000, 4), Node("c1", 128, 1024000, 0)]
+
+
+@pytest.mark.parametrize(("profile", "layout", "expected"), [
+    ({"gpus_per_node": 8, "tasks_per_node": 8}, Layout(1, 8),
+     "gpus_per_node 8 asks 8 GPUs per node, but no node of partition gpu has more than 4 (sinfo)"),
+    ({"tasks_per_node": 4, "cpus_per_task": 40}, Layout(1, 4),
+     "tasks_per_node 4 x cpus_per_task 40 asks 160 CPUs per node, but no node of partition gpu has more than 128"),
+    ({"mem": "2T"}, Layout(1, 1), "mem 2T asks 2097152 MB of memory per node, but no node of partition gpu has more"),
+    ({"gpus_per_node": 4, "tasks_per_node": 4}, Layout(3, 4),  # the CPU node has no GPU: 2 nodes fit, not 3
+     "nodes 3 of 4 CPUs, 0 MB and 4 GPUs each, but only 2 node(s) of partition gpu have that much (sinfo)"),
+])
+def test_a_node_request_the_partition_cannot_hold_is_refused(profile: dict, layout: Layout, expected: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        _check_node_resources(SlurmProfile(**profile), layout, "partition gpu", GPU_PARTITION)
+    _check_node_resources(SlurmProfile(gpus_per_node=4, tasks_per_node=4), Layout(2, 4), "partition gpu", GPU_PARTITION)
+
+
+@pytest.mark.parametrize(("reason", "never"), [
+    ("PartitionTimeLimit", "it pends for PartitionTimeLimit (its time limit exceeds the partition's)"),
+    ("InvalidQOS", "it pends for InvalidQOS (its QOS is invalid)"),
+    ("AssocMaxWallDurationPerJobLimit", "it pends for AssocMaxWallDurationPerJobLimit (it breaks a per-job limit"),
+    ("QOSMaxGRESPerJob", "it pends for QOSMaxGRESPerJob (it breaks a per-job limit"),
+    ("Resources", None), ("Priority", None), ("ReqNodeNotAvail, UnavailableNodes:n1", None),
+    ("QOSMaxJobsPerUserLimit", None),  # the user's other jobs end: it clears
+    ("AssocGrpCpuLimit", None), ("JobHeldUser", None), ("BeginTime", None),
+])
+def test_only_reasons_that_cannot_clear_give_a_pending_job_up(reason: str, never: str | None) -> None:
+    found = never_starts(reason, 1, "debug")
+    assert (found is None) if never is None else (found is not None and found.startswith(never)), found

@@ -217,8 +217,8 @@ def test_study_launch_dry_run_needs_no_slurm_and_changes_nothing(
     profile = _slurm_profile(tmp_path, gpus_per_node=4, sbatch={"exclusive": True, "constraint": "a100"})
     code, out, err = _abtune(capsys, "study", "launch", "tiny", "--workers", "3", "--launcher", str(profile),
                              "--storage", url, "--dry-run")
-    assert (code, err) == (0, "abtune: note: sinfo gave no partitions here: the partitions and the room workers "
-                              "leave trials were not checked\n")  # says what it could not check
+    assert (code, err) == (0, "abtune: note: sinfo gave no partitions here: the request was not checked against "
+                              "the cluster, nor the room workers leave trials\n")  # says what it could not check
     workers, trial = out.split("# each trial: one job of 2 node(s) x 1 rank(s)")
     assert "#SBATCH --array=0-2%3" in workers and "#SBATCH --job-name=abtune-study-tiny" in workers
     assert "--gpus-per-node" not in workers and "--exclusive" not in workers  # a worker needs no GPU node

@@ -142,6 +142,8 @@ def test_interrupt_kill_and_resume_complete_the_budget(tmp_path: Path) -> None:
     signal_group(worker, signal.SIGINT)  # Ctrl-C on a terminal reaches the whole process group
     _, err = worker.communicate(timeout=120)
     assert worker.returncode == 130 and "no trial is left running" in err, err
+    # what to copy: the storage and tracking it ran with, not the default ./optuna.db
+    assert err.rstrip().endswith(f"Continue with: abtune study run tiny --storage {url} --no-tracking"), err
     trials = trials_of(url)
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     assert trials[interrupted].state == TrialState.FAIL and trials[interrupted].user_attrs["fail_reason"] == INTERRUPTED

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
+from abtune.config import RunConfig
 from abtune.errors import AbtuneError, ConfigError
 from abtune.launch.outcome import RunOutcome
 
@@ -161,6 +162,11 @@ class Launcher(ABC):
         """The script a batch system would run for this run; None when there is none."""
         return None
 
+    def check_request(self, layout: Layout, config: RunConfig | None = None) -> str | None:
+        """Refuse (ConfigError, one line) a run of `layout` (and `config`, where known) that this launcher can
+        never start. Returns what could not be checked, None when all was (or there was nothing to check)."""
+        return None
+
     def describe(self, run_dir: Path, layout: Layout, run_name: str) -> str:
         """What `--dry-run` prints: the batch script, or one line."""
         script = self.batch_script(run_dir, layout)
@@ -174,6 +180,11 @@ class Launcher(ABC):
     def submit(self, run_dir: Path, layout: Layout, *, resume: bool = False, job_name: str | None = None,
                timeout_min: int = DEFAULT_TIMEOUT_MIN, env: dict[str, str] | None = None) -> Job:
         """Start the run prepared in `run_dir`; returns at once. `env`: variables its processes get."""
+
+    def after(self, job: Job, body: Callable[[], Any], folder: Path) -> Job | None:
+        """Run `body` once `job` has ended, however it ended, with no process of ours following it (logs in
+        `folder`); None where a job ends with the process that started it (the driver sees its end)."""
+        return None
 
     def run(self, run_dir: Path, layout: Layout, *, resume: bool = False, out: TextIO = sys.stdout) -> RunOutcome:
         """Run in the foreground: submit and follow to the end (Ctrl-C: KeyboardInterrupt)."""

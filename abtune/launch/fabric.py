@@ -109,6 +109,33 @@ def _has_net_admin() -> bool:
     return os.geteuid() == 0
 
 
+def check_fabric(settings: FabricProfile, nodes: int, steps: int | None = None) -> None:
+    """Refuse in one line, before anything starts, what this fabric cannot do for a run of `nodes` simulated
+    nodes and `steps` steps: a fault on a node the run lacks or after its last step (it would never happen),
+    a latency this kernel cannot emulate (no netem)."""
+    for fault in settings.faults:
+        if fault.node >= nodes:
+            raise ConfigError(f"fabric.faults: node {fault.node} does not exist; this run has nodes 0-{nodes - 1}")
+        if steps is not None and fault.at_step > steps:
+            raise ConfigError(f"fabric.faults: the fault at step {fault.at_step} comes after the run's last step "
+                              f"(train.steps {steps}): it would never happen; lower at_step or raise train.steps")
+    asks = ("latency_ms" if settings.latency_ms else
+            "a fault's latency_ms" if any(f.latency_ms is not None for f in settings.faults) else None)
+    if asks is not None and nodes > 1 and (missing := _netem_missing()) is not None:
+        raise ConfigError(f"fabric: {asks} needs netem, and this kernel has no netem ({missing}): latency cannot be "
+                          "emulated here; loss_pct and bandwidth can")
+
+
+def _netem_missing() -> str | None:
+    """tc's refusal of a netem qdisc in a network namespace that lives for this one command; None when netem
+    works (or nothing here can tell: no unshare)."""
+    if shutil.which("unshare") is None:
+        return None
+    probe = subprocess.run(["unshare", "--net", "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "0ms"],
+                           capture_output=True, text=True)
+    return None if probe.returncode == 0 else (probe.stderr.strip().splitlines() or ["tc failed"])[-1]
+
+
 def _kernel_hint(error: str) -> str:
     if "netem" in error and "unknown" in error:
         return " (this kernel has no netem: latency_ms and its faults cannot be emulated here; loss_pct can)"
@@ -414,9 +441,7 @@ def node_network(settings: FabricProfile | None, nodes: int, run_dir: Path, resu
     if settings is None:
         yield NodeNetwork()
         return
-    for fault in settings.faults:
-        if fault.node >= nodes:
-            raise ConfigError(f"fabric.faults: node {fault.node} does not exist; this run has nodes 0-{nodes - 1}")
+    check_fabric(settings, nodes)
     fabric = Fabric.create(FabricSpec(nodes, settings.bandwidth, settings.latency_ms, settings.loss_pct,
                                       netem_always=any(f.latency_ms is not None for f in settings.faults)),
                            loss_faults=settings.loses_packets)

@@ -18,9 +18,10 @@ from typing import Any, TextIO
 
 import submitit
 
+from abtune.config import RunConfig
 from abtune.errors import AbtuneError, ConfigError
 from abtune.launch import local, slurm
-from abtune.launch.base import DEFAULT_TIMEOUT_MIN, Job, Launcher, Layout, exported
+from abtune.launch.base import DEFAULT_TIMEOUT_MIN, Job, Launcher, Layout, SubmissionFailed, exported
 from abtune.launch.outcome import RunOutcome
 from abtune.launch.pids import process_alive, process_start
 from abtune.launch.profiles import (
@@ -150,6 +151,14 @@ class LocalLauncher(Launcher):
             from abtune.launch.fabric import check_requirements
 
             check_requirements(loss=self.profile.fabric.loses_packets)
+
+    def check_request(self, layout: Layout, config: RunConfig | None = None) -> str | None:
+        """The fabric's faults and latency against the run (fabric.check_fabric)."""
+        if self.profile.fabric is not None:
+            from abtune.launch.fabric import check_fabric
+
+            check_fabric(self.profile.fabric, layout.nodes, config.train.steps if config is not None else None)
+        return None
 
     def submit(self, run_dir: Path, layout: Layout, *, resume: bool = False, job_name: str | None = None,
                timeout_min: int = DEFAULT_TIMEOUT_MIN, env: dict[str, str] | None = None) -> Job:
@@ -314,11 +323,28 @@ class SlurmLauncher(Launcher):
     def batch_script(self, run_dir: Path, layout: Layout, job_name: str | None = None) -> str:
         return slurm.sbatch_script(run_dir, layout, self.profile, job_name)
 
+    def check_request(self, layout: Layout, config: RunConfig | None = None) -> str | None:
+        """What sinfo tells of the partition: a job it can never hold is refused (capacity.check_request)."""
+        from abtune.launch.capacity import check_request
+
+        return check_request(self.profile, layout)
+
     def submit(self, run_dir: Path, layout: Layout, *, resume: bool = False, job_name: str | None = None,
                timeout_min: int = DEFAULT_TIMEOUT_MIN, env: dict[str, str] | None = None) -> Job:
-        """sbatch (the profile's time limit, not `timeout_min`); from inside a job as from a login node."""
+        """sbatch (the profile's time limit, not `timeout_min`); from inside a job as from a login node. A
+        job the cluster can never start is refused as sbatch refuses one (SubmissionFailed)."""
+        try:
+            self.check_request(layout)
+        except ConfigError as error:
+            raise SubmissionFailed(str(error)) from None
         with slurm.nested_submission(), exported(env):
             return SlurmJob(slurm.submit(run_dir, layout, self.profile, resume, job_name), run_dir)
+
+    def after(self, job: Job, body: Callable[[], Any], folder: Path) -> Job:
+        """A light one-task job that starts when `job` leaves the queue (sbatch --dependency=afterany)."""
+        with slurm.nested_submission():
+            return SlurmJob(slurm.submit_after(job.job_id, folder, self.profile, body, f"{_job_name(job)}-after"),
+                            job.run_dir)
 
     # --- study workers: one job array of light jobs (see abtune/study/launch.py) ---------------
     def submit_workers(self, folder: Path, body: Callable[[], Any], count: int, job_name: str) -> list[str]:
@@ -358,6 +384,10 @@ class SlurmLauncher(Launcher):
         from abtune.launch.capacity import trial_job_notes
 
         return trial_job_notes(trial_jobs, worker_jobs)
+
+
+def _job_name(job: Job) -> str:
+    return f"abtune-{job.run_dir.absolute().name}"
 
 
 # The launchers abtune knows, by profile kind: what load_launcher builds, re-attach follows and the tests cover.

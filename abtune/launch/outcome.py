@@ -13,6 +13,7 @@ class RunOutcome:
     ok: bool
     reason: str | None = None
     exit_code: int = 0
+    never_started: bool = False  # the launcher gave up on a job that could never start: nothing ran
 
 
 def recorded_failure(run_dir: Path, crashes: bool = True) -> str | None:

@@ -267,5 +267,11 @@ def _arguments(annotation: object) -> tuple[object, ...]:
 
 
 def check_fits(config: RunConfig, layout: Layout) -> None:
-    """Problems of this run on this layout, found before anything is submitted."""
+    """Problems of this run on this layout, found before anything is submitted: AB's groups, and the cluster
+    whose time it predicts (`train.cluster`), which rank 0 would refuse only after the start-up."""
     config.method.check_layout(layout.world_size, layout.ranks_per_node, layout.nodes)
+    if config.train.cluster is not None:
+        from abtune.timing import check_fits as fits_cluster
+        from abtune.timing import load_cluster
+
+        fits_cluster(layout.nodes, layout.ranks_per_node, load_cluster(config.train.cluster))

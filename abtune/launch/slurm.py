@@ -34,6 +34,7 @@ from submitit.core.utils import FailedJobError
 from submitit.helpers import Checkpointable, DelayedSubmission, TorchDistributedEnvironment
 from submitit.slurm.slurm import _make_sbatch_string
 
+from abtune.errors import ConfigError
 from abtune.launch.base import Layout, SubmissionFailed
 from abtune.launch.outcome import RunOutcome, recorded_failure
 from abtune.launch.profiles import SlurmProfile
@@ -221,6 +222,17 @@ def submit_array(folder: Path, layout: Layout, profile: SlurmProfile, bodies: li
         return executor.submit_array(bodies)
 
 
+def submit_after(job_id: str, folder: Path, profile: SlurmProfile, body: Any, job_name: str) -> submitit.Job[Any]:
+    """`body` as a light job (a study worker's: one task, no GPU) that starts once job `job_id` has ended,
+    however it ended (`--dependency=afterany`: also cancelled while pending, or killed)."""
+    light = worker_profile(profile)
+    light = light.model_copy(update={"max_requeues": 0,
+                                     "sbatch": {**light.sbatch, "dependency": f"afterany:{job_id}"}})
+    executor = make_executor(folder, WORKER_LAYOUT, light, job_name)
+    with _sbatch_errors_in_one_line():
+        return executor.submit(body)
+
+
 @contextlib.contextmanager
 def _sbatch_errors_in_one_line() -> Iterator[None]:
     """An sbatch refusal becomes SubmissionFailed with one line (submitit would also print sbatch's stderr)."""
@@ -263,7 +275,7 @@ ENDED_BY_SCHEDULER = frozenset({"CANCELLED", "DEADLINE", "NODE_FAIL", "PREEMPTED
 
 # Each call costs slurmctld two RPCs: the jobs (one: REQUEST_JOB_INFO_SINGLE, several: REQUEST_JOB_INFO)
 # and the partitions, which squeue always loads; --local spares a third, the federation's (sdiag, 22.05).
-SQUEUE = ["squeue", "--local", "-h", "-r", "-t", "all", "-o", "%i %T"]
+SQUEUE = ["squeue", "--local", "-h", "-r", "-t", "all", "-o", "%i|%T|%r|%D|%P"]  # id, state, reason, nodes, partition
 
 
 class QueueView:
@@ -283,6 +295,7 @@ class QueueView:
         self._followed: set[str] = set()
         self._asked: frozenset[str] = frozenset()
         self._states: dict[str, str] | None = {}
+        self._pending: dict[str, tuple[str, int, str]] = {}  # pending jobs: reason, nodes, partition
         self._at = float("-inf")
 
     def follow(self, job_id: str) -> None:
@@ -301,6 +314,10 @@ class QueueView:
             return None
         return self._states.get(job_id, "")
 
+    def pending(self, job_id: str) -> tuple[str, int, str] | None:
+        """Why a job the last refresh saw PENDING waits (squeue's reason), its node count and partition."""
+        return self._pending.get(job_id)
+
     def _refresh(self) -> None:
         asked = frozenset(self._followed)
         self.calls += 1
@@ -310,20 +327,24 @@ class QueueView:
         except (OSError, subprocess.TimeoutExpired):
             self._states = None
         else:
-            self._states = _parse_states(listed)
+            self._states, self._pending = _parse_states(listed)
         self._asked, self._at = asked, time.monotonic()
 
 
-def _parse_states(listed: subprocess.CompletedProcess[str]) -> dict[str, str] | None:
+def _parse_states(listed: subprocess.CompletedProcess[str]) -> tuple[dict[str, str] | None,
+                                                                      dict[str, tuple[str, int, str]]]:
+    """Each listed job's state, and why each pending one waits (reason, nodes, partition)."""
     if listed.returncode != 0:
         # one id the controller has forgotten: squeue -j asks for that job alone and refuses it
-        return {} if "Invalid job id" in listed.stderr else None
-    states = {}
+        return ({} if "Invalid job id" in listed.stderr else None), {}
+    states, pending = {}, {}
     for line in listed.stdout.splitlines():
-        job_id, _, state = line.strip().partition(" ")
+        job_id, state, reason, nodes, partition = (line.strip().split("|") + [""] * 5)[:5]
         if job_id:
-            states[job_id] = state.strip()
-    return states
+            states[job_id] = state
+            if state == "PENDING":
+                pending[job_id] = (reason, int(nodes) if nodes.isdigit() else 0, partition)
+    return states, pending
 
 
 QUEUE = QueueView()  # one per process: every SLURM job a runner follows shares its squeue calls
@@ -363,6 +384,8 @@ def _ended(job: submitit.Job[Any], run_dir: Path) -> RunOutcome | None:
     if result is not None:
         return result
     current = QUEUE.state(job.job_id)
+    if current == "PENDING":
+        return _never_starts(job)
     if current is None or (current and current not in ENDED_STATES):
         return None
     result = _success(job.task(0))  # it may have ended with its result since the first look
@@ -374,6 +397,20 @@ def _ended(job: submitit.Job[Any], run_dir: Path) -> RunOutcome | None:
             return None
     cause = recorded_failure(run_dir, crashes=current not in ENDED_BY_SCHEDULER)
     return RunOutcome(False, f"SLURM job {job.job_id} {current}" + (f": {cause}" if cause else ""), 1)
+
+
+def _never_starts(job: submitit.Job[Any]) -> RunOutcome | None:
+    """A pending job that can never start is cancelled, and ends with why (capacity.never_starts); None while
+    it may yet start."""
+    from abtune.launch.capacity import never_starts
+
+    pending = QUEUE.pending(job.job_id)
+    why = never_starts(*pending) if pending is not None else None
+    if why is None:
+        return None
+    job.cancel(check=False)
+    return RunOutcome(False, f"SLURM job {job.job_id} can never start: {why}; cancelled it: fix the launcher profile",
+                      ConfigError.exit_code, never_started=True)
 
 
 def _success(rank0: submitit.Job[Any]) -> RunOutcome | None:

@@ -5,6 +5,7 @@ sqlite:///optuna.db in the working directory); URLs are printed with their passw
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING
 from abtune.errors import AbtuneError, ConfigError
 from abtune.redact import redact
 from abtune.study.ranking import DEFAULT_MARGIN, DEFAULT_RULE, RULES, Rule
-from abtune.tracking.uri import add_tracking_arguments
+from abtune.tracking.uri import add_tracking_arguments, tracking_arguments
 from abtune.words import plural
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from abtune.tracking import open_tracking
 
     tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
-    again = f"abtune study run {args.name}" + ("" if args.launcher == "local" else f" --launcher {args.launcher}")
+    again = _run_command(args, url)
     runner = StudyRunner(storage, args.name, url, args.parallel, args.trials, launcher, tracking=tracking)
     try:
         finished = runner.run()
@@ -100,9 +101,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_command(args: argparse.Namespace, url: str) -> str:
+    """The `abtune study run` that carries on where this one stopped: its launcher, storage and tracking (a
+    password masked), quoted for a shell."""
+    words = ["abtune", "study", "run", args.name]
+    if args.launcher != "local":
+        words += ["--launcher", args.launcher]
+    if args.storage:
+        words += ["--storage", _shown(url)]
+    return shlex.join([*words, *tracking_arguments(args)])
+
+
 def cmd_launch(args: argparse.Namespace) -> int:
     from abtune.launch.base import SubmissionFailed
     from abtune.launch.launchers import load_launcher
+    from abtune.rundir import check_writable
     from abtune.study import launch
     from abtune.study.definition import stored_spec, stored_study_dir
     from abtune.study.storage import require_study
@@ -113,8 +126,13 @@ def cmd_launch(args: argparse.Namespace) -> int:
     storage, url = _storage(args)
     study_id = require_study(storage, args.name, url)
     spec, study_dir = stored_spec(storage, study_id), stored_study_dir(storage, study_id)
+    check_writable(study_dir, "study_dir")  # the workers write their logs and the trials' folders there
     layout = launch.check_study_fits(spec, launcher, args.name)
-    unchecked = launcher.check_worker_room(layout, args.workers, f"abtune study run {args.name} --launcher {args.launcher}")
+    unchecked = launcher.check_request(layout)
+    if unchecked is None:
+        unchecked = launcher.check_worker_room(layout, args.workers, f"abtune study run {args.name} --launcher {args.launcher}")
+    else:
+        unchecked += ", nor the room workers leave trials"
     if unchecked is not None and args.dry_run:  # a real launch asks the cluster itself, and fails there if it must
         print(f"abtune: note: {unchecked}", file=sys.stderr)
     if not launch.work_left(storage.get_all_trials(study_id, deepcopy=False), spec.trials):

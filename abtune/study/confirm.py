@@ -32,6 +32,7 @@ from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.launch.base import Job, Launcher
 from abtune.objectives import OBJECTIVES
+from abtune.rundir import check_writable
 from abtune.runfiles import read_summary, summary_path
 from abtune.runs import Run
 from abtune.study import results, stats
@@ -165,6 +166,7 @@ def confirm(storage: Any, name: str, top: int, seeds_count: int, rule: Rule, lau
     """Run the confirmation, store it in the study and in MLflow; returns the table (markdown) and records."""
     study_id = storage.get_study_id_from_name(name)
     spec, study_dir = stored_spec(storage, study_id), stored_study_dir(storage, study_id)
+    check_writable(study_dir, "study_dir")
     study = optuna.load_study(study_name=name, storage=storage)
     chosen = subjects(study, top, rule)
     seeds = confirmation_seeds(spec, seeds_count)

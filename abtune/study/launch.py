@@ -44,11 +44,13 @@ def job_name(study: str) -> str:
 class StudyWorker(Checkpointable):
     """The body of one worker job: `study run` with one trial at a time on the profile, no terminal."""
 
-    def __init__(self, study: str, profile: dict[str, Any], max_trials: int | None, tracking: bool = True) -> None:
+    def __init__(self, study: str, profile: dict[str, Any], max_trials: int | None, tracking: bool = True,
+                 source: str | None = None) -> None:
         self.study = study
         self.profile = profile  # plain values, its kind among them: a profile holds no secret
         self.max_trials = max_trials
         self.tracking = tracking  # the store's URI (and credentials) come from the environment, like the storage
+        self.source = source  # the `--launcher NAME|PATH` of `study launch`: each trial records it (`study best`)
 
     def __call__(self) -> dict[str, Any]:
         from abtune.launch.launchers import launcher_for
@@ -61,6 +63,7 @@ class StudyWorker(Checkpointable):
         quiet_optuna()
         storage = open_storage(url)
         launcher = launcher_for(parse_profile(self.profile, "the worker's launcher profile"))
+        launcher.source = self.source
         runner = StudyRunner(storage, self.study, url, 1, self.max_trials, launcher,
                              tracking=open_tracking(None, enabled=self.tracking))
         runner.run()
@@ -100,6 +103,6 @@ def launch(study_dir: Path, name: str, url: str, launcher: Launcher, workers: in
     """Submit the workers; returns their job ids at once. The URL travels in the environment only."""
     from abtune.study.storage import storage_environment
 
-    body = StudyWorker(name, launcher.profile.model_dump(mode="json"), max_trials, tracking)
+    body = StudyWorker(name, launcher.profile.model_dump(mode="json"), max_trials, tracking, launcher.source)
     with exported(storage_environment(url)):  # sbatch copies the environment into the jobs
         return launcher.submit_workers(study_dir / WORKERS_DIR, body, workers, job_name(name))

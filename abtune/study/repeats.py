@@ -52,7 +52,7 @@ from abtune.study.attrs import (
 )
 from abtune.study.pool import JobPool
 from abtune.study.pruning import mean_evaluations
-from abtune.study.trials import adopt_checkpoint, trial_dir, trial_hook_specs
+from abtune.study.trials import adopt_checkpoint, record_launcher, trial_dir, trial_hook_specs
 
 if TYPE_CHECKING:
     import optuna
@@ -224,6 +224,7 @@ def start_trial(runner: TrialRunner, trial: Any, config: RunConfig, run_id: str 
     seeds = [repeat_seed(config.seed, i) for i in range(runner.spec.repeats)]
     trial.set_user_attr(SEEDS_ATTR, seeds)
     trial.set_user_attr(RUN_DIR_ATTR, str(folder))
+    record_launcher(trial, runner.launcher)
     runs = [SeedRun(s, seed_dir(folder, s)) for s in seeds]
     previous = trial.user_attrs.get(RETRY_OF_ATTR)
     if previous is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shlex
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
@@ -249,12 +250,12 @@ def rerun_command(trial: FrozenTrial, spec: StudySpec) -> str:
     """`abtune train` of the trial's config where it ran: its SLURM profile (which sets nodes and tasks), or
     local processes in the study's layout (through the trial's local profile, e.g. the emulated fabric)."""
     attrs = trial.user_attrs
-    command = f"abtune train {attrs[RUN_DIR_ATTR]}/config.yaml"
+    command = ["abtune", "train", f"{attrs[RUN_DIR_ATTR]}/config.yaml"]
     launcher = attrs.get(LAUNCHER_ATTR)
     if attrs.get(SLURM_JOB_ATTR):
-        return f"{command} --launcher {launcher or 'slurm'}"
-    via = f" --launcher {launcher}" if launcher not in (None, "local") else ""
-    return f"{command}{via} --nproc {spec.layout.nproc} --ranks-per-node {spec.layout.per_node}"
+        return shlex.join([*command, "--launcher", launcher or "slurm"])
+    via = ["--launcher", launcher] if launcher not in (None, "local") else []
+    return shlex.join([*command, *via, "--nproc", str(spec.layout.nproc), "--ranks-per-node", str(spec.layout.per_node)])
 
 
 def _why_none(trials: Sequence[FrozenTrial], spec: StudySpec) -> str:

@@ -41,6 +41,7 @@ from abtune.launch.launchers import LocalLauncher
 from abtune.launch.outcome import RunOutcome
 from abtune.launch.profiles import LocalProfile, check_fits
 from abtune.redact import redact
+from abtune.rundir import UnwritableFolder, check_writable
 from abtune.runfiles import CONFIG_FILE
 from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import importance, reattach, repeats, results, retries, stop, workers
@@ -48,7 +49,6 @@ from abtune.study.attrs import (
     ARTIFACTS_AT_ATTR,
     ARTIFACTS_COST_ATTR,
     FAIL_REASON_ATTR,
-    LAUNCHER_ATTR,
     OVER_BUDGET_ATTR,
     REFERENCE_ATTR,
     RETRIED_ATTR,
@@ -61,6 +61,7 @@ from abtune.study.space import build_distributions
 from abtune.study.storage import absolute_url, storage_environment
 from abtune.study.trials import (
     adopt_retried_checkpoint,
+    record_launcher,
     submit_trial,
     trial_config,
     trial_dir,
@@ -133,10 +134,13 @@ class StudyRunner:
         self.study_id = storage.get_study_id_from_name(name)
         self.study, self.spec = open_search_study(storage, name)
         self.study_dir = stored_study_dir(storage, self.study_id)
+        check_writable(self.study_dir, "study_dir")  # before any trial is asked for: none is left RUNNING
         self.distributions = build_distributions(self.spec, f"study {name}")
         self.launcher = launcher or LocalLauncher(LocalProfile())
         self.layout = trial_layout(self.spec, self.launcher)
-        check_fits(parse_run_config(self.spec.base, f"study {name}: base"), self.layout)
+        base = parse_run_config(self.spec.base, f"study {name}: base")
+        check_fits(base, self.layout)
+        self.launcher.check_request(self.layout, base)  # a trial the launcher can never start: refused before any ask
         self.error: AbtuneError | None = None
         self.left_running: list[Job] = []  # jobs (SLURM) still running when this runner stopped
         self.parallel = parallel
@@ -267,19 +271,25 @@ class StudyRunner:
                 active.run = repeats.start_trial(self, trial, config, run_id)
             else:
                 active.run = self._submit(trial, config, run_id)
+        except (SubmissionFailed, UnwritableFolder, OSError) as error:
+            self.active.remove(active)
+            self._refused(active, str(error))
+            return
         except ConfigError as error:
             self.active.remove(active)
             self._fail(active, str(error), kind=None)
-            return
-        except SubmissionFailed as error:  # sbatch refused: the trial runs again later, the runner stops
-            self.active.remove(active)
-            self._fail(active, str(error), kind=retries.INTERRUPTED)
-            self.error, self.stopping = ConfigError(str(error)), True
             return
         assert active.job is not None
         reattach.record_job(trial, active.job)  # followed by the next runner if this one dies
         trial.set_user_attr("prepare_seconds", time.time() - active.started)  # ask -> submitted
         self.display.started(trial.number, trial.user_attrs.get(REFERENCE_ATTR))
+
+    def _refused(self, active: Active, reason: str) -> None:
+        """The cluster refused the trial's job or its folder (sbatch, a job that can never start, a folder
+        that cannot be written): every trial would meet the same, so the trial runs again later and the
+        runner stops with the reason."""
+        self._fail(active, reason, kind=retries.INTERRUPTED)
+        self.error, self.stopping = ConfigError(reason), True
 
     def _over_budget(self, trial: optuna.Trial) -> bool:
         """Another worker took the last trial of the budget between our check and our ask: do not run
@@ -303,7 +313,7 @@ class StudyRunner:
         run = self.prepare_run(config, run_dir, trial_hook_specs(self.spec, self.study.study_name, trial), run_id,
                                continues_checkpoint=adopted)
         trial.set_user_attr(RUN_DIR_ATTR, str(run_dir))
-        trial.set_user_attr(LAUNCHER_ATTR, self.launcher.source or self.launcher.kind)
+        record_launcher(trial, self.launcher)
         submit_trial(run, self.spec, trial_job_name(self.study.study_name, trial.number), self.trial_env)
         return run
 
@@ -325,6 +335,9 @@ class StudyRunner:
     def _finish(self, active: Active, outcome: RunOutcome) -> None:
         if self.stopping and not outcome.ok and not _outlives(active):  # our Ctrl-C stopped it
             self._fail(active, INTERRUPTED, kind=retries.INTERRUPTED)
+            return
+        if outcome.never_started:
+            self._refused(active, outcome.reason or "its job could never start")
             return
         if not outcome.ok:
             reason = outcome.reason or f"the job exited with code {outcome.exit_code}"

@@ -17,9 +17,9 @@ from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import ConfigError
 from abtune.launch.base import Job, Launcher, Layout
 from abtune.launch.profiles import check_fits
-from abtune.runfiles import CHECKPOINTS_DIR, METRICS_FILE, complete_checkpoints
+from abtune.runfiles import CHECKPOINTS_DIR, METRICS_FILE, complete_checkpoints, latest_checkpoint_step
 from abtune.runs import Run
-from abtune.study.attrs import REFERENCE_ATTR, RETRY_OF_ATTR
+from abtune.study.attrs import LAUNCHER_ATTR, REFERENCE_ATTR, RETRY_OF_ATTR
 from abtune.study.definition import DDP
 from abtune.study.pruning import make_hook
 from abtune.study.space import ddp_reference_config
@@ -52,6 +52,12 @@ def trial_layout(spec: StudySpec, launcher: Launcher) -> Layout:
                           "(step through one run with `abtune train --launcher debug`)")
     measures_nodes = "inter_node_bytes" in spec.objectives or spec.constraints.max_inter_node_mb is not None
     return launcher.trial_layout(spec.layout.nproc, spec.layout.per_node, measures_nodes)
+
+
+def record_launcher(trial: optuna.Trial, launcher: Launcher) -> None:
+    """The `--launcher NAME|PATH` the trial runs with (its kind when loaded otherwise): `study best` names it
+    in the command that runs the trial again."""
+    trial.set_user_attr(LAUNCHER_ATTR, launcher.source or launcher.kind)
 
 
 def trial_dir(study_dir: Path, number: int | str) -> Path:
@@ -111,4 +117,4 @@ def adopt_checkpoint(source: Path, run_dir: Path) -> int | None:
     shutil.copytree(complete[-1], run_dir / CHECKPOINTS_DIR / complete[-1].name)
     if (source / METRICS_FILE).exists():
         shutil.copy(source / METRICS_FILE, run_dir / METRICS_FILE)
-    return int(complete[-1].name.removeprefix("step_"))
+    return latest_checkpoint_step(source)

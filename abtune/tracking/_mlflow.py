@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import abtune
 from abtune.config import RunConfig, flatten, load_run_config
-from abtune.errors import AbtuneError
+from abtune.errors import AbtuneError, ConfigError
 from abtune.redact import redact
 from abtune.runfiles import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, RunSummary, find_summary
 from abtune.tracking._base import LaunchInfo, Tracking
@@ -59,8 +59,13 @@ def _sqlite_setup_lock(uri: str) -> Iterator[None]:
     import fcntl
 
     lock = Path(uri.removeprefix("sqlite:///") + ".lock")
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with lock.open("a") as handle:
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        handle = lock.open("a")
+    except OSError as error:
+        raise ConfigError(f"MLflow store {lock.parent}: cannot write {lock} ({(error.strerror or str(error)).lower()}); "
+                          "run from a folder you can write, or pass --tracking-uri or --no-tracking") from None
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         yield
 

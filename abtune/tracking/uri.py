@@ -81,3 +81,9 @@ def add_tracking_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tracking-uri", default=None, metavar="URI",
                         help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
     parser.add_argument("--no-tracking", action="store_true", help="record nothing in MLflow")
+
+
+def tracking_arguments(args: argparse.Namespace) -> list[str]:
+    """The tracking flags a command was given, to print a command that carries on (a password masked)."""
+    return (["--tracking-uri", redact(args.tracking_uri)] if args.tracking_uri else []) + (
+        ["--no-tracking"] if args.no_tracking else [])

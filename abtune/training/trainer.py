@@ -19,7 +19,7 @@ from torch import nn
 from abtune.comm import GROUP_MEAN_INTER, sum_rows
 from abtune.config import TRAINING_PHASES, RunConfig
 from abtune.data import build_datasets, build_loaders, steps_per_epoch
-from abtune.dist import DistEnv, discover_topology
+from abtune.dist import DistEnv, discover_topology, node_name
 from abtune.errors import TrainingFailed
 from abtune.methods import MethodContext, build_method
 from abtune.models import build_model
@@ -33,7 +33,7 @@ from abtune.training.checkpoint import (
     set_rng_state,
 )
 from abtune.training.evaluate import Evaluation, evaluate
-from abtune.training.hang import HangDetector
+from abtune.training.hang import HangDetector, RankId
 from abtune.training.hooks import MetricsFile, TrainingHook, build_hooks, configured_hook_specs
 from abtune.training.lr import scheduled_lr
 from abtune.training.precision import Precision
@@ -80,7 +80,7 @@ class Trainer:
         self.cluster = load_cluster(config.train.cluster) if config.train.cluster is not None else None
         if self.cluster is not None:
             check_fits(self.topology.num_nodes, self.topology.ranks_per_node, self.cluster)
-        self.hang = HangDetector(config.train.hang, f"rank {env.rank} (node {env.node_rank})",
+        self.hang = HangDetector(config.train.hang, RankId(env.rank, env.node_rank, node_name()),
                                  lambda: self.meter.waiting_in, lambda: self.meter.last_issued)
         train_set, val_set, self.data_info = build_datasets(config.data, config.seed)
         self.train_loader, self.val_loader, self.sampler = build_loaders(

@@ -19,6 +19,7 @@ import faulthandler
 import logging
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import NoReturn
@@ -27,6 +28,7 @@ from abtune.config import load_run_config
 from abtune.errors import AbtuneError, TrainingFailed
 from abtune.runfiles import CONFIG_FILE, FAILURES_DIR
 from abtune.runlock import join_run
+from abtune.training.hang import STORE_LINGER_S
 
 QUIET_VARIABLE = "ABTUNE_LAUNCHED"  # set by a launcher that reports failures itself
 
@@ -53,7 +55,7 @@ def run_rank(run_dir: Path, resume: bool) -> None:
     # torch-heavy: imported once the process is a rank, so that launchers importing this module
     # (for FAILURES_DIR, QUIET_VARIABLE) do not pay for torch
     from abtune import strict_device
-    from abtune.dist import init_distributed, shutdown
+    from abtune.dist import StoreBoard, init_distributed, shutdown
     from abtune.training.trainer import Trainer
 
     config = load_run_config(run_dir / CONFIG_FILE)
@@ -66,8 +68,10 @@ def run_rank(run_dir: Path, resume: bool) -> None:
         env = init_distributed(config.train.pg_timeout_s)  # may refuse: a task without a GPU of its own
         with strict_device.strict_devices(strict_device.requested()):
             trainer = Trainer(config, run_dir, env)
-            if env.world_size > 1:  # one rank waits for no peer; and the debug launcher's breakpoints may take hours
-                trainer.hang.start(lambda message: end_hung_rank(run_dir, rank, message))
+            # one rank waits for no peer; and the debug launcher's breakpoints may take hours
+            if env.world_size > 1 and config.train.hang.enabled:
+                trainer.hang.start(lambda message: end_hung_rank(run_dir, rank, message),
+                                   StoreBoard(env.world_size, config.train.pg_timeout_s))
             trainer.train(resume=resume)
         finish_together()
     except AbtuneError as error:
@@ -87,10 +91,13 @@ def run_rank(run_dir: Path, resume: bool) -> None:
 
 def end_hung_rank(run_dir: Path, rank: int, message: str) -> NoReturn:
     """From the hang detector's thread: the main thread is blocked in C++ and cannot be interrupted, so
-    the process ends here (abtune/training/hang.py)."""
+    the process ends here (abtune/training/hang.py); rank 0, which serves the rendezvous store, after its peers
+    are done with it."""
     record_failure(run_dir, rank, message)
     if not os.environ.get(QUIET_VARIABLE):
         print(f"abtune worker: {message}", file=sys.stderr)
+    if rank == 0:
+        time.sleep(STORE_LINGER_S)
     exit_without_finalizing(TrainingFailed.exit_code)
 
 

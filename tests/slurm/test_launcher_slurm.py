@@ -20,12 +20,14 @@ from abtune.config import load_run_config
 from abtune.launch.base import Layout
 from abtune.launch.launchers import SlurmJob, load_launcher, reattach
 from abtune.launch.profiles import load_profile
-from abtune.launch.slurm import in_queue, job_folder, submit_array
+from abtune.launch.slurm import in_queue, job_folder, submit, submit_array
+from abtune.launch.slurm import outcome as outcome_of
 from abtune.rundir import prepare_run_dir
 from abtune.runfiles import read_summary
 from abtune.training.hooks import read_metrics, write_hook_specs
 from tests.conftest import abtune_command, run_cli, wait_for, with_checkout_on_path, write_config
 from tests.gate import gate_spec, paused, release
+from tests.study_helpers import trials_of, write_study
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]  # slow too: `-m "not slow"` is the quick subset
 
@@ -124,7 +126,7 @@ def test_cancelled_job_fails_with_the_slurm_state(tmp_path: Path, profile: Path)
 
     assert cli.returncode == 1
     assert stderr.strip().splitlines() == [
-        f"abtune: error: SLURM job {job_id} CANCELLED (run folder {run_dir}; checkpoints allow --resume)"
+        f"abtune: error: SLURM job {job_id} CANCELLED (run folder {run_dir}; no checkpoint to resume from)"
     ]
     # what a study runner sees when it re-attaches to the trial's job later
     job = reattach("slurm", job_id, run_dir)
@@ -188,9 +190,10 @@ def _task_pid(job_id: str, task: int) -> int | None:
 
 
 def test_a_frozen_rank_gets_its_job_ended_by_a_peer_not_its_time_limit(tmp_path: Path, profile: Path) -> None:
-    """A rank frozen mid-run (SIGSTOP, as a hung GPU or a stalled node) leaves its peer waiting in DDP's all-reduce;
-    the peer's hang detector ends its task at its 3 s floor, srun ends the job, and the one line names the rank
-    that waited, well before the job's hour or the process group's 600 s."""
+    """A rank frozen mid-run on node n2 (SIGSTOP, as a hung GPU or a stalled node) leaves its peer waiting in DDP's
+    all-reduce; the peer's hang detector ends its task at its 3 s floor, srun ends the job, and the one line names
+    the frozen rank and its node (SLURM's name for it, the one to drain), then the rank that waited, well before
+    the job's hour or the process group's 600 s."""
     config = write_config(tmp_path / "long.yaml", train={"steps": 100000, "eval_every": 100000, "log_every": 10,
                                                          "hang": {"floor_s": 3, "untimed_s": 120}})
     two_ranks = tmp_path / "two.yaml"
@@ -210,7 +213,8 @@ def test_a_frozen_rank_gets_its_job_ended_by_a_peer_not_its_time_limit(tmp_path:
         if Path(f"/proc/{pid}").exists():
             os.kill(pid, signal.SIGCONT)
     assert not outcome.ok and outcome.reason is not None
-    assert re.fullmatch(r"SLURM job \d+ FAILED: rank 0 \(node 0\) made no progress for \d+ s in step \d+ \(phase "
+    assert re.fullmatch(r"SLURM job \d+ FAILED: rank 1 \(node 1, host n2\) stopped responding: not heard from for \d+ "
+                        r"s, last [^;]+; rank 0 \(node 0, host n1\) made no progress for \d+ s in step \d+ \(phase "
                         r"train\), not in a collective \(the last it issued: all_reduce over group 'world' .*",
                         outcome.reason), outcome.reason
     assert time.monotonic() - frozen < 120
@@ -272,9 +276,122 @@ def test_unknown_partition_is_one_line(tmp_path: Path, profile: Path) -> None:
     result = run_cli("train", str(ab_config(tmp_path, steps=10)), "--launcher", str(bad),
                      "--run-dir", str(tmp_path / "run"), check=False)
     assert (result.returncode, result.stderr) == (
-        2, "abtune: error: sbatch refused the job: invalid partition specified: nosuchpart\n")
+        2, "abtune: error: partition: nosuchpart is not a partition of this cluster (sinfo lists debug); set one of "
+           "them in the launcher profile\n")
     assert not (tmp_path / "run").exists()
 
+
+
+def test_a_profile_the_cluster_cannot_hold_is_refused_in_one_line_at_dry_run_and_submission(
+        tmp_path: Path, profile: Path) -> None:
+    """4 nodes of a 2-node partition (sinfo tells; 4 so that AB's study finds its groups even): `train` and `train
+    --dry-run` refuse it in one line and submit nothing, and `study launch` refuses it without recommending
+    `study run`, which would wait the same way."""
+    four = tmp_path / "four.yaml"
+    four.write_text(profile.read_text().replace("nodes: 2", "nodes: 4"))
+    config = write_config(tmp_path / "ddp.yaml", train={"steps": 10})
+    expected = ("abtune: error: launcher profile: nodes 4, but partition debug has 2 node(s) (n1, n2; sinfo); "
+                "ask for at most 2\n")
+    queued_before = _my_jobs()
+    for dry_run in (["--dry-run"], []):
+        result = run_cli("train", str(config), "--launcher", str(four), "--run-dir", str(tmp_path / "run"),
+                         "--no-tracking", *dry_run, check=False)
+        assert (result.returncode, result.stderr, result.stdout) == (2, expected, "")
+    assert not (tmp_path / "run").exists() and _my_jobs() == queued_before
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    run_cli("study", "create", str(write_study(tmp_path / "s.yaml")), "--storage", url)
+    for command in (["launch", "--dry-run"], ["run"]):
+        refused = run_cli("study", command[0], "tiny", "--launcher", str(four), "--storage", url, "--no-tracking",
+                          *command[1:], cwd=tmp_path, check=False)
+        assert (refused.returncode, refused.stderr) == (2, expected), refused.stderr
+    assert {t.state.name for t in trials_of(url)} == {"WAITING"}  # the references, never asked for
+    # One that got past the check (the partition shrank since, an older abtune) pends for PartitionNodeLimit (which
+    # also means "nodes down" and may clear: with more nodes than the partition has, it never does), then for
+    # PartitionConfig once the scheduler has looked at it.
+    job = submit(prepared_run(config, tmp_path / "past"), Layout(4, 2), load_profile(str(four)))
+    outcome = wait_for(lambda: outcome_of(job, tmp_path / "past"), JOB_TIMEOUT_S, "the job to be given up")
+    assert (outcome.ok, outcome.never_started) == (False, True)
+    assert re.fullmatch(rf"SLURM job {job.job_id} can never start: it pends for (PartitionNodeLimit \(it asks 4 "
+                        r"node\(s\); partition debug has 2\)|PartitionConfig \(the partition's configuration cannot "
+                        r"hold it\)); cancelled it: fix the launcher profile", outcome.reason or ""), outcome.reason
+    wait_for(lambda: not in_queue(job.job_id), 60, "the job to leave the queue")
+
+
+def _my_jobs() -> list[str]:
+    return subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True,
+                          timeout=30).stdout.split()
+
+
+def test_a_job_pending_for_a_reason_that_cannot_clear_is_cancelled_and_fails_in_one_line(
+        tmp_path: Path, profile: Path, slurm_cluster) -> None:
+    """The run's job waits behind another that holds both nodes; then the partition's time limit drops below
+    the job's hour: SLURM keeps it PENDING (PartitionTimeLimit) for ever. `train` cancels it and says why."""
+    hold = subprocess.run(["sbatch", "--parsable", "-N2", "--exclusive", "--wrap", "sleep 600"], capture_output=True,
+                          text=True, check=True, timeout=30, cwd=tmp_path).stdout.strip()
+    limit = ["scontrol", "update", f"PartitionName={slurm_cluster.partition}"]
+    run_dir = tmp_path / "run"
+    command = [*abtune_command(), "train", str(ab_config(tmp_path, steps=10)), "--launcher", str(profile),
+               "--run-dir", str(run_dir), "--no-tracking"]
+    cli = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = cli.stdout.readline() if cli.stdout else ""
+        assert first.startswith("submitted SLURM job "), first
+        job_id = first.split()[3].rstrip(":")
+        wait_for(lambda: "Resources" in _reason(job_id), JOB_TIMEOUT_S, "the job to wait for the nodes")
+        subprocess.run([*limit, "MaxTime=30"], check=True, timeout=30)
+        _, stderr = cli.communicate(timeout=JOB_TIMEOUT_S)
+    finally:
+        cli.kill()  # only if it still follows a job that never starts
+        subprocess.run([*limit, "MaxTime=INFINITE"], check=True, timeout=30)
+        subprocess.run(["scancel", hold], check=True, timeout=30)
+    assert cli.returncode == 2, stderr
+    assert stderr == (f"abtune: error: SLURM job {job_id} can never start: it pends for PartitionTimeLimit (its time "
+                      "limit exceeds the partition's); cancelled it: fix the launcher profile\n")
+    wait_for(lambda: not in_queue(job_id), 60, "the job to leave the queue")
+
+
+def _reason(job_id: str) -> str:
+    return subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%r"], capture_output=True, text=True,
+                          timeout=30).stdout
+
+
+def test_a_detached_run_s_mlflow_run_is_closed_however_its_job_ends(tmp_path: Path, profile: Path,
+                                                                    mlflow_db: Path) -> None:
+    """`train --detach` follows nothing, so the job's own closer (a one-task job that runs after it, however it
+    ended) tells MLflow as `train` following it would: a run that trains to the end FINISHED with its results, one
+    cancelled while it waited for nodes FAILED; one that sbatch refused FAILED at once. None stays RUNNING."""
+    from mlflow import MlflowClient
+
+    tracking = ["--tracking-uri", f"sqlite:///{mlflow_db}"]
+    config = write_config(tmp_path / "ddp.yaml", train={"steps": 20, "log_every": 10, "eval_every": 20})
+    refused = tmp_path / "refused.yaml"
+    refused.write_text(profile.read_text() + "sbatch: {constraint: nosuchfeature}\n")  # sinfo cannot tell
+    result = run_cli("train", str(config), "--launcher", str(refused), "--run-dir", str(tmp_path / "refused"),
+                     "--detach", *tracking, check=False)
+    assert result.returncode == 2 and "sbatch refused the job" in result.stderr, result.stderr
+    hold = subprocess.run(["sbatch", "--parsable", "-N2", "--exclusive", "--wrap", "sleep 600"], capture_output=True,
+                          text=True, check=True, timeout=30, cwd=tmp_path).stdout.strip()
+    try:
+        jobs = {}
+        for name in ("cancelled", "finished"):
+            out = run_cli("train", str(config), "--launcher", str(profile), "--run-dir", str(tmp_path / name),
+                          "--detach", *tracking).stdout
+            jobs[name] = out.split()[3].rstrip(":")
+        subprocess.run(["scancel", jobs["cancelled"]], check=True, timeout=30)
+    finally:
+        subprocess.run(["scancel", hold], check=True, timeout=30)
+    client = MlflowClient(f"sqlite:///{mlflow_db}")
+
+    def ended() -> dict[str, str] | None:
+        runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+        states = {run.data.tags.get("abtune.run_dir", "").rpartition("/")[2]: run.info.status for run in runs}
+        return states if "RUNNING" not in states.values() and len(states) == 3 else None
+
+    states = wait_for(ended, JOB_TIMEOUT_S, "every MLflow run to end")
+    assert states == {"refused": "FAILED", "cancelled": "FAILED", "finished": "FINISHED"}, states
+    finished = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                  filter_string="attributes.status = 'FINISHED'")[0]
+    assert finished.data.metrics["final_top1"] == read_summary(tmp_path / "finished").final_top1
 
 
 def test_job_array_for_study_workers(tmp_path: Path, profile: Path) -> None:

@@ -101,6 +101,7 @@ def test_study_launch_runs_the_budget_on_a_job_array(tmp_path: Path, profile: Pa
     assert len(set(job_ids)) == len(trials) and all(sacct_states(j) == ["COMPLETED"] for j in job_ids)
     for trial in trials:
         assert trial.state == TrialState.COMPLETE, trial.user_attrs.get("fail_reason")
+        assert trial.user_attrs["launcher"] == str(profile)  # the profile it ran with, not the shipped `slurm`
         run = summary(trial)
         assert (run["world_size"], run["num_nodes"], run["steps_done"]) == (2, 2, 30)
         assert trial.values == [run["final"]["val_top1"]] == [trial.user_attrs["top1"]]
@@ -108,6 +109,8 @@ def test_study_launch_runs_the_budget_on_a_job_array(tmp_path: Path, profile: Pa
     searched = [tuple(sorted(t.params.items())) for t in trials[1:]]
     assert len(set(searched)) == len(searched), searched  # two workers started together seed apart
     _check_one_child_run_per_trial(tracking, trials)
+    best = run_cli("study", "best", "tiny", "--storage", url, cwd=tmp_path).stdout
+    assert re.search(rf"run it again: abtune train \S+/config.yaml --launcher {re.escape(str(profile))}\n", best), best
     again = run_cli(*launch, cwd=tmp_path).stdout
     assert again.startswith("study tiny has spent its budget of 3 trials; nothing to launch")
     assert len(trials_of(url)) == len(everything)
@@ -182,17 +185,20 @@ def test_sbatch_refusal_is_one_line_and_loses_no_trial(tmp_path: Path, profile: 
     url = created_study(tmp_path, steps=30, trials=2, references=NO_REFERENCES)
     bad = tmp_path / "bad.yaml"
     bad.write_text(profile.read_text().replace("partition: debug", "partition: nosuchpart"))
-    refused = "abtune: error: sbatch refused the job: invalid partition specified: nosuchpart\n"
-
-    launch = run_cli("study", "launch", "tiny", "--workers", "2", "--launcher", str(bad), "--storage", url,
-                     cwd=tmp_path, check=False)  # `study launch` asks sinfo first: nothing reaches sbatch
-    assert (launch.returncode, launch.stdout, launch.stderr) == (
-        2, "", "abtune: error: partition: nosuchpart is not a partition of this cluster (sinfo lists debug); set one "
-               "of them in the launcher profile\n")
+    unknown_partition = ("abtune: error: partition: nosuchpart is not a partition of this cluster (sinfo lists "
+                         "debug); set one of them in the launcher profile\n")
+    for command in ("launch", "run"):  # both ask sinfo before any trial: nothing reaches sbatch
+        refused = run_cli("study", command, "tiny", "--launcher", str(bad), "--storage", url, cwd=tmp_path,
+                          check=False)
+        assert (refused.returncode, refused.stdout, refused.stderr) == (2, "", unknown_partition)
     assert trials_of(url) == []
 
-    run = run_cli("study", "run", "tiny", "--launcher", str(bad), "--storage", url, cwd=tmp_path, check=False)
-    assert (run.returncode, run.stderr) == (2, refused)
+    featureless = tmp_path / "featureless.yaml"  # what sinfo cannot tell: sbatch refuses the trial's job itself
+    featureless.write_text(profile.read_text() + "sbatch: {constraint: nosuchfeature}\n")
+    run = run_cli("study", "run", "tiny", "--launcher", str(featureless), "--storage", url, cwd=tmp_path,
+                  check=False)
+    assert (run.returncode, run.stderr) == (
+        2, "abtune: error: sbatch refused the job: Batch job submission failed: Invalid feature specification\n")
     asked, retry = trials_of(url)  # the trial that could not be submitted runs again later, budget intact
     assert asked.state == TrialState.FAIL and asked.user_attrs["retried"] and SLURM_JOB_ATTR not in asked.user_attrs
     assert retry.state == TrialState.WAITING and retry.user_attrs["retry_of"] == asked.number
