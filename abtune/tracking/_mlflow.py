@@ -99,6 +99,8 @@ class MlflowTracking(Tracking):
             _connect_once(self.uri)
             with _sqlite_setup_lock(self.uri):  # the client creates a new SQLite store's tables
                 self.client = MlflowClient(self.uri)
+        except ConfigError:  # a store folder abtune cannot write: the user's to fix, not a server's
+            raise
         except Exception as error:
             raise self._unreachable(error) from None
 
