@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from abtune.errors import AbtuneError, ConfigError
+from abtune.redact import redact
+from abtune.tracking.store import check_database, refused_revision
 from abtune.tracking.uri import local_artifact_root
 
 READY_TIMEOUT_S = 120.0
@@ -43,6 +45,7 @@ class Service:
     url: str
     process: subprocess.Popen[bytes]
     log: Path | None = None
+    store: str | None = None  # the MLflow store it serves
 
     @property
     def port(self) -> int:
@@ -75,23 +78,34 @@ def _require_free(name: str, host: str, port: int) -> None:
                               "the port: start again to pick a free one") from None
 
 
-def _start(name: str, command: list[str], env: dict[str, str], port: int, host: str, log: Path | None) -> Service:
+def _start(name: str, command: list[str], env: dict[str, str], port: int, host: str, log: Path | None,
+           store: str | None = None) -> Service:
     _require_free(name, host, port)
     stream = log.open("ab") if log else subprocess.DEVNULL
     process = subprocess.Popen(command, env={**os.environ, **env}, stdout=stream, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL, start_new_session=True)
-    return Service(name, f"http://{host}:{port}", process, log)
+    return Service(name, f"http://{host}:{port}", process, log, store)
 
 
 def start_mlflow_server(backend_uri: str, *, host: str = "127.0.0.1", port: int | None = None,
                         log: Path | None = None) -> Service:
-    """`mlflow server` on `backend_uri`; artifacts of a SQLite store are served from mlartifacts/ beside it."""
+    """`mlflow server` on `backend_uri`; artifacts of a SQLite store are served from mlartifacts/ beside it.
+    A database MLflow cannot use ends here in one line, before the server writes to it."""
+    try:
+        check_database(backend_uri)
+    except AbtuneError:
+        raise
+    except Exception as error:  # noqa: BLE001 - the database's driver says why, in its words
+        text = str(error).strip().splitlines()
+        raise AbtuneError(f"cannot reach the MLflow store {redact(backend_uri)}: {type(error).__name__}: "
+                          f"{redact(text[0]) if text else ''}") from None
     port = port or free_port()
     command = [_executable("mlflow", "mlflow"), "server", "--host", host, "--port", str(port), "--workers", "1"]
     artifacts = local_artifact_root(backend_uri)
     if artifacts is not None:
         command += ["--artifacts-destination", str(artifacts)]
-    return _start(MLFLOW, command, {"MLFLOW_BACKEND_STORE_URI": backend_uri, **QUIET_SERVER}, port, host, log)
+    return _start(MLFLOW, command, {"MLFLOW_BACKEND_STORE_URI": backend_uri, **QUIET_SERVER}, port, host, log,
+                  store=backend_uri)
 
 
 def start_optuna_dashboard(storage: str, *, host: str = "127.0.0.1", port: int | None = None,
@@ -108,7 +122,9 @@ def wait_ready(service: Service, timeout: float = READY_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if service.process.poll() is not None:
-            raise AbtuneError(f"{service.name} exited with code {service.process.returncode}{_last_line(service)}")
+            last = _last_line(service)
+            refused = refused_revision(service.store, last) if service.store else None
+            raise refused or AbtuneError(f"{service.name} exited with code {service.process.returncode}{last}")
         with contextlib.suppress(OSError, urllib.error.URLError), \
                 urllib.request.urlopen(service.url + "/", timeout=5) as response:
             if response.status == 200 and _listens(service):
