@@ -19,6 +19,8 @@ from abtune.errors import AbtuneError
 from abtune.tracking import servers
 from tests.conftest import wait_for, with_checkout_on_path
 
+SECRET = "hunter2-s3cret"
+
 
 def python_without(folder: Path, packages: tuple[str, ...] = (), commands: tuple[str, ...] = ()) -> Path:
     """A virtual environment with every package this one has but `packages` (import names), and of the
@@ -115,3 +117,14 @@ def test_a_page_another_program_serves_on_the_port_is_not_the_service_being_read
         servers.stop(service)
         other.kill()
         other.wait()
+
+
+def test_an_mlflow_database_that_does_not_answer_ends_at_once_with_its_password_masked() -> None:
+    """Checked before the server starts: `mlflow server` retries such a database for about 100 s."""
+    port = servers.free_port()  # nothing listens there
+    with pytest.raises(AbtuneError) as refused:
+        servers.start_mlflow_server(f"postgresql+psycopg2://bob:{SECRET}@127.0.0.1:{port}/mlflow")
+    message = str(refused.value)
+    assert message.startswith(f"cannot reach the MLflow store postgresql+psycopg2://bob:***@127.0.0.1:{port}/mlflow: "
+                              "OperationalError: "), message
+    assert SECRET not in message and len(message.splitlines()) == 1
