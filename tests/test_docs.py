@@ -13,6 +13,8 @@ import pytest
 
 from tests.conftest import REPO
 
+README = REPO / "README.md"
+README_MAX_LINES = 300
 TWO_COMMANDS = (
     "pip install -e '.[dev]' && abtune study create studies/quickstart.yaml && abtune study run quickstart\n"
     "pytest -q\n"
@@ -76,6 +78,33 @@ def test_a_link_that_leads_nowhere_fails_the_build(tmp_path: Path, page: str, br
     assert target in built.stderr
 
 
+def test_readme_opens_with_the_two_commands_and_says_what_the_tests_install() -> None:
+    readme = README.read_text()
+    assert first_code_block(readme) == TWO_COMMANDS
+    after_commands = readme.split(TWO_COMMANDS + "```\n", 1)[1].lstrip().split("\n\n", 1)[0]
+    assert "root" in after_commands and "tests/system.py" in after_commands
+    for package in ("SLURM", "PostgreSQL", "chromium", "iproute2", "iptables"):
+        assert package in after_commands
+
+
+def test_readme_is_a_landing_page() -> None:
+    assert len(README.read_text().splitlines()) <= README_MAX_LINES
+
+
 @pytest.mark.parametrize("page", ["docs/index.md", "docs/getting-started.md"])
 def test_the_docs_show_the_two_commands_as_the_readme_does(page: str) -> None:
     assert first_code_block((REPO / page).read_text()) == TWO_COMMANDS
+
+
+def test_every_link_of_the_readme_leads_somewhere(site: Path) -> None:
+    links = [link for link in LINK.findall(README.read_text()) if "://" not in link]
+    assert links, "the README links into docs/"
+    for link in links:
+        path, _, anchor = link.partition("#")
+        assert (REPO / path).exists(), link
+        if anchor:
+            assert path.startswith("docs/") and path.endswith(".md"), link
+            page = site / Path(path).relative_to("docs").with_suffix("") / "index.html"
+            if page.parent.name == "index":
+                page = site / "index.html"
+            assert f'id="{anchor}"' in page.read_text(), link
