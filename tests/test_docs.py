@@ -4,6 +4,7 @@ docs/ (with BENCHMARKS.md), built strict so that a link or anchor that leads now
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from abtune.cli import EXAMPLES, build_parser
 from tests.conftest import REPO
 
 README = REPO / "README.md"
@@ -108,3 +110,14 @@ def test_every_link_of_the_readme_leads_somewhere(site: Path) -> None:
             if page.parent.name == "index":
                 page = site / "index.html"
             assert f'id="{anchor}"' in page.read_text(), link
+
+
+@pytest.mark.parametrize(("command", "what"), EXAMPLES, ids=[c for c, _ in EXAMPLES])
+def test_every_example_of_abtune_help_parses(command: str, what: str) -> None:
+    for part in command.split(" && "):
+        words = shlex.split(part)
+        assert words[0] == "abtune"
+        build_parser().parse_args(words[1:])
+        for word in words:
+            if word.startswith("studies/"):
+                assert (REPO / word).is_file(), word
