@@ -386,8 +386,33 @@ class RedactingParser(argparse.ArgumentParser):
         super().error(redact(message))
 
 
+DESCRIPTION = """\
+Find and scale hyperparameters for communication-efficient distributed
+training: AB-training searched with Optuna, compared with DDP, SBC, PowerSGD
+and fp16, every inter-node byte counted; on local processes, an emulated
+interconnect or SLURM, every run recorded in MLflow."""
+
+# (command, what it does): the epilog of `abtune --help`; tests/test_docs.py parses each command.
+EXAMPLES = (
+    ("abtune study create studies/quickstart.yaml && abtune study run quickstart",
+     "the quickstart: 8 trials of a small ViT, 4 processes as 2 nodes"),
+    ("abtune study best quickstart", "the recommended configuration and the Pareto front"),
+    ("abtune train studies/run_quickstart.yaml --nproc 4 --ranks-per-node 2",
+     "one AB-training run on 2 simulated nodes"),
+    ("abtune compare studies/run_quickstart.yaml --nproc 4 --ranks-per-node 2",
+     "DDP, AB, AB without groups, SBC, PowerSGD and fp16 side by side"),
+    ("abtune train studies/run_quickstart.yaml --launcher slurm --dry-run",
+     "the sbatch script a SLURM run would submit, nothing submitted"),
+    ("abtune ui", "MLflow and optuna-dashboard over ./mlflow.db and ./optuna.db"),
+)
+EPILOG = "examples:\n" + "".join(f"  {command}\n      {what}\n" for command, what in EXAMPLES) + """
+`abtune COMMAND --help` gives a command's options. The documentation is
+README.md and docs/ in the checkout (`mkdocs serve` shows it as a site)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = RedactingParser(prog="abtune", description=__doc__.splitlines()[0])
+    parser = RedactingParser(prog="abtune", description=DESCRIPTION, epilog=EPILOG,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
     train = commands.add_parser("train", help="train one run (local processes, in-process debug, or SLURM)")

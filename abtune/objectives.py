@@ -8,7 +8,7 @@ objective, optimized or not, so a study can be compared on any of them later); c
 
 A leaf module (it reads only the run folder's contract): the study, the tracking plots and the
 reports import it, and it imports none of them. Adding an objective is one new entry in OBJECTIVES
-(see the README's "Adding an objective").
+(see docs/layout.md, "Adding an objective").
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def postgres_study_url(request: pytest.FixtureRequest) -> str:
 
 
 def as_in_the_readme(url: str) -> str:
-    """`postgresql://user:password@host:port/db`, the form the README shows: no driver named."""
+    """`postgresql://user:password@host:port/db`, the form docs/studies.md shows: no driver named."""
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
