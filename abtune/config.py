@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
@@ -17,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from abtune.errors import ConfigError
+from abtune.phases import Phase
 from abtune.yamlfile import read_yaml
 
 Fraction = Annotated[float, Field(gt=0.0, lt=1.0)]
@@ -275,16 +275,7 @@ def _check_groups(size: int, world_size: int) -> None:
 # It lives beside AbConfig (not in methods/ab/) so the study, promote and the trackers read it without torch.
 
 
-class Phase(StrEnum):
-    WARMUP = "warmup"
-    AB = "ab"
-    REBOUND = "rebound"
-
-
-TRAINING_PHASES = ("train", "warmup", "ab", "sync", "rebound")
-"""Phases whose collectives are training itself (gradients, updates, AB's factors and sync): the
-traffic studies optimize and DDP's training reference is set against. The other phases (setup,
-eval, checkpoint, control, report) are counted apart."""
+AB_PHASES = (Phase.WARMUP, Phase.AB, Phase.REBOUND)  # the phases of AB's segments
 
 
 def round_half_up(value: float) -> int:
@@ -328,7 +319,7 @@ class ABSchedule:
 
     def steps_by_phase(self, steps_done: int) -> dict[Phase, int]:
         """How many of the first `steps_done` steps each phase had."""
-        done = dict.fromkeys(Phase, 0)
+        done = dict.fromkeys(AB_PHASES, 0)
         for segment in self.segments:
             done[segment.phase] += max(0, min(segment.end, steps_done) - segment.start)
         return done
