@@ -74,7 +74,7 @@ def feasible(trial: FrozenTrial) -> bool:
 def pareto_front(trials: Sequence[FrozenTrial], metrics: Sequence[str]) -> list[FrozenTrial]:
     """Trials no other trial beats on every metric (directions from abtune/objectives.py), best top-1 first."""
     scored = [t for t in trials if all(m in t.user_attrs for m in metrics)]
-    scores = [[float(t.user_attrs[m]) * (1 if OBJECTIVES[m].maximize else -1) for m in metrics] for t in scored]
+    scores = [[OBJECTIVES[m].score(float(t.user_attrs[m])) for m in metrics] for t in scored]
     front = [t for t, on_front in zip(scored, pareto_mask(scores), strict=True) if on_front]
     return sorted(front, key=lambda t: (-t.user_attrs["top1"], t.number))
 
