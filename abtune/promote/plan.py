@@ -9,7 +9,7 @@ partial batches); AB's warmup/AB/rebound steps follow from the carried fractions
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field
 
@@ -20,7 +20,7 @@ from abtune.promote.target import ScalingTarget, with_root
 from abtune.words import plural
 
 Strategy = Literal["local", "global"]
-STRATEGIES: tuple[Strategy, ...] = ("local", "global")
+STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
 BASELINE = "ddp"
 CAMPAIGN_FILE = "campaign.yaml"
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from abtune.errors import AbtuneError, ConfigError
+from abtune.errors import INTERRUPTED_EXIT, AbtuneError, ConfigError
 from abtune.redact import redact
 from abtune.study.ranking import DEFAULT_MARGIN, DEFAULT_RULE, RULES, Rule
 from abtune.tracking.uri import add_tracking_arguments, tracking_arguments
@@ -18,8 +18,6 @@ from abtune.words import plural
 
 if TYPE_CHECKING:
     from abtune.tracking import Tracking
-
-INTERRUPTED_EXIT = 130
 
 
 def add_rule_arguments(parser: argparse.ArgumentParser) -> None:

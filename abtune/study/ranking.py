@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import optuna
 from optuna.study import StudyDirection
@@ -31,7 +31,7 @@ from abtune.study.attrs import REFERENCE_ATTR
 from abtune.study.definition import DDP
 
 RuleName = Literal["within-margin", "best-accuracy", "least-traffic", "knee"]
-RULES: tuple[RuleName, ...] = ("within-margin", "best-accuracy", "least-traffic", "knee")
+RULES: tuple[RuleName, ...] = get_args(RuleName)
 DEFAULT_MARGIN = 0.01  # top-1
 
 
