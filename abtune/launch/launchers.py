@@ -73,7 +73,7 @@ class LocalJob(Job):
             return None
         if not self._job.paths.result_pickle.exists():
             # The controller has ended, so its task has written all it will: submitit would wait 15 s
-            # for a result that a cancelled or killed job never writes (a study stop waited 15 s a trial).
+            # for a result that a cancelled or killed job never writes.
             return _without_result(self.job_id)
         return _result(self._job)
 
