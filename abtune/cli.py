@@ -25,6 +25,7 @@ from abtune.launch.base import Job, Launcher, Layout
 from abtune.launch.launchers import JOBS_DIR, load_launcher
 from abtune.launch.profiles import check_fits
 from abtune.launch.warm import owned_server
+from abtune.methods import METHOD_NAMES
 from abtune.promote.plan import STRATEGIES
 from abtune.redact import redact
 from abtune.rundir import DEFAULT_RUNS_DIR, check_resumable, check_writable, default_run_dir
@@ -406,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     comp = commands.add_parser("compare", help="train one config with several methods and compare them")
     comp.add_argument("config", type=Path, help="run config YAML")
-    comp.add_argument("--methods", default="ddp,ab,ab-nogroups,sbc,powersgd,fp16",
+    comp.add_argument("--methods", default=",".join(METHOD_NAMES),
                       help="comma-separated methods (default: %(default)s)")
     comp.add_argument("--nproc", type=int, default=1, help="number of ranks (processes)")
     comp.add_argument("--ranks-per-node", type=int, default=None, help="ranks per simulated node (default: all)")

@@ -49,7 +49,7 @@ import yaml
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from abtune.config import AbConfig, ABSchedule
+from abtune.methods.ab_settings import AbConfig, ABSchedule
 from abtune.study.attrs import EVALUATIONS_ATTR
 from abtune.study.pareto_pruner import ParetoAshaPruner
 

@@ -7,12 +7,14 @@ or inside a function (a lazy import is still an arrow), except under `if TYPE_CH
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "abtune"
 
-# Higher imports lower. Modules not named here are leaves (config, errors, runfiles, runlock, yamlfile, ...):
+# Higher imports lower. Modules not named here are leaves (config, errors, phases, runfiles, schema, ...):
 # every layer may read them, and they import only other leaves.
 LAYERS = {
     "abtune.cli": 10,
@@ -53,7 +55,14 @@ def imports(module: str) -> set[str]:
     return {m for m in found if m in MODULES and m != module}
 
 
+def torch_free_part_of_methods(module: str) -> bool:
+    """The method registry (the package itself) and each method's settings: leaves the configuration reads."""
+    return module == "abtune.methods" or (module.startswith("abtune.methods.") and module.endswith("settings"))
+
+
 def layer(module: str) -> float:
+    if torch_free_part_of_methods(module):
+        return 1
     unit = ".".join(module.split(".")[:2])
     return LAYERS.get(unit, 1)
 
@@ -104,6 +113,15 @@ def test_no_modules_and_no_packages_import_each_other_in_a_circle() -> None:
             if unit_a != unit_b:
                 packages[unit_a].add(unit_b)
     assert not _circles(packages)
+
+
+def test_the_configuration_and_every_method_s_settings_load_without_torch() -> None:
+    """The CLI, the study and promote read the run config and the method registry; torch stays unloaded."""
+    assert {m for m in MODULES if torch_free_part_of_methods(m)} >= {"abtune.methods", "abtune.methods.ab_settings"}
+    loaded = subprocess.run([sys.executable, "-c", "import sys, abtune.config, abtune.methods, abtune.cli; "
+                             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('abtune.methods')))"],
+                            capture_output=True, text=True, check=True).stdout
+    assert "'torch'" not in loaded and "'abtune.methods.ab_settings'" in loaded, loaded
 
 
 def test_the_checker_sees_a_circle_and_an_upward_arrow() -> None:

@@ -11,8 +11,8 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
-from abtune.config import AbConfig, ABSchedule
 from abtune.methods.ab import predict_ab_training_bytes
+from abtune.methods.ab_settings import AbConfig, ABSchedule
 from abtune.study.attrs import EVALUATIONS_ATTR, REFERENCE_ATTR
 from abtune.study.curves import describe, early_vs_final, spearman
 from abtune.study.definition import PAPER_DEFAULTS

@@ -13,10 +13,11 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field
 
-from abtune.config import RunConfig, StrictModel, apply_overrides, parse_run_config
+from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import ConfigError
 from abtune.promote.select import Promoted
 from abtune.promote.target import ScalingTarget, with_root
+from abtune.schema import StrictModel
 from abtune.words import plural
 
 Strategy = Literal["local", "global"]

@@ -12,8 +12,8 @@ from typing import Any
 import optuna
 from optuna.storages import BaseStorage
 
-from abtune.config import METHOD_CONFIGS
 from abtune.errors import ConfigError
+from abtune.methods import METHOD_CONFIGS
 from abtune.redact import redact
 from abtune.study.attrs import ATTEMPT_ATTR, REFERENCE_ATTR, SPEC_ATTR, STUDY_DIR_ATTR
 from abtune.study.definition import (

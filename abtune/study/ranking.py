@@ -24,8 +24,8 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from abtune.config import METHOD_CONFIGS
 from abtune.errors import ConfigError
+from abtune.methods import METHOD_CONFIGS
 from abtune.objectives import OBJECTIVES, pareto_mask, signed
 from abtune.study.attrs import REFERENCE_ATTR
 from abtune.study.definition import DDP

@@ -21,7 +21,8 @@ from abtune.config import RunConfig
 from abtune.data import build_datasets, build_loaders, steps_per_epoch
 from abtune.dist import DistEnv, discover_topology, node_name
 from abtune.errors import TrainingFailed
-from abtune.methods import MethodContext, build_method
+from abtune.methods import build_method
+from abtune.methods.base import MethodContext
 from abtune.models import build_model
 from abtune.phases import TRAINING_PHASES, Phase
 from abtune.runfiles import write_summary

@@ -17,12 +17,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from abtune.config import AbConfig, ABSchedule, Phase
 from abtune.methods.ab import lowrank
 from abtune.methods.ab.groups import ABGroups, Target, build_groups
 from abtune.methods.ab.sync import merged_state
+from abtune.methods.ab_settings import AbConfig, ABSchedule
 from abtune.methods.base import Method, MethodContext, ParameterCounts
 from abtune.methods.ddp import DataParallel, average_buffers_
+from abtune.phases import Phase
 
 
 class ABTraining(Method):
