@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -30,6 +31,8 @@ from abtune.timing import Cluster, Prediction, break_even_gbit, predict
 
 MEGA = 1e6
 CSV_FILE, JSON_FILE, PLOT_FILE = "compare.csv", "compare.json", "compare.png"
+PLOT_DPI = 120
+LABEL_GAP_PX = 4  # between two tick labels of compare.png's traffic axis
 
 
 @dataclass(frozen=True)
@@ -227,16 +230,26 @@ def plot_points(rows: list[ComparisonRow]) -> tuple[str, list[PlotPoint]]:
 
 
 def plot_comparison(rows: list[ComparisonRow], path: Path) -> list[PlotPoint]:
+    """Write compare.png (comparison_figure); return the points as drawn (read back from the figure), so what
+    lands on each axis can be checked."""
+    import matplotlib.pyplot as plt
+
+    figure, drawn = comparison_figure(rows)
+    figure.savefig(path)
+    plt.close(figure)
+    return drawn
+
+
+def comparison_figure(rows: list[ComparisonRow]) -> tuple[Any, list[PlotPoint]]:
     """Final top-1 against training inter-node traffic (log scale), each point annotated with its method and,
-    when the trained model is compressed, its compression: up and to the left is better. Returns the points as
-    drawn (read back from the figure), so what lands on each axis can be checked."""
+    when the trained model is compressed, its compression: up and to the left is better."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     xlabel, points = plot_points(rows)
-    figure, axes = plt.subplots(figsize=(6.5, 4.2))
+    figure, axes = plt.subplots(figsize=(6.5, 4.2), dpi=PLOT_DPI)
     drawn = []
     for index, point in enumerate(points):
         marker = axes.scatter(point.x_mb, point.top1, s=45, label=point.label)
@@ -247,6 +260,7 @@ def plot_comparison(rows: list[ComparisonRow], path: Path) -> list[PlotPoint]:
         (x, y), = marker.get_offsets().tolist()
         drawn.append(PlotPoint(point.method, float(x), float(y), point.label))
     axes.set_xscale("log")
+    _plain_megabytes(axes.xaxis)
     axes.set_xlabel(xlabel)
     axes.set_ylabel("final validation top-1")
     axes.set_title("accuracy vs inter-node traffic (method, trained-model compression)")
@@ -255,9 +269,46 @@ def plot_comparison(rows: list[ComparisonRow], path: Path) -> list[PlotPoint]:
         axes.legend(fontsize="small", loc="best")
         axes.margins(x=0.15, y=0.1)  # room for the labels right of the rightmost point
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return drawn
+    _readable_tick_labels(figure, axes.xaxis)
+    return figure, drawn
+
+
+def _plain_megabytes(axis: Any, label_every_minor_tick: bool = False) -> None:
+    """Tick labels as plain MB (30, 45, 1.25) where matplotlib would write 3x10^1: traffic within a decade
+    gets a label on minor ticks too, and the scientific form is too wide for them."""
+    from matplotlib.ticker import LogFormatterSciNotation
+
+    class PlainLogFormatter(LogFormatterSciNotation):
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            return f"{x:g}" if super().__call__(x, pos) else ""
+
+    axis.set_major_formatter(PlainLogFormatter())
+    axis.set_minor_formatter(PlainLogFormatter(minor_thresholds=(math.inf, math.inf) if label_every_minor_tick
+                                               else (1, 0.4)))  # matplotlib's default choice of minor labels
+
+
+def _readable_tick_labels(figure: Any, axis: Any) -> None:
+    """At least two labels on the traffic axis (a lone `10` gives no scale), none overlapping: each label
+    that would touch the one kept before it, left to right, as drawn, is blanked."""
+    if len(_labelled_ticks(figure, axis)) < 2:
+        _plain_megabytes(axis, label_every_minor_tick=True)
+    renderer = figure.canvas.get_renderer()
+    kept = None
+    for tick in _labelled_ticks(figure, axis):
+        box = tick.label1.get_window_extent(renderer)
+        if kept is not None and box.x0 < kept.x1 + LABEL_GAP_PX:
+            tick.label1.set_visible(False)
+        else:
+            kept = box
+
+
+def _labelled_ticks(figure: Any, axis: Any) -> list[Any]:
+    """The ticks in view whose label is drawn, left to right (after drawing the figure as it is now)."""
+    figure.canvas.draw()
+    low, high = sorted(axis.get_view_interval())
+    ticks = [t for t in (*axis.get_major_ticks(), *axis.get_minor_ticks())
+             if low <= t.get_loc() <= high and t.label1.get_visible() and t.label1.get_text()]
+    return sorted(ticks, key=lambda t: t.get_loc())
 
 
 def print_table(rows: list[ComparisonRow], wide: bool = False) -> None:

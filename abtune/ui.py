@@ -62,7 +62,7 @@ def serve(tracking_uri: str | None, storage: str | None, host: str = "127.0.0.1"
     started: list[servers.Service] = []
     try:
         with tempfile.TemporaryDirectory(prefix="abtune-ui-") as logs:
-            started = _start_all(tracking_uri, storage, host, Path(logs))
+            _start_all(started, tracking_uri, storage, host, Path(logs))
             if not started:
                 _print_access(started, tracking_uri)
                 return 0
@@ -90,13 +90,13 @@ def _setter(event: threading.Event):  # noqa: ANN202 - a signal handler
     return handler
 
 
-def _start_all(tracking_uri: str | None, storage: str | None, host: str, logs: Path) -> list[servers.Service]:
-    started = []
+def _start_all(started: list[servers.Service], tracking_uri: str | None, storage: str | None, host: str,
+               logs: Path) -> None:
+    """Into `started`, as each starts: if the second cannot, the caller still stops the first."""
     if tracking_uri and not _is_server(tracking_uri):  # a server is already a UI
         started.append(servers.start_mlflow_server(tracking_uri, host=host, log=logs / "mlflow.log"))
     if storage:
         started.append(servers.start_optuna_dashboard(storage, host=host, log=logs / "optuna.log"))
-    return started
 
 
 def _is_server(uri: str) -> bool:

@@ -9,10 +9,12 @@ averaged result can be checked against a hand computation.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import multiprocessing
 import os
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -214,6 +216,31 @@ def test_a_decomposition_that_factors_tells_how_much(one_rank_world: DistEnv) ->
     assert method.ranks == {"0.weight": 2, "2.weight": 3}
     compression = method.trained_model_counts().compression
     assert notes == [f"step 2: sigma_cutoff 0.1 factored 2 of 2 weights (ranks 2-3); model compression {compression:.2f}:1"]
+
+
+def test_an_evaluation_inside_an_ab_phase_keeps_no_dense_copy_and_draws_no_random_numbers(
+    one_rank_world: DistEnv,
+) -> None:
+    """The dense model an AB phase evaluates is the merged one, built for the evaluation and gone with it;
+    building it leaves the global RNG (dropout masks) where training left it."""
+    model = _mlp()
+    _set_singular_values(model[0], [1.0, 0.8, 0.05, 0.04, 0.02, 0.01])
+    _set_singular_values(model[2], [1.0, 0.9, 0.8, 0.07, 0.05, 0.04, 0.03, 0.02])
+    method = _ab(one_rank_world, name="ab-nogroups", sigma_cutoff=0.1)
+    method.setup(model, broadcast_initial=True)
+    method.begin_step(0)
+    method.begin_step(AB_START)
+    assert method.in_ab and method.ranks == {"0.weight": 2, "2.weight": 3}
+    merged = {ref.key: torch.matmul(*lowrank.factors(model, ref)).detach().clone() for ref in method.factored}
+    for _ in range(2):  # a second evaluation builds its own copy
+        random_state = torch.random.get_rng_state()
+        dense = method.eval_module()
+        assert torch.equal(torch.random.get_rng_state(), random_state)
+        assert all(torch.allclose(dense.state_dict()[key], product) for key, product in merged.items())
+        evaluated = weakref.ref(dense)
+        del dense
+        gc.collect()
+        assert evaluated() is None  # nothing in the method holds it after the evaluation
 
 
 # --- groups ---------------------------------------------------------------------------------------

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import re
 from pathlib import Path
 
 import pytest
+from matplotlib.figure import Figure
+from matplotlib.text import Text
 from mlflow import MlflowClient
 
-from abtune.compare import ComparisonRow, plot_comparison, plot_points, prediction_lines
+from abtune.compare import ComparisonRow, comparison_figure, plot_comparison, plot_points, prediction_lines
 from abtune.runfiles import read_summary
 from abtune.timing import break_even_gbit, load_cluster, predict
 from tests.conftest import run_cli, write_config
@@ -103,6 +106,38 @@ def test_the_plot_puts_inter_node_traffic_on_x_and_labels_compression(tmp_path: 
     assert [(p.method, p.x_mb, p.top1, p.label) for p in drawn] == [("ddp", 64.1, 0.96, "ddp"),
                                                                     ("ab", 28.4, 0.95, "ab 2.9:1")]
     assert (tmp_path / "compare.png").read_bytes()[:4] == PNG_MAGIC
+
+
+def _traffic_tick_labels(figure: Figure) -> list[Text]:
+    """The traffic axis's tick labels as drawn: in view, visible, with text."""
+    axis = figure.axes[0].xaxis
+    low, high = sorted(axis.get_view_interval())
+    ticks = [t for t in (*axis.get_major_ticks(), *axis.get_minor_ticks())
+             if low <= t.get_loc() <= high and t.label1.get_visible() and t.label1.get_text()]
+    return [t.label1 for t in sorted(ticks, key=lambda t: t.get_loc())]
+
+
+# Traffic within a decade (matplotlib then labels minor ticks too, 1.225x10^0 wide), within two, and spans
+# that cross one decade boundary only (a lone `10` would give no scale).
+@pytest.mark.parametrize(("low_mb", "high_mb"), [(1.2, 1.35), (30.0, 33.0), (15.0, 25.0), (0.0017, 0.00186),
+                                                 (3.0, 40.0), (1783.0, 26740.0), (7.0, 16.0), (28.4, 64.1)])
+def test_the_traffic_axis_labels_are_plain_numbers_that_do_not_overlap(tmp_path: Path, low_mb: float,
+                                                                      high_mb: float) -> None:
+    import matplotlib.pyplot as plt
+
+    rows = [ComparisonRow("ddp", final_top1=0.95, training_mb=high_mb, training_inter_node_mb=high_mb),
+            ComparisonRow("ab", final_top1=0.94, training_mb=low_mb, training_inter_node_mb=low_mb, compression=2.0)]
+    figure, _ = comparison_figure(rows)
+    figure.savefig(tmp_path / "compare.png")  # drawn as written
+    renderer = figure.canvas.get_renderer()
+    labels = _traffic_tick_labels(figure)
+    boxes = [label.get_window_extent(renderer) for label in labels]
+    texts = [label.get_text() for label in labels]
+    plt.close(figure)
+    assert len(labels) >= 2, texts
+    assert all(left.x1 < right.x0 for left, right in itertools.pairwise(boxes)), texts
+    values = [float(text) for text in texts]  # plain MB, not 3x10^1
+    assert values == sorted(values) and low_mb / 2 < values[-1] and values[0] < high_mb * 2, texts
 
 
 def test_on_one_node_the_plot_falls_back_to_training_traffic() -> None:

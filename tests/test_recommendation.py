@@ -69,6 +69,26 @@ def test_study_best_recommends_by_the_rule_and_says_which(quickstart: tuple[Path
     assert _recommended(run_cli("study", "best", "quickstart", "--storage", url, "--margin", "0.02", cwd=folder).stdout) == 2
 
 
+def _rule_text(out: str) -> str:
+    found = re.search(r"chosen by (rule .*?\))", " ".join(out.split()))
+    assert found, out
+    return found.group(1)
+
+
+def test_study_status_recommends_what_study_best_does_by_the_same_rule(quickstart: tuple[Path, str]) -> None:
+    folder, url = quickstart
+    status = run_cli("study", "status", "quickstart", "--storage", url, cwd=folder).stdout
+    flat = " ".join(status.split())
+    assert "recommended so far: trial 7 (top-1 0.9528, inter-node MB 47.14), chosen by rule within-margin" in flat
+    assert "the highest top-1 is trial 4's (0.9611); trial 7 has 0.9528 at inter-node MB 47.14 instead of 59.98" in flat
+    assert "best so far" not in status
+    best = run_cli("study", "best", "quickstart", "--storage", url, cwd=folder).stdout
+    assert _rule_text(status) == _rule_text(best)  # the rule's words, as `study best` prints them
+    by_accuracy = run_cli("study", "status", "quickstart", "--storage", url, "--rule", "best-accuracy", cwd=folder).stdout
+    assert "recommended so far: trial 4 (top-1 0.9611, inter-node MB 59.98), chosen by rule best-accuracy" in \
+        " ".join(by_accuracy.split())
+
+
 def test_promote_carries_what_study_best_recommends(quickstart: tuple[Path, str]) -> None:
     folder, url = quickstart
     base = ["promote", "quickstart", "--storage", url, "--to", str(VIT_TARGET), "--nodes", "2", "--scaling", "local",

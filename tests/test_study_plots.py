@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import optuna
 import pytest
 from mlflow import MlflowClient
+from optuna.trial import FrozenTrial, create_trial
 from PIL import Image
 
 from abtune.objectives import OBJECTIVES
@@ -17,7 +19,7 @@ from abtune.study.definition import open_search_study
 from abtune.study.runner import StudyRunner
 from abtune.study.storage import open_storage
 from abtune.tracking import open_tracking, plots
-from abtune.tracking.study_plots import study_curves, study_points
+from abtune.tracking.study_plots import front_objectives, study_curves, study_points
 from tests.quickstart_fixture import DDP_TRIAL, PAPER_TRIAL, quickstart_study, quickstart_trials
 
 TOP1, BYTES = OBJECTIVES["top1"], OBJECTIVES["inter_node_bytes"]
@@ -54,6 +56,39 @@ def test_the_pareto_plot_marks_both_references_and_draws_the_front_study_best_pr
     assert [t.number for t in front] == [4, 7, 2] and drawn.series["Pareto front"] == expected
     assert drawn.covered == 0
     assert "inter-node MB as a multiple of DDP's" in drawn.texts  # the close-up's top axis
+
+
+THREE = ["top1", "inter_node_bytes", "train_seconds"]
+
+
+def _three_objective_trials() -> list[FrozenTrial]:
+    """Trial 2 trails trial 1 on top-1 and traffic but trains fastest: on the front of all three objectives,
+    off the front of the two the plot draws. Trial 3 is beaten by trial 0 on all three."""
+    study = optuna.create_study(directions=[OBJECTIVES[m].direction for m in THREE])
+    study.set_metric_names(THREE)
+    rows = [(0.95, 50e6, 100.0, None), (0.94, 40e6, 100.0, None), (0.93, 45e6, 50.0, None), (0.92, 60e6, 120.0, None),
+            (0.95, 140e6, 90.0, "ddp")]
+    for top1, traffic, seconds, reference in rows:
+        attrs = {"top1": top1, "inter_node_bytes": traffic, "train_seconds": seconds, "compression": 2.0,
+                 **({"reference": reference} if reference else {})}
+        study.add_trial(create_trial(values=[attrs[m] for m in THREE], user_attrs=attrs))
+    return study.trials
+
+
+def test_with_three_objectives_the_pareto_plot_marks_the_front_study_best_finds_on_all_three(tmp_path: Path) -> None:
+    trials = _three_objective_trials()
+    front = results.pareto_front(results.search_trials(trials), THREE)  # as study best finds it
+    assert sorted(t.number for t in front) == [0, 1, 2]
+    y, x, points = study_points(trials, THREE)
+    assert (y.name, x.name) == ("top1", "inter_node_bytes")
+    assert sorted(p["number"] for p in points if p["front"]) == [0, 1, 2]
+    drawn = plots.pareto_front(points, y, x, tmp_path / "pareto_front.png", front_objectives(THREE))
+    label = "Pareto front on top-1, inter-node MB, train s"
+    assert sorted(drawn.series[label]) == sorted((t.user_attrs["inter_node_bytes"] / 1e6, t.user_attrs["top1"])
+                                                 for t in front)
+    assert "Pareto front" not in drawn.series  # no staircase through the shadows of a 3-objective front
+    assert any(t.endswith("on all 3 objectives, drawn on top-1 and inter-node MB") for t in drawn.texts), drawn.texts
+    assert drawn.covered == 0
 
 
 def test_the_history_and_the_evaluation_curves_show_the_ddp_reference_and_label_their_lines(tmp_path: Path) -> None:

@@ -111,6 +111,47 @@ def test_an_mlflow_sql_store_keeps_one_connection_per_process(fresh_database_url
     assert held_connections(fresh_database_url) == 1
 
 
+def _tables(url: str) -> set[str]:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    with engine.connect() as conn:
+        return set(sa.inspect(conn).get_table_names())
+
+
+def test_mlflow_on_the_database_optuna_set_up_ends_in_one_line_that_asks_for_a_database_of_its_own(
+        tmp_path: Path, fresh_database_url: str) -> None:
+    """Both keep their schema version in `alembic_version`: MLflow stops on Optuna's revision ("Can't locate
+    revision") after writing its tables beside Optuna's. abtune refuses first, for a run and for the UI; a
+    database where an earlier MLflow already wrote its tables gets the same line."""
+    from mlflow import MlflowClient
+
+    from tests.conftest import run_cli, write_config
+
+    url, password = as_in_the_readme(fresh_database_url), make_url(fresh_database_url).password
+    open_storage(url, create=True).create_new_study([StudyDirection.MAXIMIZE], "shared")  # what study create does
+    optunas = _tables(fresh_database_url)
+    config = write_config(tmp_path / "run.yaml")
+    expected = (f"abtune: error: MLflow cannot use the database postgresql+psycopg2://{make_url(url).username}:***@"
+                f"{make_url(url).host}:{make_url(url).port}/{make_url(url).database}: another program set it up first "
+                "(schema revision ")
+
+    def refused(*args: str) -> None:
+        result = run_cli(*args, "--tracking-uri", url, cwd=tmp_path, check=False)
+        assert result.returncode == 2, result.stderr
+        assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(expected), result.stderr
+        assert "give MLflow a database of its own" in result.stderr and password not in result.stdout + result.stderr
+
+    refused("train", str(config), "--run-dir", str(tmp_path / "run"))
+    refused("ui")
+    assert _tables(fresh_database_url) == optunas  # MLflow wrote nothing there
+    assert not (tmp_path / "run").exists()
+
+    with pytest.raises(Exception, match="Can't locate revision"):  # as an earlier abtune (or MLflow itself) left it
+        MlflowClient(fresh_database_url).search_experiments()
+    assert "experiments" in _tables(fresh_database_url)
+    refused("train", str(config), "--run-dir", str(tmp_path / "run"))
+    refused("ui")
+
+
 NO_REFERENCES = {"paper_defaults": False, "ddp": False}  # every trial sampled
 AT_ONCE = 3
 

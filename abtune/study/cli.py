@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def add_rule_arguments(parser: argparse.ArgumentParser) -> None:
-    """--rule and --margin: how `study best`, `study confirm` and `promote` choose from a Pareto front."""
+    """--rule and --margin: how `study best`, `study status`, `study confirm` and `promote` choose from a Pareto front."""
     parser.add_argument("--rule", choices=RULES, default=DEFAULT_RULE.name,
                         help="how to choose from a multi-objective study's Pareto front (default: %(default)s: the "
                              "least traffic within --margin top-1 of the best top-1)")
@@ -194,9 +194,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     from abtune.study.report import print_status
     from abtune.study.storage import require_study
 
+    rule = rule_of(args)
     storage, url = _storage(args)
     require_study(storage, args.name, url)
-    print_status(storage, args.name, _shown(url))
+    print_status(storage, args.name, _shown(url), rule)
     return 0
 
 
@@ -312,7 +313,8 @@ def register_study_commands(commands: argparse._SubParsersAction) -> None:
                       help="leave running trials to finish; their workers or the next `study run` tell them")
     stop.add_argument("--fail", action="store_true", help="fail the stopped trials instead of re-enqueuing them")
     add_tracking_arguments(stop)
-    add("status", cmd_status, "trial counts, running trials, best so far")
+    status = add("status", cmd_status, "trial counts, running trials, the configuration recommended so far")
+    add_rule_arguments(status)
     best = add("best", cmd_best, "the recommended configuration and the Pareto front, with deltas vs the reference trials")
     add_rule_arguments(best)
     best.add_argument("--wide", action="store_true", help="every column, however wide the tables get")

@@ -37,7 +37,7 @@ from abtune.study.attrs import (
 )
 from abtune.study.definition import DDP, PAPER_DEFAULTS, stored_spec, stored_study_dir
 from abtune.study.display import with_spread
-from abtune.study.ranking import Rule, directions_of, rank_front
+from abtune.study.ranking import DEFAULT_RULE, Rule, directions_of, rank_front
 from abtune.study.spec import StudySpec
 from abtune.study.stop import WORKER_JOBS_ATTR
 
@@ -62,7 +62,7 @@ def _waiting_notes(storage: BaseStorage, study_id: int, trials: list[FrozenTrial
     return notes
 
 
-def print_status(storage: BaseStorage, name: str, url: str) -> None:
+def print_status(storage: BaseStorage, name: str, url: str, rule: Rule = DEFAULT_RULE) -> None:
     study_id = storage.get_study_id_from_name(name)
     spec, trials = stored_spec(storage, study_id), storage.get_all_trials(study_id, deepcopy=False)
     states = Counter(t.state.name for t in trials)
@@ -82,13 +82,29 @@ def print_status(storage: BaseStorage, name: str, url: str) -> None:
         if trial.state == TrialState.RUNNING:
             console.print(_running_line(trial, notes.get(trial.number), spec.retries.stale_after_s))
     _print_failures(console, name, trials)
-    best = results.best_trial(trials)
-    if best is not None:
-        seeds = best.user_attrs.get("top1_seeds")
-        noise = f" ± {best.user_attrs['top1_std']:.4f} over {len(seeds)} seeds" if seeds else ""
-        console.print(f"best so far: trial {best.number}, top-1 {best.user_attrs['top1']:.4f}{noise}")
+    _print_recommended_so_far(console, trials, spec, rule)
     for inert in importance.inert_parameters(trials, list(spec.space), importance.shown_objectives(spec)):
         console.print(f"warning: {inert.describe()}")
+
+
+def _print_recommended_so_far(console: Console, trials: Sequence[FrozenTrial], spec: StudySpec, rule: Rule) -> None:
+    """The trial `study best` would recommend now, its objectives, and the rule that chose it."""
+    best = results.best_trial(trials)
+    if best is None:
+        return
+    chosen, why = recommended(best, search_front(trials, spec), spec, rule)
+    console.print(f"recommended so far: trial {chosen.number} ({_objective_values(chosen, spec)}), chosen by {why}")
+    if chosen.number != best.number:
+        console.print(_trade(chosen, best, spec))
+
+
+def _objective_values(trial: FrozenTrial, spec: StudySpec) -> str:
+    """`top-1 0.9528, inter-node MB 47.14`; a repeated trial's means, each with its spread over the seeds."""
+    attrs = trial.user_attrs
+    shown = [f"{o.label} {with_spread(o.show(attrs.get(o.name)), attrs, o.name, o.scale)}"
+             for o in (OBJECTIVES[m] for m in importance.shown_objectives(spec))]
+    seeds = attrs.get("top1_seeds")
+    return (f"mean over {len(seeds)} seeds: " if seeds else "") + ", ".join(shown)
 
 
 def _running_line(trial: FrozenTrial, note: str | None, stale_after_s: float) -> str:
@@ -174,7 +190,7 @@ def print_best(storage: BaseStorage, name: str, rule: Rule, *, wide: bool = Fals
         console.print(f"study {name} has no completed search trial yet" + _why_none(trials, spec))
         return
     metrics = importance.shown_objectives(spec)
-    front = results.pareto_front([t for t in results.search_trials(trials) if results.feasible(t)], metrics)
+    front = search_front(trials, spec)
     chosen, why = recommended(best, front, spec, rule)
     console.print(f"recommended: trial {chosen.number}, chosen by {why}")
     if chosen.number != best.number:
@@ -193,6 +209,12 @@ def print_best(storage: BaseStorage, name: str, rule: Rule, *, wide: bool = Fals
     if refs:
         print_trials(console, "reference trials", refs, trials, spec, wide=wide, labelled=True)
     print_importances(console, importance.analysis(trials, list(spec.space), metrics))
+
+
+def search_front(trials: Sequence[FrozenTrial], spec: StudySpec) -> list[FrozenTrial]:
+    """The Pareto front the recommendation is chosen from: feasible search trials on the study's objectives."""
+    feasible = [t for t in results.search_trials(trials) if results.feasible(t)]
+    return results.pareto_front(feasible, importance.shown_objectives(spec))
 
 
 def recommended(best: FrozenTrial, front: Sequence[FrozenTrial], spec: StudySpec, rule: Rule) -> tuple[FrozenTrial, str]:

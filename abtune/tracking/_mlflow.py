@@ -24,6 +24,7 @@ from abtune.redact import redact
 from abtune.runfiles import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, RunSummary, find_summary
 from abtune.tracking._base import LaunchInfo, Tracking
 from abtune.tracking.records import Point, final_points, predicted_tags, records_points, run_description
+from abtune.tracking.store import check_database, refused_revision
 from abtune.tracking.uri import export_tracking_uri, local_artifact_root, quiet_secrets_in_mlflow_logs
 from abtune.tracking.view import experiment_tags
 from abtune.training.hooks import read_metrics
@@ -40,7 +41,6 @@ HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BA
 # holds its own, and MLflow's start-up alone left two open (the schema check), a quarter of a shared
 # PostgreSQL's connections at 16 workers (BENCHMARKS, issue 25). Concurrent users still get overflow ones.
 SQL_POOL_DEFAULTS = {"MLFLOW_SQLALCHEMYSTORE_POOL_SIZE": "1"}
-SQL_SERVERS = ("postgresql", "mysql", "mssql")  # MLflow's SQL stores other than SQLite
 NOTE_TAG = "mlflow.note.content"  # the run's description, shown at the top of its page
 
 
@@ -70,21 +70,6 @@ def _sqlite_setup_lock(uri: str) -> Iterator[None]:
         yield
 
 
-def _connect_once(uri: str) -> None:
-    """Connect to a database server's store once: MLflow retries one it cannot reach for about 100 s,
-    logging a warning with a traceback's worth of text each time."""
-    if not uri.startswith(SQL_SERVERS):
-        return
-    import sqlalchemy
-
-    engine = sqlalchemy.create_engine(uri, poolclass=sqlalchemy.pool.NullPool)
-    try:
-        with engine.connect():
-            pass
-    finally:
-        engine.dispose()
-
-
 class MlflowTracking(Tracking):
     def __init__(self, uri: str) -> None:
         import os
@@ -96,11 +81,13 @@ class MlflowTracking(Tracking):
 
         quiet_secrets_in_mlflow_logs()
         try:
-            _connect_once(self.uri)
+            check_database(self.uri)
             with _sqlite_setup_lock(self.uri):  # the client creates a new SQLite store's tables
                 self.client = MlflowClient(self.uri)
+        except AbtuneError:  # abtune's own one line (a folder it cannot write, another program's database)
+            raise
         except Exception as error:
-            raise self._unreachable(error) from None
+            raise self._cannot_open(error) from None
 
     def describe(self) -> str:
         return redact(self.uri)
@@ -110,10 +97,13 @@ class MlflowTracking(Tracking):
         try:
             self.client.search_experiments(max_results=1)
         except Exception as error:
-            raise self._unreachable(error) from None
+            raise self._cannot_open(error) from None
         return self
 
-    def _unreachable(self, error: Exception) -> TrackingUnavailable:
+    def _cannot_open(self, error: Exception) -> AbtuneError:
+        refused = refused_revision(self.uri, str(error))
+        if refused is not None:
+            return refused
         return TrackingUnavailable(f"cannot reach MLflow at {self.describe()}: {_first_line(error)}; start or "
                                    "fix the tracking server (--tracking-uri), or pass --no-tracking")
 

@@ -8,6 +8,7 @@ outside the axes, so none).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ REFERENCE_STYLE = {"ddp": ("*", "tab:red", "DDP reference"), "paper-defaults": (
 DPI = 110
 FEW_TRIALS = 20  # importances over fewer search trials than this come with a warning
 LABELLED_POINTS = 30  # the close-up labels every trial up to this many; beyond, the front only
+FRONT = "Pareto front"
 
 
 @dataclass(frozen=True)
@@ -209,20 +211,27 @@ def _numbers(points: list[dict[str, Any]]) -> str:
     return ", ".join(str(p["number"]) for p in points)
 
 
-def pareto_front(points: list[dict[str, Any]], y: Objective, x: Objective, path: Path) -> Drawn:
+def pareto_front(points: list[dict[str, Any]], y: Objective, x: Objective, path: Path,
+                 front_on: Sequence[Objective] = ()) -> Drawn:
     """`y` against `x`; each point: {number, y, x, front, reference, compression, y_std, x_std}. The front is
-    the search trials'; the reference trials have their own markers. With a DDP reference a second panel
-    shows the search up close, its top axis in multiples of DDP's `x`."""
+    the search trials' on `front_on` (default: `y` and `x`); found on more objectives than the two drawn, its
+    trials are marked, not joined by a line, and the title says on which. The reference trials have their
+    own markers. With a DDP reference a second panel shows the search up close, its top axis in multiples of
+    DDP's `x`."""
     ddp = [p for p in points if p["reference"] == "ddp"]
     search = [p for p in points if p["reference"] != "ddp"]
     panels = 2 if ddp and search else 1
     figure, axes = plt.subplots(1, panels, figsize=(7 + 5.5 * (panels - 1), 5.5), squeeze=False)
     whole = axes[0][0]
-    _draw_front(whole, points, y, x, legend=True)
-    whole.set_title("Pareto front of the search" + (" and the DDP reference" if ddp else ""), fontsize=10)
+    front_label = _front_label(front_on)
+    _draw_front(whole, points, y, x, front_label, legend=True)
+    title = "Pareto front of the search" + (" and the DDP reference" if ddp else "")
+    if front_label != FRONT:
+        title = f"{title}\non all {len(front_on)} objectives, drawn on {y.label} and {x.label}"
+    whole.set_title(title, fontsize=10)
     if panels == 2:
         close = axes[0][1]
-        _draw_front(close, points, y, x, legend=False)
+        _draw_front(close, points, y, x, front_label, legend=False)
         _zoom(close, _xy(search, y, x))
         ddp_x = ddp[0]["x"] / x.scale
         if ddp_x > 0:
@@ -234,14 +243,21 @@ def pareto_front(points: list[dict[str, Any]], y: Objective, x: Objective, path:
     return _save(figure, path)
 
 
-def _draw_front(axis: Any, points: list[dict[str, Any]], y: Objective, x: Objective, legend: bool) -> None:
+def _front_label(front_on: Sequence[Objective]) -> str:
+    """The front's legend entry: `Pareto front`, or the objectives it was found on when they are more than two."""
+    return FRONT if len(front_on) <= 2 else f"{FRONT} on {', '.join(o.label for o in front_on)}"
+
+
+def _draw_front(axis: Any, points: list[dict[str, Any]], y: Objective, x: Objective, front_label: str,
+                legend: bool) -> None:
     """One panel of the Pareto plot; `legend` False: its artists stay out of the legend and of `Drawn`."""
     hidden = "" if legend else "_"
     others = [p for p in points if not p["front"] and not p["reference"]]
     front = sorted((p for p in points if p["front"]), key=lambda p: p["x"])
     if others:
         axis.scatter(*_xy(others, y, x), c="0.6", s=20, label=f"{hidden}other trials")
-    axis.plot(*_xy(front, y, x), "o-", c="tab:blue", label=f"{hidden}Pareto front")
+    # A front on two objectives is a staircase in this plane; on more, its trials' shadows here are not
+    axis.plot(*_xy(front, y, x), "o-" if front_label == FRONT else "o", c="tab:blue", label=f"{hidden}{front_label}")
     for kind, (marker, color, text) in REFERENCE_STYLE.items():
         marked = [p for p in points if p["reference"] == kind]
         if marked:

@@ -1,7 +1,8 @@
 """An Optuna study as points on two of its objectives, and the study plots.
 
 The plots read the study's whole trial list, as `study best` does: the reference trials are drawn
-with their own markers, and the Pareto front is the search's (never the DDP reference).
+with their own markers, and the Pareto front is the search's (never the DDP reference), found on
+every objective of the study: with three, the plot marks the trials on that front, drawn on two.
 
 The axes: top-1 (every study optimizes it) against the study's other objective, named in Optuna's
 `metric_names`; a study of top-1 alone, or one created before abtune named its objectives, plots
@@ -35,6 +36,22 @@ def plotted_objectives(objectives: Sequence[str] | None) -> tuple[Objective, Obj
     return OBJECTIVES["top1"], OBJECTIVES[others[0] if others else "inter_node_bytes"]
 
 
+def front_objectives(objectives: Sequence[str] | None) -> list[Objective]:
+    """What the Pareto front is found on, as `study best` finds it: every objective of a multi-objective
+    study (a third one too, though the plot draws two), else the plotted pair."""
+    named = [OBJECTIVES[name] for name in objectives or [] if name in OBJECTIVES]
+    return named if len(named) > 1 else list(plotted_objectives(objectives))
+
+
+def _on_front(trials: Sequence[FrozenTrial], objectives: list[Objective]) -> set[int]:
+    """Numbers of the completed search trials within the traffic budget that no other beats on `objectives`."""
+    candidates = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get(REFERENCE_ATTR) != DDP
+                  and float(t.user_attrs.get(TRAFFIC_EXCESS_ATTR, 0.0)) <= 0.0
+                  and all(t.user_attrs.get(o.name) is not None for o in objectives)]
+    scores = [[float(t.user_attrs[o.name]) * (1.0 if o.maximize else -1.0) for o in objectives] for t in candidates]
+    return {t.number for t, on_front in zip(candidates, pareto_mask(scores), strict=True) if on_front}
+
+
 def _trial_point(trial: FrozenTrial, y: Objective, x: Objective) -> dict[str, Any] | None:
     attrs = trial.user_attrs
     values = [attrs.get(y.name), attrs.get(x.name)]
@@ -49,15 +66,13 @@ def _trial_point(trial: FrozenTrial, y: Objective, x: Objective) -> dict[str, An
 def study_points(trials: Sequence[FrozenTrial], objectives: Sequence[str] | None
                  ) -> tuple[Objective, Objective, list[dict[str, Any]]]:
     """The plotted objectives and every completed trial as a point, the reference trials included;
-    `front` marks the search's non-dominated ones, as `study best` finds them: the DDP reference and the
-    trials over the traffic budget are never on it."""
+    `front` marks the search's non-dominated ones on every objective (front_objectives), as `study best`
+    finds them: the DDP reference and the trials over the traffic budget are never on it."""
     y, x = plotted_objectives(objectives)
     points = [p for t in trials if t.state == TrialState.COMPLETE and (p := _trial_point(t, y, x)) is not None]
-    searched = [p for p in points if p["reference"] != DDP and p["feasible"]]
-    signs = [1.0 if objective.maximize else -1.0 for objective in (y, x)]
-    front = pareto_mask([[signs[0] * p["y"], signs[1] * p["x"]] for p in searched])
-    for p, on_front in zip(searched, front, strict=True):
-        p["front"] = on_front
+    front = _on_front(trials, front_objectives(objectives))
+    for p in points:
+        p["front"] = p["number"] in front
     return y, x, points
 
 
@@ -88,7 +103,7 @@ def write_study_plots(trials: Sequence[FrozenTrial], objectives: Sequence[str] |
         written["importances_json"] = "written"
     if not points:
         return {**written, "pareto_front": "no finished trial yet"}
-    plots.pareto_front(points, y, x, folder / "pareto_front.png")
+    plots.pareto_front(points, y, x, folder / "pareto_front.png", front_objectives(objectives))
     plots.optimization_history(points, y, x, folder / "optimization_history.png")
     written.update(pareto_front="written", optimization_history="written")
     _, _, curves = study_curves(trials, objectives)

@@ -40,7 +40,6 @@ class ABTraining(Method):
         self.decompositions: list[dict[str, Any]] = []
         self.spectra: dict[str, list[float]] = {}
         self._phase = Phase.WARMUP
-        self._eval_model: nn.Module | None = None
 
     # --- set-up -------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -148,14 +147,18 @@ class ABTraining(Method):
         return self._phase.value
 
     def eval_module(self) -> nn.Module:
+        """Outside an AB phase the model itself; inside one a dense copy of the merged model, built for this
+        evaluation and dropped with it (the caller holds the only reference), so no phase holds a dense
+        model beside its own. Building it draws nothing from the global RNG: evaluating leaves the training's
+        random stream (dropout) as it was."""
         self.meter.phase = "eval"
         if not self.in_ab:
             average_buffers_(self.model, self.meter, self.world)
             return self.model
-        if self._eval_model is None:
-            self._eval_model = self.ctx.make_dense_model()
-        self._eval_model.load_state_dict(self._merged_state())
-        return self._eval_model
+        with torch.random.fork_rng(devices=[]):  # the model is built on the CPU, then moved
+            dense = self.ctx.make_dense_model()
+        dense.load_state_dict(self._merged_state())
+        return dense
 
     def finish(self) -> None:
         if self.in_ab:
