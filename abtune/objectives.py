@@ -22,9 +22,6 @@ from typing import Any, Literal
 from abtune.runfiles import RunSummary
 
 EvaluationRow = dict[str, Any]  # one `evaluation` record of metrics.jsonl
-# The trial attribute holding {step: {objective: at_evaluation value}} (a repeated trial: the mean over
-# its seeds so far), written by the trial's hook (study/pruning.py); the pruner and the plots read it.
-EVALUATIONS_ATTR = "evaluations"
 Direction = Literal["maximize", "minimize"]
 
 

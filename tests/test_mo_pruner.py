@@ -11,11 +11,10 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
+from abtune.attrs import EVALUATIONS_ATTR, PAPER_DEFAULTS, REFERENCE_ATTR
 from abtune.methods.ab import predict_ab_training_bytes
 from abtune.methods.ab_settings import AbConfig, ABSchedule
-from abtune.study.attrs import EVALUATIONS_ATTR, REFERENCE_ATTR
 from abtune.study.curves import describe, early_vs_final, spearman
-from abtune.study.definition import PAPER_DEFAULTS
 from abtune.study.pareto_pruner import ParetoAshaPruner, crowding_distances, pareto_order, rung_steps
 from abtune.study.pruning import PruningHook
 from tests.study_helpers import write_study

@@ -12,10 +12,9 @@ import pytest
 from mlflow import MlflowClient
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.attrs import LOCAL_JOB_ATTR, RUN_ID_ATTR
 from abtune.launch.pids import process_alive
-from abtune.study.attrs import LOCAL_JOB_ATTR
 from abtune.study.stop import STOPPED
-from abtune.tracking._base import RUN_ID_ATTR
 from abtune.training.hooks import read_metrics
 from tests.conftest import abtune_command, run_cli, wait_for, with_checkout_on_path
 from tests.gate import gate_spec, paused, release

@@ -19,8 +19,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.attrs import CONFIRMATION_ATTR, RUN_ID_ATTR, SEEDS_ATTR
 from abtune.errors import ConfigError
-from abtune.study.attrs import CONFIRMATION_ATTR, RUN_ID_ATTR, SEEDS_ATTR
 from abtune.study.importance import inert_in_study
 from abtune.study.ranking import (
     DEFAULT_RULE,

@@ -32,9 +32,9 @@ import optuna
 from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial
 
+from abtune.attrs import EVALUATIONS_ATTR, REFERENCE_ATTR
 from abtune.errors import ConfigError
 from abtune.objectives import OBJECTIVES, non_dominated_fronts
-from abtune.study.attrs import EVALUATIONS_ATTR, REFERENCE_ATTR
 
 Values = list[float]  # one rung entry: every objective's score (Objective.score, higher is better)
 

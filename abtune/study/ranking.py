@@ -24,11 +24,10 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.attrs import DDP, REFERENCE_ATTR
 from abtune.errors import ConfigError
 from abtune.methods import METHOD_CONFIGS
 from abtune.objectives import OBJECTIVES, pareto_mask, signed
-from abtune.study.attrs import REFERENCE_ATTR
-from abtune.study.definition import DDP
 
 RuleName = Literal["within-margin", "best-accuracy", "least-traffic", "knee"]
 RULES: tuple[RuleName, ...] = get_args(RuleName)

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from optuna.trial import FrozenTrial
 
+from abtune.attrs import JOB_ATTRS, RUN_DIR_ATTR, SEED_JOBS_ATTR
 from abtune.launch.base import Job
 from abtune.launch.launchers import reattach
 from abtune.launch.outcome import RunOutcome
-from abtune.study.attrs import JOB_ATTRS, RUN_DIR_ATTR, SEED_JOBS_ATTR
 from abtune.study.repeats import seed_dir
 
 

@@ -34,6 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from abtune.attrs import (
+    EVALUATIONS_ATTR,
+    RETRY_OF_ATTR,
+    REUSED_SEEDS_ATTR,
+    RUN_DIR_ATTR,
+    SEED_JOBS_ATTR,
+    SEEDS_ATTR,
+)
 from abtune.config import RunConfig, load_run_config
 from abtune.launch.base import Job, Launcher, Layout
 from abtune.launch.launchers import JOB_KINDS, reattach
@@ -42,14 +50,6 @@ from abtune.rundir import prepare_run_dir
 from abtune.runfiles import CONFIG_FILE, SUMMARY_FILE, complete_checkpoints, read_summary, summary_path
 from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import results, stats
-from abtune.study.attrs import (
-    EVALUATIONS_ATTR,
-    RETRY_OF_ATTR,
-    REUSED_SEEDS_ATTR,
-    RUN_DIR_ATTR,
-    SEED_JOBS_ATTR,
-    SEEDS_ATTR,
-)
 from abtune.study.pool import JobPool
 from abtune.study.pruning import mean_evaluations
 from abtune.study.trials import adopt_checkpoint, record_launcher, trial_dir, trial_hook_specs

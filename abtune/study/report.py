@@ -16,17 +16,15 @@ from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console
 
 from abtune import tables
-from abtune.errors import ConfigError
-from abtune.launch.launchers import launcher_type
-from abtune.objectives import OBJECTIVES
-from abtune.study import curves, importance, repeats, results, workers
-from abtune.study.attrs import (
+from abtune.attrs import (
     ATTEMPT_ATTR,
+    DDP,
     FAIL_REASON_ATTR,
     JOB_ATTRS,
     LAUNCHER_ATTR,
     LOCAL_JOB_ATTR,
     OVER_BUDGET_ATTR,
+    PAPER_DEFAULTS,
     REFERENCE_ATTR,
     RETRIED_ATTR,
     RETRY_OF_ATTR,
@@ -34,16 +32,21 @@ from abtune.study.attrs import (
     RUN_DIR_ATTR,
     SEEDS_ATTR,
     SLURM_JOB_ATTR,
+    TRAFFIC_EXCESS_ATTR,
 )
-from abtune.study.definition import DDP, PAPER_DEFAULTS, stored_spec, stored_study_dir
+from abtune.errors import ConfigError
+from abtune.launch.launchers import launcher_type
+from abtune.objectives import OBJECTIVES
+from abtune.study import curves, importance, repeats, results, workers
+from abtune.study.definition import stored_spec, stored_study_dir
 from abtune.study.display import with_spread
 from abtune.study.ranking import DEFAULT_RULE, Rule, directions_of, rank_front
 from abtune.study.spec import StudySpec
-from abtune.study.stop import WORKER_JOBS_ATTR
+from abtune.study.stop import worker_jobs
 
 MEGA = 1e6
 FAILURES_SHOWN = 3  # `study status` lists the latest failed trials with their reasons
-EXPORTED_ATTRS = (REFERENCE_ATTR, RETRY_OF_ATTR, ATTEMPT_ATTR, *results.RESULT_KEYS, "traffic_excess_mb",
+EXPORTED_ATTRS = (REFERENCE_ATTR, RETRY_OF_ATTR, ATTEMPT_ATTR, *results.RESULT_KEYS, TRAFFIC_EXCESS_ATTR,
                   FAIL_REASON_ATTR, RUN_DIR_ATTR, SLURM_JOB_ATTR)
 
 
@@ -53,12 +56,12 @@ def _console() -> Console:
 
 def _waiting_notes(storage: BaseStorage, study_id: int, trials: list[FrozenTrial]) -> dict[int, str]:
     """Why each running trial's job waits, as its launcher can tell (SLURM: state and pending reason)."""
-    worker_jobs = storage.get_study_system_attrs(study_id).get(WORKER_JOBS_ATTR, [])
+    launched = worker_jobs(storage, study_id)
     notes: dict[int, str] = {}
     for kind, attr in JOB_ATTRS.items():
         jobs = {t.number: str(t.user_attrs[attr]) for t in trials if t.state == TrialState.RUNNING and t.user_attrs.get(attr)}
         if jobs:
-            notes.update(launcher_type(kind).waiting_notes(jobs, worker_jobs))
+            notes.update(launcher_type(kind).waiting_notes(jobs, launched))
     return notes
 
 
@@ -108,7 +111,7 @@ def _objective_values(trial: FrozenTrial, spec: StudySpec) -> str:
 
 
 def _running_line(trial: FrozenTrial, note: str | None, stale_after_s: float) -> str:
-    owner = workers.describe(trial.system_attrs.get(workers.WORKER_ATTR))
+    owner = workers.describe(workers.owner_of(trial))
     job = trial.user_attrs.get(SLURM_JOB_ATTR)
     local = trial.user_attrs.get(LOCAL_JOB_ATTR)
     where = f" in SLURM job {job}" if job else f" in local job {local['pid']}" if local else ""

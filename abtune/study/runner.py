@@ -34,6 +34,21 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.attrs import (
+    ARTIFACTS_AT_ATTR,
+    ARTIFACTS_COST_ATTR,
+    FAIL_REASON_ATTR,
+    HEARTBEAT_ATTR,
+    OVER_BUDGET_ATTR,
+    REFERENCE_ATTR,
+    RETRIED_ATTR,
+    RUN_DIR_ATTR,
+    RUN_ID_ATTR,
+    SEEDS_ATTR,
+    TRAFFIC_EXCESS_ATTR,
+    WORKER_ATTR,
+    stored,
+)
 from abtune.config import RunConfig, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.launch.base import Job, Launcher, SubmissionFailed
@@ -45,16 +60,6 @@ from abtune.rundir import UnwritableFolder, check_writable
 from abtune.runfiles import CONFIG_FILE
 from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import importance, reattach, repeats, results, retries, stop, workers
-from abtune.study.attrs import (
-    ARTIFACTS_AT_ATTR,
-    ARTIFACTS_COST_ATTR,
-    FAIL_REASON_ATTR,
-    OVER_BUDGET_ATTR,
-    REFERENCE_ATTR,
-    RETRIED_ATTR,
-    RUN_DIR_ATTR,
-    SEEDS_ATTR,
-)
 from abtune.study.definition import open_search_study, stored_study_dir
 from abtune.study.display import RunDisplay
 from abtune.study.space import build_distributions
@@ -70,7 +75,6 @@ from abtune.study.trials import (
     trial_layout,
 )
 from abtune.tracking import LaunchInfo, Tracking
-from abtune.tracking._base import RUN_ID_ATTR
 
 POLL_S = 0.5
 HEARTBEAT_S = 10.0
@@ -94,8 +98,8 @@ def claim_study_artifacts(storage: BaseStorage, study_id: int, ended_at: float |
     that took 6 s the next waits 60 s, after one of 60 s, 10 minutes. Two workers that claim at once both
     rebuild: harmless, the same plots."""
     attrs = storage.get_study_system_attrs(study_id)
-    last = float(attrs.get(ARTIFACTS_AT_ATTR, 0.0))
-    every_s = max(every_s, float(attrs.get(ARTIFACTS_COST_ATTR, 0.0)) / STUDY_ARTIFACTS_SHARE)
+    last = float(stored(attrs, ARTIFACTS_AT_ATTR, 0.0))
+    every_s = max(every_s, float(stored(attrs, ARTIFACTS_COST_ATTR, 0.0)) / STUDY_ARTIFACTS_SHARE)
     now = time.time()
     if ended_at is None and now - last < every_s:
         return False
@@ -248,7 +252,7 @@ class StudyRunner:
             for active in self.active:
                 # another worker may have found our heartbeat too old and failed the trial
                 with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-                    self.storage.set_trial_system_attr(active.trial._trial_id, workers.HEARTBEAT_ATTR, now)
+                    self.storage.set_trial_system_attr(active.trial._trial_id, HEARTBEAT_ATTR, now)
         if now - self._last_scan >= self.spec.retries.stale_after_s / 2:
             self.recover_stale()
 
@@ -350,11 +354,11 @@ class StudyRunner:
             return
         budget = self.spec.constraints.max_inter_node_mb
         if budget is not None:
-            attrs["traffic_excess_mb"] = attrs["inter_node_bytes"] / 1e6 - budget
+            attrs[TRAFFIC_EXCESS_ATTR] = attrs["inter_node_bytes"] / 1e6 - budget
         for key, value in attrs.items():
             active.trial.set_user_attr(key, value)
         if budget is not None:  # feasible when <= 0; constrained samplers read it from the trial
-            active.trial.set_constraint("traffic_excess_mb", attrs["traffic_excess_mb"])
+            active.trial.set_constraint(TRAFFIC_EXCESS_ATTR, attrs[TRAFFIC_EXCESS_ATTR])
         self._end_tracking(active, FINISHED)
         if attrs["stopped_early"]:
             frozen = self.study.tell(active.trial, state=TrialState.PRUNED)
@@ -415,8 +419,8 @@ class StudyRunner:
 
     def _claim(self, trial_id: int) -> None:
         """This runner follows the trial from now on: its worker, with a fresh heartbeat."""
-        self.storage.set_trial_system_attr(trial_id, workers.WORKER_ATTR, self.worker)
-        self.storage.set_trial_system_attr(trial_id, workers.HEARTBEAT_ATTR, time.time())
+        self.storage.set_trial_system_attr(trial_id, WORKER_ATTR, self.worker)
+        self.storage.set_trial_system_attr(trial_id, HEARTBEAT_ATTR, time.time())
 
     def _follow(self, frozen: FrozenTrial, trial: optuna.Trial, run: Run, note: str) -> None:
         started = frozen.datetime_start.timestamp() if frozen.datetime_start else time.time()

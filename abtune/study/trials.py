@@ -13,14 +13,13 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
+from abtune.attrs import DDP, LAUNCHER_ATTR, REFERENCE_ATTR, RETRY_OF_ATTR
 from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import ConfigError
 from abtune.launch.base import Job, Launcher, Layout
 from abtune.launch.profiles import check_fits
 from abtune.runfiles import CHECKPOINTS_DIR, METRICS_FILE, complete_checkpoints, latest_checkpoint_step
 from abtune.runs import Run
-from abtune.study.attrs import LAUNCHER_ATTR, REFERENCE_ATTR, RETRY_OF_ATTR
-from abtune.study.definition import DDP
 from abtune.study.pruning import make_hook
 from abtune.study.space import ddp_reference_config
 from abtune.study.spec import StudySpec

@@ -16,10 +16,9 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
+from abtune.attrs import HEARTBEAT_ATTR, WORKER_ATTR, stored
 from abtune.launch.pids import process_alive, process_start
 
-WORKER_ATTR = "abtune:worker"
-HEARTBEAT_ATTR = "abtune:heartbeat"
 WORKER_JOB_KEY = "slurm_job"  # in WORKER_ATTR: the batch job a launched worker runs in
 WORKER_JOB_KIND = "slurm"  # the launcher kind of that job: the one whose workers `study launch` submits
 
@@ -40,17 +39,22 @@ def this_worker() -> dict[str, Any]:
 
 def same_slurm_job(trial: FrozenTrial, worker: dict[str, Any]) -> bool:
     """The trial belongs to an earlier run of this very SLURM job (a worker requeued after its time limit)."""
-    owner = trial.system_attrs.get(WORKER_ATTR) or {}
+    owner = owner_of(trial) or {}
     return bool(worker.get(WORKER_JOB_KEY)) and owner.get(WORKER_JOB_KEY) == worker[WORKER_JOB_KEY] \
         and owner.get("pid") != worker["pid"]
 
 
+def owner_of(trial: FrozenTrial) -> dict[str, Any] | None:
+    """The worker that follows the trial (as it stamped it: `this_worker()`), None before any did."""
+    return stored(trial.system_attrs, WORKER_ATTR)
+
+
 def is_stale(trial: FrozenTrial, stale_after_s: float, now: float | None = None) -> bool:
-    worker = trial.system_attrs.get(WORKER_ATTR)
+    worker = owner_of(trial)
     if worker and worker.get("host") == socket.gethostname():
         return not process_alive(worker)
     start = trial.datetime_start.timestamp() if trial.datetime_start else 0.0
-    beat = float(trial.system_attrs.get(HEARTBEAT_ATTR, start))
+    beat = float(stored(trial.system_attrs, HEARTBEAT_ATTR, start))
     return (now or time.time()) - beat > stale_after_s
 
 

@@ -14,10 +14,9 @@ import pytest
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.attrs import SLURM_JOB_ATTR, WORKER_ATTR
 from abtune.launch.slurm import POLL_SECONDS, attach
 from abtune.runfiles import read_summary
-from abtune.study import workers
-from abtune.study.attrs import SLURM_JOB_ATTR
 from abtune.study.stop import STOPPED
 from tests.conftest import run_cli, wait_for
 from tests.gate import gate_spec, paused, release
@@ -96,7 +95,7 @@ def test_study_launch_runs_the_budget_on_a_job_array(tmp_path: Path, profile: Pa
     assert len(trials) == 3 and len(everything) <= 4, [(t.number, t.state, t.user_attrs) for t in everything]
     for extra in (t for t in everything if t not in trials):
         assert extra.state == TrialState.FAIL and SLURM_JOB_ATTR not in extra.user_attrs
-    assert {t.system_attrs[workers.WORKER_ATTR]["slurm_job"] for t in trials} == set(ids)  # both workers worked
+    assert {t.system_attrs[WORKER_ATTR]["slurm_job"] for t in trials} == set(ids)  # both workers worked
     job_ids = [t.user_attrs[SLURM_JOB_ATTR] for t in trials]
     assert len(set(job_ids)) == len(trials) and all(sacct_states(j) == ["COMPLETED"] for j in job_ids)
     for trial in trials:
@@ -213,7 +212,7 @@ def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, 
                   cwd=tmp_path).stdout
     worker_id = re.search(r"SLURM job\(s\) (\d+)\n", out)[1]  # type: ignore[index]  # one body: no array
     trial = wait_for(lambda: held_trial(url), JOB_TIMEOUT_S, "a trial's job training")
-    job_id, first_pid = trial.user_attrs[SLURM_JOB_ATTR], trial.system_attrs[workers.WORKER_ATTR]["pid"]
+    job_id, first_pid = trial.user_attrs[SLURM_JOB_ATTR], trial.system_attrs[WORKER_ATTR]["pid"]
     folder = tmp_path / "runs" / "studies" / "tiny" / "workers"
     preempt(attach(worker_id, folder))  # submitit requeues the worker
     worker_log = folder / f"{worker_id}_0_log.out"
@@ -226,7 +225,7 @@ def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, 
     trials = trials_of(url)
     assert [(t.number, t.state) for t in trials] == [(trial.number, TrialState.COMPLETE)]
     assert trials[0].user_attrs[SLURM_JOB_ATTR] == job_id and sacct_states(job_id) == ["COMPLETED"]
-    owner = trials[0].system_attrs[workers.WORKER_ATTR]
+    owner = trials[0].system_attrs[WORKER_ATTR]
     assert owner["slurm_job"] == worker_id and owner["pid"] != first_pid  # followed by the requeued worker
     assert f"re-attached to SLURM job {job_id}\n" in worker_log.read_text()  # still training: no "(ended"
 
