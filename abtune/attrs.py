@@ -27,10 +27,9 @@ FAIL_REASON_ATTR = "fail_reason"  # one line: why the trial failed
 RUN_DIR_ATTR = "run_dir"  # the trial's run folder
 RUN_ID_ATTR = "mlflow_run_id"  # the trial's MLflow run
 LAUNCHER_ATTR = "launcher"  # the `--launcher NAME|PATH` the trial ran with
-SLURM_JOB_ATTR = "slurm_job_id"  # the SLURM job that trains the trial
-LOCAL_JOB_ATTR = "local_job"  # the local launch (host, process) that trains the trial
-# where a trial records its job, by Job.kind (what a later runner follows); debug jobs are not recorded
-JOB_ATTRS = {"local": LOCAL_JOB_ATTR, "slurm": SLURM_JOB_ATTR}
+# {kind, record, run_id}: the job that trains the trial, as its launcher records it (launch.launchers.job_entry),
+# for a later runner to follow; a job that ends with its runner (debug) is not recorded
+JOB_ATTR = "job"
 SEEDS_ATTR = "seeds"  # the seeds of a trial with repeats
 REUSED_SEEDS_ATTR = "reused_seeds"  # seeds whose finished runs an earlier attempt left
 SEED_JOBS_ATTR = "seed_jobs"  # {seed: {kind, record, run_id}}: each seed's job, for a later runner to follow
@@ -45,7 +44,7 @@ FIRST_RANKS_ATTR = "first_ranks"
 SCHEDULE_ATTR = "schedule_steps"
 
 # --- a trial's system attributes ---
-WORKER_ATTR = PREFIX + "worker"  # {host, pid, start[, slurm_job]}: the worker that follows the trial
+WORKER_ATTR = PREFIX + "worker"  # {host, pid, start[, its job]}: the worker that follows the trial (study.workers)
 HEARTBEAT_ATTR = PREFIX + "heartbeat"  # when that worker last said it is alive (time.time())
 
 # --- a study's system attributes ---

@@ -20,9 +20,8 @@ from abtune.attrs import (
     ATTEMPT_ATTR,
     DDP,
     FAIL_REASON_ATTR,
-    JOB_ATTRS,
+    JOB_ATTR,
     LAUNCHER_ATTR,
-    LOCAL_JOB_ATTR,
     OVER_BUDGET_ATTR,
     PAPER_DEFAULTS,
     REFERENCE_ATTR,
@@ -31,11 +30,10 @@ from abtune.attrs import (
     REUSED_SEEDS_ATTR,
     RUN_DIR_ATTR,
     SEEDS_ATTR,
-    SLURM_JOB_ATTR,
     TRAFFIC_EXCESS_ATTR,
 )
 from abtune.errors import ConfigError
-from abtune.launch.launchers import launcher_type
+from abtune.launch.launchers import describe_job, job_id, launcher_type, recorded_job, rerun_args
 from abtune.objectives import OBJECTIVES
 from abtune.study import curves, importance, repeats, results, workers
 from abtune.study.definition import stored_spec, stored_study_dir
@@ -47,7 +45,7 @@ from abtune.study.stop import worker_jobs
 MEGA = 1e6
 FAILURES_SHOWN = 3  # `study status` lists the latest failed trials with their reasons
 EXPORTED_ATTRS = (REFERENCE_ATTR, RETRY_OF_ATTR, ATTEMPT_ATTR, *results.RESULT_KEYS, TRAFFIC_EXCESS_ATTR,
-                  FAIL_REASON_ATTR, RUN_DIR_ATTR, SLURM_JOB_ATTR)
+                  FAIL_REASON_ATTR, RUN_DIR_ATTR)
 
 
 def _console() -> Console:
@@ -56,12 +54,15 @@ def _console() -> Console:
 
 def _waiting_notes(storage: BaseStorage, study_id: int, trials: list[FrozenTrial]) -> dict[int, str]:
     """Why each running trial's job waits, as its launcher can tell (SLURM: state and pending reason)."""
+    by_kind: dict[str, dict[int, str]] = {}
+    for trial in trials:
+        entry = recorded_job(trial.user_attrs) if trial.state == TrialState.RUNNING else None
+        if entry is not None:
+            by_kind.setdefault(entry["kind"], {})[trial.number] = job_id(entry)
     launched = worker_jobs(storage, study_id)
     notes: dict[int, str] = {}
-    for kind, attr in JOB_ATTRS.items():
-        jobs = {t.number: str(t.user_attrs[attr]) for t in trials if t.state == TrialState.RUNNING and t.user_attrs.get(attr)}
-        if jobs:
-            notes.update(launcher_type(kind).waiting_notes(jobs, launched))
+    for kind, jobs in by_kind.items():
+        notes.update(launcher_type(kind).waiting_notes(jobs, launched))
     return notes
 
 
@@ -112,9 +113,8 @@ def _objective_values(trial: FrozenTrial, spec: StudySpec) -> str:
 
 def _running_line(trial: FrozenTrial, note: str | None, stale_after_s: float) -> str:
     owner = workers.describe(workers.owner_of(trial))
-    job = trial.user_attrs.get(SLURM_JOB_ATTR)
-    local = trial.user_attrs.get(LOCAL_JOB_ATTR)
-    where = f" in SLURM job {job}" if job else f" in local job {local['pid']}" if local else ""
+    entry = recorded_job(trial.user_attrs)
+    where = f" in {describe_job(entry)}" if entry else ""
     line = f"running: trial {trial.number}{where} on {owner} since {trial.datetime_start:%H:%M:%S}"
     if note:
         line += f": {note}"
@@ -272,15 +272,10 @@ def print_importances(console: Console, analysis: dict[str, Any]) -> None:
 
 
 def rerun_command(trial: FrozenTrial, spec: StudySpec) -> str:
-    """`abtune train` of the trial's config where it ran: its SLURM profile (which sets nodes and tasks), or
-    local processes in the study's layout (through the trial's local profile, e.g. the emulated fabric)."""
+    """`abtune train` of the trial's config where it ran, as its job's launcher says (launch.launchers.rerun_args)."""
     attrs = trial.user_attrs
-    command = ["abtune", "train", f"{attrs[RUN_DIR_ATTR]}/config.yaml"]
-    launcher = attrs.get(LAUNCHER_ATTR)
-    if attrs.get(SLURM_JOB_ATTR):
-        return shlex.join([*command, "--launcher", launcher or "slurm"])
-    via = ["--launcher", launcher] if launcher not in (None, "local") else []
-    return shlex.join([*command, *via, "--nproc", str(spec.layout.nproc), "--ranks-per-node", str(spec.layout.per_node)])
+    where = rerun_args(recorded_job(attrs), attrs.get(LAUNCHER_ATTR), spec.layout.nproc, spec.layout.per_node)
+    return shlex.join(["abtune", "train", f"{attrs[RUN_DIR_ATTR]}/config.yaml", *where])
 
 
 def _why_none(trials: Sequence[FrozenTrial], spec: StudySpec) -> str:
@@ -301,6 +296,8 @@ def export_rows(storage: BaseStorage, name: str) -> list[dict[str, Any]]:
         row.update({f"value_{m}": v for m, v in zip(spec.objectives, values, strict=True)})
         row.update({f"param_{k}": trial.params.get(k) for k in spec.space})
         row.update({key: trial.user_attrs.get(key) for key in EXPORTED_ATTRS})
+        entry = recorded_job(trial.user_attrs)
+        row[JOB_ATTR] = describe_job(entry) if entry else None  # `SLURM job 812`, as its launcher names it
         if spec.repeats > 1:
             row.update({key: trial.user_attrs.get(key) for key in repeat_columns()})
         row["datetime_start"] = trial.datetime_start.isoformat() if trial.datetime_start else None

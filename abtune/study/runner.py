@@ -52,9 +52,9 @@ from abtune.attrs import (
 from abtune.config import RunConfig, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.launch.base import Job, Launcher, SubmissionFailed
-from abtune.launch.launchers import LocalLauncher
+from abtune.launch.launchers import default_launcher
 from abtune.launch.outcome import RunOutcome
-from abtune.launch.profiles import LocalProfile, check_fits
+from abtune.launch.profiles import check_fits
 from abtune.redact import redact
 from abtune.rundir import UnwritableFolder, check_writable
 from abtune.runfiles import CONFIG_FILE
@@ -139,7 +139,7 @@ class StudyRunner:
         self.study_dir = stored_study_dir(storage, self.study_id)
         check_writable(self.study_dir, "study_dir")  # before any trial is asked for: none is left RUNNING
         self.distributions = build_distributions(self.spec, f"study {name}")
-        self.launcher = launcher or LocalLauncher(LocalProfile())
+        self.launcher = launcher or default_launcher()
         self.layout = trial_layout(self.spec, self.launcher)
         base = parse_run_config(self.spec.base, f"study {name}: base")
         check_fits(base, self.layout)
@@ -283,7 +283,7 @@ class StudyRunner:
             self._fail(active, str(error), kind=None)
             return
         assert active.job is not None
-        reattach.record_job(trial, active.job)  # followed by the next runner if this one dies
+        reattach.record_job(trial, active.job, run_id)  # followed by the next runner if this one dies
         trial.set_user_attr("prepare_seconds", time.time() - active.started)  # ask -> submitted
         self.display.started(trial.number, trial.user_attrs.get(REFERENCE_ATTR))
 
@@ -389,7 +389,7 @@ class StudyRunner:
         for trial in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.RUNNING,)):
             if trial._trial_id in mine:
                 continue
-            if workers.same_slurm_job(trial, self.worker) or workers.is_stale(trial, self.spec.retries.stale_after_s):
+            if workers.same_worker_job(trial, self.worker) or workers.is_stale(trial, self.spec.retries.stale_after_s):
                 if repeats.is_repeated(trial):
                     self._reattach_seeds(trial)
                     continue

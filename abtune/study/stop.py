@@ -38,7 +38,7 @@ from abtune.attrs import (
     stored,
 )
 from abtune.launch.base import Job, Launcher
-from abtune.launch.launchers import launcher_type
+from abtune.launch.launchers import worker_job, worker_launcher_type
 from abtune.runfiles import summary_path
 from abtune.study import reattach, retries, workers
 from abtune.study.repeats import seed_dir
@@ -93,8 +93,8 @@ def record_worker_jobs(storage: BaseStorage, study_id: int, kind: str, job_ids: 
 
 
 def worker_launcher(storage: BaseStorage, study_id: int) -> type[Launcher]:
-    """The launcher type of the study's launched workers (studies launched before the kind was recorded: slurm's)."""
-    return launcher_type(stored(storage.get_study_system_attrs(study_id), WORKER_KIND_ATTR, workers.WORKER_JOB_KIND))
+    """The launcher type of the study's launched workers."""
+    return worker_launcher_type(stored(storage.get_study_system_attrs(study_id), WORKER_KIND_ATTR))
 
 
 def worker_jobs(storage: BaseStorage, study_id: int) -> list[str]:
@@ -103,9 +103,10 @@ def worker_jobs(storage: BaseStorage, study_id: int) -> list[str]:
 
 
 def follower_alive(trial: FrozenTrial, stale_after_s: float) -> bool:
-    owner = workers.owner_of(trial) or {}
-    if owner.get(workers.WORKER_JOB_KEY):  # a launched worker: alive while its job is queued
-        return bool(launcher_type(workers.WORKER_JOB_KIND).queued([owner[workers.WORKER_JOB_KEY]]))
+    launched = worker_job(workers.owner_of(trial) or {})
+    if launched is not None:  # a launched worker: alive while its job is queued
+        launcher, job_id = launched
+        return bool(launcher.queued([job_id]))
     return not workers.is_stale(trial, stale_after_s)
 
 
