@@ -129,3 +129,16 @@ def test_the_checker_sees_a_circle_and_an_upward_arrow() -> None:
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert layer("abtune.training.worker") < layer("abtune.launch.local") < layer("abtune.study.runner")
     assert "abtune.training.hooks" in GRAPH["abtune.tracking.hook"]  # lazy and top-level imports are both seen
+
+
+# The study's reports, one module per thing shown; each imports only those after it here.
+REPORTS = ["status", "best", "tables", "importances", "rerun", "export"]
+
+
+def test_the_study_reports_import_down_their_list_and_only_the_command_line_reads_them() -> None:
+    modules = [f"abtune.study.report.{name}" for name in REPORTS]
+    assert {m for m in MODULES if m.startswith("abtune.study.report.")} == set(modules)  # every report is listed
+    upward = [f"{a} -> {b}" for a in modules for b in GRAPH[a] if b in modules and modules.index(b) <= modules.index(a)]
+    assert not upward, upward
+    readers = {a for a, targets in GRAPH.items() if targets & set(modules)} - set(modules)
+    assert readers == {"abtune.study.cli"}, readers

@@ -67,7 +67,7 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from abtune.launch.launchers import load_launcher
-    from abtune.study.report import print_best
+    from abtune.study.report.best import print_best
     from abtune.study.runner import StudyRunner
     from abtune.study.storage import require_study
 
@@ -191,7 +191,7 @@ def _tracking_for_stop(args: argparse.Namespace) -> Tracking:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from abtune.study.report import print_status
+    from abtune.study.report.status import print_status
     from abtune.study.storage import require_study
 
     rule = rule_of(args)
@@ -202,7 +202,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_best(args: argparse.Namespace) -> int:
-    from abtune.study.report import print_best
+    from abtune.study.report.best import print_best
     from abtune.study.storage import require_study
 
     rule = rule_of(args)
@@ -213,7 +213,7 @@ def cmd_best(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from abtune.study.report import export_text
+    from abtune.study.report.export import export_text
     from abtune.study.storage import require_study
 
     storage, url = _storage(args)
@@ -253,7 +253,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from abtune.study.report import print_list
+    from abtune.study.report.export import print_list
 
     storage, url = _storage(args)
     print_list(storage, _shown(url))
