@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from abtune.errors import ConfigError
-from abtune.launch.profiles import Layout, SlurmProfile, parse_time_limit
+from abtune.launch.profiles import NO_TIME_LIMIT, Layout, SlurmProfile, parse_time_limit
 
 SLURM_TIMEOUT_S = 30
 # Each node of each partition, with the partition's limits: name, partition (default marked *), CPUs, memory
@@ -93,10 +93,12 @@ def _gpus(gres: str) -> int:
 
 
 def _minutes(limit: str) -> int | None:
+    """A partition's time limit in minutes; None for none (infinite, UNLIMITED) or none sinfo could tell (n/a)."""
     try:
-        return parse_time_limit(limit)
-    except ValueError:  # infinite, UNLIMITED, n/a
+        minutes = parse_time_limit(limit)
+    except ValueError:
         return None
+    return None if minutes == NO_TIME_LIMIT else minutes
 
 
 def _largest_job(size: str) -> int | None:
