@@ -20,11 +20,13 @@ from typing import Any, NoReturn
 import yaml
 
 from abtune.config import RunConfig, load_run_config
-from abtune.errors import AbtuneError, ConfigError, TrainingFailed
+from abtune.errors import INTERRUPTED_EXIT, AbtuneError, ConfigError, TrainingFailed
 from abtune.launch.base import Job, Launcher, Layout
 from abtune.launch.launchers import JOBS_DIR, load_launcher
 from abtune.launch.profiles import check_fits
 from abtune.launch.warm import owned_server
+from abtune.methods import METHOD_NAMES
+from abtune.promote.plan import STRATEGIES
 from abtune.redact import redact
 from abtune.rundir import DEFAULT_RUNS_DIR, check_resumable, check_writable, default_run_dir
 from abtune.runfiles import CONFIG_FILE, HOOKS_FILE, latest_checkpoint_step, read_summary, summary_path
@@ -37,7 +39,6 @@ from abtune.tracking import LaunchInfo, Tracking
 from abtune.tracking.uri import add_tracking_arguments, tracking_arguments
 from abtune.yamlfile import parse_yaml
 
-INTERRUPTED_EXIT = 130
 BROKEN_PIPE_EXIT = 1  # what rich, which prints our tables, exits with when the reader of stdout left
 
 
@@ -431,7 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     comp = commands.add_parser("compare", help="train one config with several methods and compare them")
     comp.add_argument("config", type=Path, help="run config YAML")
-    comp.add_argument("--methods", default="ddp,ab,ab-nogroups,sbc,powersgd,fp16",
+    comp.add_argument("--methods", default=",".join(METHOD_NAMES),
                       help="comma-separated methods (default: %(default)s)")
     comp.add_argument("--nproc", type=int, default=1, help="number of ranks (processes)")
     comp.add_argument("--ranks-per-node", type=int, default=None, help="ranks per simulated node (default: all)")
@@ -452,7 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
     promote.add_argument("--top", type=int, default=1, help="configurations to promote (default: %(default)s)")
     promote.add_argument("--to", type=Path, required=True, help="scaling target YAML, e.g. studies/imagenet_vit_b16.yaml")
     promote.add_argument("--nodes", default="2,4,8,16,32", help="node counts (default: %(default)s)")
-    promote.add_argument("--scaling", choices=("local", "global"), required=True,
+    promote.add_argument("--scaling", choices=STRATEGIES, required=True,
                          help="constant local batch (global grows) or constant global batch (local shrinks)")
     add_rule_arguments(promote)
     promote.add_argument("--wide", action="store_true", help="every column of the campaign table, however wide")

@@ -45,6 +45,7 @@ import torch.distributed as dist
 
 from abtune import strict_device, wire
 from abtune.errors import TrainingFailed
+from abtune.phases import Phase
 
 
 class Op(StrEnum):
@@ -171,12 +172,21 @@ class CommMeter:
         self.topology = topology
         self.device = device if device is not None else torch.device("cpu")
         self.rank = rank
-        self.phase = "setup"
+        self.phase = Phase.SETUP
         self._tallies: dict[tuple[str, str, str, str], Tally] = defaultdict(Tally)
         # What a hung rank waits in (read by abtune/training/hang.py from its own thread): the blocking
         # collective under way, else the last one issued (DDP's gradient buckets are asynchronous).
         self.waiting_in: str | None = None
         self.last_issued: str | None = None
+
+    @property
+    def phase(self) -> str:
+        """What the next collectives count as (a Phase's name)."""
+        return self._phase
+
+    @phase.setter
+    def phase(self, phase: str) -> None:
+        self._phase = str(phase)  # a plain str: the counts go into checkpoints, pickled, and summaries
 
     def group(self, name: str, ranks: tuple[int, ...], handle: Any = None) -> CommGroup:
         return CommGroup(name, ranks, self.topology.spans_nodes(ranks), handle)

@@ -1,5 +1,7 @@
 """One root exception; the CLI turns these into one line and an exit code, never a traceback."""
 
+INTERRUPTED_EXIT = 130  # a command stopped by Ctrl-C, as a shell reports one ended by SIGINT (128 + 2)
+
 
 class AbtuneError(Exception):
     """Base of every error abtune raises on purpose."""

@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from abtune.runfiles import RunSummary
 
 EvaluationRow = dict[str, Any]  # one `evaluation` record of metrics.jsonl
-# The trial attribute holding {step: {objective: at_evaluation value}} (a repeated trial: the mean over
-# its seeds so far), written by the trial's hook (study/pruning.py); the pruner and the plots read it.
-EVALUATIONS_ATTR = "evaluations"
 Direction = Literal["maximize", "minimize"]
 
 
@@ -48,6 +45,10 @@ class Objective:
     @property
     def maximize(self) -> bool:
         return self.direction == "maximize"
+
+    def score(self, value: float) -> float:
+        """`value` turned so that higher is better: what Pareto dominance compares."""
+        return signed(value, self.maximize)
 
     def show(self, value: float | None) -> str:
         if value is None:
@@ -101,14 +102,23 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
 ObjectiveName = Literal[tuple(OBJECTIVES)]  # type: ignore[valid-type]  # the study file's `objectives:` accepts these
 
 
-def pareto_mask(scores: Sequence[Sequence[float]]) -> list[bool]:
-    """For each score vector (higher is better in every component: negate what is minimized), whether no
-    other beats it: at least as good everywhere and better somewhere. Equal vectors are all on the front;
-    one with a NaN is on none.
+def signed(value: float, maximize: bool) -> float:
+    """A value of an objective (or of an Optuna direction) as a score: higher is better."""
+    return value if maximize else -value
 
-    Sorted best-first, a vector can only be beaten by one before it. Two components (a study's usual
-    pair) take one sweep, O(n log n); more compare each vector with the front found so far. Checking
-    every pair instead took most of `study best` and of the study plots at 1000 trials (issue 25)."""
+
+def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Score vector `a` is at least as good as `b` everywhere and better somewhere."""
+    return all(x >= y for x, y in zip(a, b, strict=True)) and any(x > y for x, y in zip(a, b, strict=True))
+
+
+def pareto_mask(scores: Sequence[Sequence[float]]) -> list[bool]:
+    """For each score vector (Objective.score of every component), whether no other dominates it. Equal
+    vectors are all on the front; one with a NaN is on none.
+
+    Sorted best-first, a vector can only be dominated by one before it. Two components (a study's usual
+    pair) take one sweep, O(n log n); more compare each vector with the front found so far, which keeps
+    `study best` and the study plots fast at thousands of trials."""
     mask = [False] * len(scores)
     order = sorted((i for i, v in enumerate(scores) if not any(math.isnan(x) for x in v)),
                    key=lambda i: tuple(-x for x in scores[i]))
@@ -123,11 +133,21 @@ def pareto_mask(scores: Sequence[Sequence[float]]) -> list[bool]:
         return mask
     front: list[Sequence[float]] = []
     for i in order:
-        if not any(_beats(other, scores[i]) for other in front):
+        if not any(dominates(other, scores[i]) for other in front):
             mask[i] = True
             front.append(scores[i])
     return mask
 
 
-def _beats(a: Sequence[float], b: Sequence[float]) -> bool:
-    return all(x >= y for x, y in zip(a, b, strict=True)) and any(x > y for x, y in zip(a, b, strict=True))
+def non_dominated_fronts(scores: Mapping[int, Sequence[float]]) -> list[list[int]]:
+    """The keys of NaN-free score vectors by front: the Pareto front, then the front of the rest, ..."""
+    remaining = dict(scores)
+    fronts = []
+    while remaining:
+        keys = list(remaining)
+        front = sorted(k for k, on_front in zip(keys, pareto_mask([remaining[k] for k in keys]), strict=True) if on_front)
+        assert front, "a score vector with a NaN is on no front"
+        fronts.append(front)
+        for key in front:
+            del remaining[key]
+    return fronts

@@ -53,14 +53,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from abtune import wire
 from abtune.errors import ConfigError
+from abtune.phases import TRAINING_PHASES, Phase
 from abtune.yamlfile import find_named, names_in, read_yaml
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _INSTALLED_DIR = _PACKAGE_DIR / "clusters"
 BUILTIN_DIR = _INSTALLED_DIR if _INSTALLED_DIR.is_dir() else _PACKAGE_DIR.parent / "clusters"
 PROJECT_DIR = Path("clusters")
-OVERLAPPED_PHASES = ("train", "warmup", "ab", "rebound")  # where DDP's gradient all-reduces run
-TRAINING_TIME_PHASES = (*OVERLAPPED_PHASES, "sync")
 BACKWARD_FLOPS_PER_FORWARD = 2.0  # a step: one forward, a backward of about twice its FLOPs
 GIGA = 1e9
 FLOOR_KINDS = ("measured", "published", "assumed")
@@ -470,11 +469,11 @@ def predict(summary: dict[str, Any], cluster: Cluster) -> Prediction:
     comm: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # phase: [overlapped, blocking] seconds
     buckets: dict[str, int] = {}  # phase: calls of its gradient all-reduce (DDP's buckets, all steps)
     for (phase, family, op), (rows, group_size) in _group_rows(summary["traffic"]["rows_per_rank"]).items():
-        if phase not in TRAINING_TIME_PHASES:
+        if phase not in TRAINING_PHASES:
             continue
         seconds = collective_seconds(rows, group_size, node_of_rank, cluster)
         # DDP's gradient buckets; in AB's group phase the world all-reduce is the rank agreement, not gradients
-        if op == "all_reduce" and phase in OVERLAPPED_PHASES and not (phase == "ab" and family == "world"):
+        if op == "all_reduce" and Phase(phase).overlapped and not (phase == Phase.AB and family == "world"):
             comm[phase][0] += seconds
             buckets[phase] = max(buckets.get(phase, 0), next(iter(rows.values()))["calls"])
         else:
@@ -488,7 +487,7 @@ def predict(summary: dict[str, Any], cluster: Cluster) -> Prediction:
         phases[phase] = PhaseTime(steps, compute_s, overlapped, blocking)
         per_step = max(1, round(buckets.get(phase, steps) / steps))
         step_seconds[phase] = overlapped_step(compute_s, overlapped, per_step, cluster.compute.backward_overlap) + blocking
-    sync = sum(comm.get("sync", [0.0, 0.0]))
+    sync = sum(comm.get(Phase.SYNC, [0.0, 0.0]))
     train = sum(step_seconds[p] * t.steps for p, t in phases.items()) + sync
     return Prediction(cluster.name, phases, step_seconds, sync, train, _time_to_target(summary, step_seconds, sync, train),
                       compute.source, compute.floor_s, _notes(cluster, compute, phases))

@@ -42,7 +42,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from abtune.config import METHOD_CONFIGS, load_run_config  # noqa: E402
+from abtune.config import load_run_config  # noqa: E402
+from abtune.methods import METHOD_CONFIGS  # noqa: E402
 from abtune.runfiles import RunSummary, read_summary  # noqa: E402
 from abtune.yamlfile import read_yaml  # noqa: E402
 

@@ -12,8 +12,8 @@ import yaml
 from optuna.distributions import FloatDistribution
 from optuna.trial import create_trial
 
+from abtune.attrs import RUN_DIR_ATTR
 from abtune.study import lifecycle
-from abtune.study.attrs import RUN_DIR_ATTR
 
 STUDIES = Path(__file__).resolve().parent.parent / "studies"
 SPACE = {"method.warmup_frac": FloatDistribution(0.1, 0.3), "method.ab_frac": FloatDistribution(0.015, 0.07, log=True),

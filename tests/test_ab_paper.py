@@ -25,12 +25,12 @@ import torch.multiprocessing as mp
 from optuna.distributions import FloatDistribution
 from torch import nn
 
-from abtune.config import AbConfig
 from abtune.dist import DistEnv, discover_topology, init_distributed, shutdown
 from abtune.errors import ConfigError
 from abtune.launch.local import free_port
-from abtune.methods import MethodContext
 from abtune.methods.ab import ABTraining, lowrank
+from abtune.methods.ab_settings import AbConfig
+from abtune.methods.base import MethodContext
 from abtune.runfiles import RunSummary
 from abtune.study.results import result_attrs
 from abtune.study.space import build_distributions

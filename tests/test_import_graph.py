@@ -7,12 +7,14 @@ or inside a function (a lazy import is still an arrow), except under `if TYPE_CH
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "abtune"
 
-# Higher imports lower. Modules not named here are leaves (config, errors, runfiles, runlock, yamlfile, ...):
+# Higher imports lower. Modules not named here are leaves (config, errors, phases, runfiles, schema, ...):
 # every layer may read them, and they import only other leaves.
 LAYERS = {
     "abtune.cli": 10,
@@ -53,7 +55,14 @@ def imports(module: str) -> set[str]:
     return {m for m in found if m in MODULES and m != module}
 
 
+def torch_free_part_of_methods(module: str) -> bool:
+    """The method registry (the package itself) and each method's settings: leaves the configuration reads."""
+    return module == "abtune.methods" or (module.startswith("abtune.methods.") and module.endswith("settings"))
+
+
 def layer(module: str) -> float:
+    if torch_free_part_of_methods(module):
+        return 1
     unit = ".".join(module.split(".")[:2])
     return LAYERS.get(unit, 1)
 
@@ -106,8 +115,30 @@ def test_no_modules_and_no_packages_import_each_other_in_a_circle() -> None:
     assert not _circles(packages)
 
 
+def test_the_configuration_and_every_method_s_settings_load_without_torch() -> None:
+    """The CLI, the study and promote read the run config and the method registry; torch stays unloaded."""
+    assert {m for m in MODULES if torch_free_part_of_methods(m)} >= {"abtune.methods", "abtune.methods.ab_settings"}
+    loaded = subprocess.run([sys.executable, "-c", "import sys, abtune.config, abtune.methods, abtune.cli; "
+                             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('abtune.methods')))"],
+                            capture_output=True, text=True, check=True).stdout
+    assert "'torch'" not in loaded and "'abtune.methods.ab_settings'" in loaded, loaded
+
+
 def test_the_checker_sees_a_circle_and_an_upward_arrow() -> None:
     """A test that cannot fail is a defect: the same checks on a made-up graph."""
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert layer("abtune.training.worker") < layer("abtune.launch.local") < layer("abtune.study.runner")
     assert "abtune.training.hooks" in GRAPH["abtune.tracking.hook"]  # lazy and top-level imports are both seen
+
+
+# The study's reports, one module per thing shown; each imports only those after it here.
+REPORTS = ["status", "best", "tables", "importances", "rerun", "export"]
+
+
+def test_the_study_reports_import_down_their_list_and_only_the_command_line_reads_them() -> None:
+    modules = [f"abtune.study.report.{name}" for name in REPORTS]
+    assert {m for m in MODULES if m.startswith("abtune.study.report.")} == set(modules)  # every report is listed
+    upward = [f"{a} -> {b}" for a in modules for b in GRAPH[a] if b in modules and modules.index(b) <= modules.index(a)]
+    assert not upward, upward
+    readers = {a for a, targets in GRAPH.items() if targets & set(modules)} - set(modules)
+    assert readers == {"abtune.study.cli"}, readers

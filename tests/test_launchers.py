@@ -11,10 +11,23 @@ from pathlib import Path
 import pytest
 import yaml
 
+from abtune.attrs import JOB_ATTR, RUN_ID_ATTR
 from abtune.errors import ConfigError
 from abtune.launch import slurm
 from abtune.launch.base import Layout
-from abtune.launch.launchers import JOB_KINDS, LAUNCHERS, launcher_for, launcher_type, load_launcher, reattach
+from abtune.launch.launchers import (
+    JOB_KINDS,
+    LAUNCHERS,
+    describe_job,
+    launcher_for,
+    launcher_type,
+    load_launcher,
+    reattach,
+    recorded_job,
+    rerun_args,
+    this_worker_job,
+    worker_job,
+)
 from abtune.launch.outcome import recorded_failure
 from abtune.launch.profiles import KINDS, SlurmProfile, load_profile, parse_time_limit, profile_names
 from abtune.launch.slurm import sbatch_script
@@ -291,3 +304,29 @@ def test_every_registered_launcher_answers_the_interface(kind: str, tmp_path: Pa
             launcher.submit_workers(tmp_path, print, 1, "w")
         assert launcher.check_worker_room(Layout(2, 1), 4, "abtune study run s") is None
     assert reattach("no-such-kind", {}, tmp_path) is None
+
+
+def test_a_trial_s_job_reads_back_through_its_launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A study trial's job is one entry {kind, record, run_id}; what earlier versions stored per launcher
+    (`slurm_job_id`, `local_job`) reads as the same entry. Its name, the re-run options and a worker's job
+    come from the launcher, never from the study layer."""
+    slurm_entry = {"kind": "slurm", "record": "812_3", "run_id": "r1"}
+    assert recorded_job({JOB_ATTR: slurm_entry}) == slurm_entry
+    assert recorded_job({"slurm_job_id": "812_3", RUN_ID_ATTR: "r1"}) == slurm_entry
+    local = {"host": "node7", "pid": 4711, "start": "99", "folder": str(tmp_path)}
+    assert recorded_job({"local_job": local}) == {"kind": "local", "record": local, "run_id": None}
+    assert recorded_job({RUN_ID_ATTR: "r1"}) is None
+    assert [describe_job(e) for e in (slurm_entry, recorded_job({"local_job": local}))] == ["SLURM job 812_3", "local job 4711"]
+    assert rerun_args(slurm_entry, "/p/mycluster.yaml", 4, 2) == ["--launcher", "/p/mycluster.yaml"]
+    assert rerun_args(None, "emulated", 4, 2) == ["--launcher", "emulated", "--nproc", "4", "--ranks-per-node", "2"]
+    assert rerun_args(None, "local", 4, 2) == ["--nproc", "4", "--ranks-per-node", "2"]
+
+    for name in ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_ID"):
+        monkeypatch.delenv(name, raising=False)
+    assert this_worker_job() == {}
+    monkeypatch.setenv("SLURM_JOB_ID", "901")
+    assert this_worker_job() == {"slurm_job": "901"}
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "900")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
+    stamp = {"host": "node7", "pid": 1, **this_worker_job()}
+    assert worker_job(stamp) == (LAUNCHERS["slurm"], "900_1") and worker_job({"host": "node7", "pid": 1}) is None

@@ -11,11 +11,10 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
-from abtune.config import AbConfig, ABSchedule
+from abtune.attrs import EVALUATIONS_ATTR, PAPER_DEFAULTS, REFERENCE_ATTR
 from abtune.methods.ab import predict_ab_training_bytes
-from abtune.study.attrs import EVALUATIONS_ATTR, REFERENCE_ATTR
+from abtune.methods.ab_settings import AbConfig, ABSchedule
 from abtune.study.curves import describe, early_vs_final, spearman
-from abtune.study.definition import PAPER_DEFAULTS
 from abtune.study.pareto_pruner import ParetoAshaPruner, crowding_distances, pareto_order, rung_steps
 from abtune.study.pruning import PruningHook
 from tests.study_helpers import write_study
@@ -75,14 +74,14 @@ def test_dominated_trials_stop_and_non_dominated_ones_continue() -> None:
 
 
 def test_on_one_front_the_crowded_trial_stops_first() -> None:
-    entries = {0: [-0.5, 100.0], 1: [-0.55, 150.0], 2: [-0.6, 200.0], 3: [-0.9, 900.0], 4: [-0.4, 300.0]}
+    entries = {0: [0.5, -100.0], 1: [0.55, -150.0], 2: [0.6, -200.0], 3: [0.9, -900.0], 4: [0.4, -300.0]}  # scores
     assert pareto_order(entries)[:2] == [0, 3]  # the two ends of the front: infinite crowding distance
     assert pareto_order(entries)[-1] == 4  # dominated by 0 and 1: second front
     distance = crowding_distances({n: entries[n] for n in (0, 1, 2, 3)})
     assert distance[1] < distance[2]  # 1 sits between close neighbours, 2 next to the lone 3
     # four trials at the rung keep one: the newcomer 1, a crowded middle point of the front, stops
     pruner = _pruner(min_trials=1)
-    study = _study(*[({10: (-entries[n][0], entries[n][1])}, TrialState.COMPLETE) for n in (0, 2, 3)])
+    study = _study(*[({10: (entries[n][0], -entries[n][1])}, TrialState.COMPLETE) for n in (0, 2, 3)])
     assert _judge(study, pruner, {10: (0.55, 150.0)})
 
 

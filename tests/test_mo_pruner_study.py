@@ -9,9 +9,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from abtune.attrs import DDP, EVALUATIONS_ATTR, PAPER_DEFAULTS, REFERENCE_ATTR
 from abtune.runfiles import complete_checkpoints, read_summary
-from abtune.study.attrs import EVALUATIONS_ATTR, REFERENCE_ATTR
-from abtune.study.definition import DDP, PAPER_DEFAULTS, open_search_study
+from abtune.study.definition import open_search_study
 from abtune.study.ranking import chosen_trials
 from abtune.study.storage import open_storage
 from tests.conftest import run_cli

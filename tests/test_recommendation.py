@@ -10,7 +10,7 @@ import pytest
 
 from abtune.errors import ConfigError
 from abtune.study import results
-from abtune.study.ranking import DEFAULT_RULE, Rule, directions_of, rank_front
+from abtune.study.ranking import DEFAULT_RULE, Rule, directions_of, pareto_front, rank_front
 from tests.conftest import run_cli
 from tests.quickstart_fixture import quickstart_study, quickstart_trials
 
@@ -26,6 +26,13 @@ def quickstart(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 def _front() -> list:
     return results.pareto_front(results.search_trials(quickstart_trials()), OBJECTIVES)
+
+
+def test_a_front_read_by_optuna_s_directions_is_the_front_read_by_the_objectives() -> None:
+    """promote reads a confirmed study's front by its directions, study best by its objectives: one dominance."""
+    trials = results.search_trials(quickstart_trials())
+    by_directions = pareto_front(trials, directions_of(OBJECTIVES))
+    assert sorted(t.number for t in by_directions) == sorted(t.number for t in _front()) == [2, 4, 7]
 
 
 def test_the_default_rule_takes_the_least_traffic_within_a_point_of_the_best_top1() -> None:

@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from pathlib import Path
 
 import pytest
 
-from abtune.config import METHOD_CONFIGS, AbConfig, load_run_config
+from abtune.config import load_run_config, parse_run_config
 from abtune.errors import ConfigError
-from abtune.methods import METHOD_NAMES
+from abtune.methods import METHOD_CONFIGS, METHOD_NAMES, METHODS
+from abtune.methods.ab_settings import AbConfig
+from abtune.methods.base import Method
 from abtune.runfiles import CONFIG_FILE, SUMMARY_FILE, read_summary
 from tests.conftest import run_cli, write_config
 
@@ -61,8 +64,13 @@ def test_a_folder_without_a_summary_is_one_clear_error(tmp_path: Path) -> None:
         read_summary(tmp_path)
 
 
-def test_every_registered_method_has_a_config() -> None:
-    assert set(METHOD_NAMES) == set(METHOD_CONFIGS)
+@pytest.mark.parametrize("name", METHOD_NAMES)
+def test_every_registered_method_parses_to_its_settings_and_names_its_method(name: str) -> None:
+    """One registry line per method: the run config's `method:` section and the trainer both follow it."""
+    settings, path = METHODS[name]
+    assert type(parse_run_config({"method": {"name": name}}).method) is settings
+    module, cls = path.split(":")
+    assert issubclass(getattr(importlib.import_module(module), cls), Method)
 
 
 @pytest.mark.parametrize("name", sorted(METHOD_CONFIGS))

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from abtune.config import AbConfig, ABSchedule, Phase
+from abtune.methods.ab_settings import AbConfig, ABSchedule
+from abtune.phases import Phase
 
 
 def schedule(total: int, **fractions: float) -> ABSchedule:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from abtune.attrs import DDP, PAPER_DEFAULTS
 from abtune.runfiles import read_summary
 from abtune.study import results
-from abtune.study.definition import DDP, PAPER_DEFAULTS
 from tests.conftest import run_cli
 from tests.study_helpers import study_attrs, trials_of, write_study
 

@@ -14,14 +14,12 @@ import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
+from abtune.attrs import DDP, FAIL_REASON_ATTR, OVER_BUDGET_ATTR, PAPER_DEFAULTS, SPEC_ATTR, WORKER_ATTR
 from abtune.cli import main
 from abtune.errors import ConfigError
-from abtune.study.attrs import FAIL_REASON_ATTR, OVER_BUDGET_ATTR, SPEC_ATTR
-from abtune.study.definition import DDP, PAPER_DEFAULTS
 from abtune.study.space import build_distributions
 from abtune.study.spec import GUIDELINE, load_study_spec
 from abtune.study.storage import open_storage
-from abtune.study.workers import WORKER_ATTR
 from tests.conftest import run_cli
 from tests.study_helpers import TINY_BASE, study_attrs, trials_of, write_study
 

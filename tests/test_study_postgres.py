@@ -17,8 +17,8 @@ from optuna.study import StudyDirection
 from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
+from abtune.attrs import OVER_BUDGET_ATTR
 from abtune.study import results
-from abtune.study.attrs import OVER_BUDGET_ATTR
 from abtune.study.storage import open_storage
 from abtune.tracking import open_tracking
 from tests.study_helpers import draw, draw_at_once, start_run, trials_of, write_study

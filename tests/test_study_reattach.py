@@ -12,10 +12,9 @@ import pytest
 from mlflow import MlflowClient
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.attrs import JOB_ATTR, RUN_ID_ATTR
 from abtune.launch.pids import process_alive
-from abtune.study.attrs import LOCAL_JOB_ATTR
 from abtune.study.stop import STOPPED
-from abtune.tracking._base import RUN_ID_ATTR
 from abtune.training.hooks import read_metrics
 from tests.conftest import abtune_command, run_cli, wait_for, with_checkout_on_path
 from tests.gate import gate_spec, paused, release
@@ -35,7 +34,7 @@ def _logged_steps(trial: FrozenTrial) -> list[int]:
 
 def _held(url: str, count: int) -> list[FrozenTrial] | None:
     """`count` running trials whose jobs are held at the gate, mid-training."""
-    trials = [t for t in running(url) if LOCAL_JOB_ATTR in t.user_attrs and paused(Path(t.user_attrs["run_dir"]))]
+    trials = [t for t in running(url) if JOB_ATTR in t.user_attrs and paused(Path(t.user_attrs["run_dir"]))]
     return trials if len(trials) == count else None
 
 
@@ -77,7 +76,7 @@ def test_killed_study_run_reattaches_its_surviving_local_trials(tmp_path: Path) 
     killed = wait_for(lambda: _held(url, 2), 300, "two trials training")
     os.kill(first.pid, signal.SIGKILL)
     first.wait(timeout=60)
-    jobs = {t.number: t.user_attrs[LOCAL_JOB_ATTR] for t in killed}
+    jobs = {t.number: t.user_attrs[JOB_ATTR]["record"] for t in killed}
     assert [t.number for t in running(url)] == sorted(jobs)  # left RUNNING by the dead runner ...
     assert all(process_alive(job) for job in jobs.values())  # ... and their jobs train on
     status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
@@ -97,7 +96,7 @@ def test_killed_study_run_reattaches_its_surviving_local_trials(tmp_path: Path) 
         trial = trials[number]
         assert f"trial {number}: re-attached to local job {job['pid']}\n" in out, out  # no "(ended; ...)"
         assert f"trial {number} started" not in out, out  # it started under the first runner
-        assert trial.user_attrs[LOCAL_JOB_ATTR] == job  # followed, never resubmitted
+        assert trial.user_attrs[JOB_ATTR]["record"] == job  # followed, never resubmitted
         run_dir = Path(trial.user_attrs["run_dir"])
         assert len(list((run_dir / "jobs").glob("*_result.pkl"))) == 1  # one job ran in this folder
         steps = _logged_steps(trial)
@@ -134,7 +133,7 @@ def test_study_stop_local(tmp_path: Path) -> None:
     assert [(t.number, t.state, t.user_attrs.get("fail_reason")) for t in trials[:2]] == \
         [(t.number, TrialState.FAIL, STOPPED) for t in first]
     assert [(t.state, t.user_attrs["retry_of"]) for t in trials[2:]] == [(TrialState.WAITING, t.number) for t in first]
-    assert not any(process_alive(t.user_attrs[LOCAL_JOB_ATTR]) for t in first)
+    assert not any(process_alive(t.user_attrs[JOB_ATTR]["record"]) for t in first)
 
     runner = _study_run(tmp_path, url, "second.log", "--parallel", "2")
     second = wait_for(lambda: _held(url, 2), 300, "the two retries training")
@@ -143,7 +142,7 @@ def test_study_stop_local(tmp_path: Path) -> None:
     out = run_cli(*stop, "--fail", cwd=tmp_path).stdout
     tracking = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     for trial in second:
-        job = trial.user_attrs[LOCAL_JOB_ATTR]
+        job = trial.user_attrs[JOB_ATTR]["record"]
         assert f"trial {trial.number}: local job {job['pid']} cancelled, failed\n" in out, out
         assert not process_alive(job)
         assert trials_of(url)[trial.number].user_attrs["fail_reason"] == STOPPED

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.attrs import DDP, REFERENCE_ATTR
 from abtune.runfiles import read_summary
 from abtune.study import results
-from abtune.study.attrs import REFERENCE_ATTR
-from abtune.study.definition import DDP
 from abtune.study.runner import INTERRUPTED
 from tests.conftest import run_cli, wait_for
 from tests.study_helpers import running, signal_group, start_run, trials_of, write_study

@@ -14,10 +14,9 @@ import pytest
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.attrs import ARTIFACTS_AT_ATTR, ARTIFACTS_COST_ATTR, DDP, PAPER_DEFAULTS
 from abtune.runfiles import read_summary
 from abtune.study import results
-from abtune.study.attrs import ARTIFACTS_AT_ATTR, ARTIFACTS_COST_ATTR
-from abtune.study.definition import DDP, PAPER_DEFAULTS
 from abtune.study.runner import INTERRUPTED, claim_study_artifacts
 from abtune.study.storage import open_storage
 from tests.conftest import run_cli, wait_for

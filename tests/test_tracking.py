@@ -18,9 +18,10 @@ from optuna.trial import create_trial
 from abtune.config import RunConfig
 from abtune.errors import ConfigError
 from abtune.launch.local import free_port
+from abtune.phases import Phase
 from abtune.study.importance import analysis
 from abtune.tracking import LaunchInfo, open_tracking, resolve_tracking_uri
-from abtune.tracking.records import PHASE_CODES, MetricStream, records_points
+from abtune.tracking.records import MetricStream, records_points
 from abtune.tracking.study_plots import study_points
 from abtune.tracking.uri import RedactingFilter, export_tracking_uri
 from tests.conftest import TINY_VIT, run_cli, write_config
@@ -73,7 +74,7 @@ def test_records_become_step_metrics_with_cumulative_gb_per_s() -> None:
     # Training phases' inter-node bytes per training second: the evaluation's bytes are not training traffic.
     assert first["traffic/training_inter_node_gb_per_s"].value == pytest.approx(2.5 / (10 * 0.5))
     assert second["traffic/training_inter_node_gb_per_s"].value == pytest.approx(5 / (10 * 0.5 + 10 * 0.25))
-    assert second["train/phase"].value == PHASE_CODES["ab"] and second["train/phase"].step == 20
+    assert second["train/phase"].value == Phase.AB.code and second["train/phase"].step == 20
     assert second["traffic/bytes_ab"].value == 10e9 and second["traffic/inter_node_bytes_ab"].value == 5e9
     evaluation = MetricStream.evaluation_points({"step": 20, "val_top1": 0.5, "val_top5": None, "val_loss": 1.2,
                                                  "model_compression": float("inf"), "trainable_params": 100})

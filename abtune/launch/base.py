@@ -37,6 +37,7 @@ from abtune.errors import AbtuneError, ConfigError
 from abtune.launch.outcome import RunOutcome
 
 DEFAULT_TIMEOUT_MIN = 24 * 60
+DEFAULT_LAUNCHER = "local"  # the kind `--launcher` means when it is not given
 POLL_SECONDS = 0.5
 
 
@@ -79,6 +80,7 @@ class Job(ABC):
     label: ClassVar[str] = "job"  # how a person calls it: "SLURM job 812", "local job 4711"
     outlives_driver: ClassVar[bool] = False  # keeps running when the process that submitted it stops
     followable: ClassVar[bool] = False  # another process can follow it from its record() (`reattach`)
+    legacy_attr: ClassVar[str | None] = None  # the trial attribute earlier versions kept its record() in
 
     def __init__(self, job_id: str, run_dir: Path) -> None:
         self.job_id = job_id
@@ -106,6 +108,11 @@ class Job(ABC):
 
     def describe(self) -> str:
         return f"{self.label} {self.job_id}"
+
+    @classmethod
+    def id_of(cls, record: Any) -> str:
+        """The job id that `record()` names, for a report that does not follow the job."""
+        return str(record)
 
     def watch_command(self) -> str | None:
         """A shell command that shows how the job is doing (SLURM: squeue); None when there is none."""
@@ -140,6 +147,7 @@ class Launcher(ABC):
     runs_studies: ClassVar[bool] = True
     jobs_outlive_driver: ClassVar[bool] = False  # its jobs run on when abtune stops following them (SLURM)
     launches_workers: ClassVar[bool] = False  # `abtune study launch` can submit study workers through it
+    worker_key: ClassVar[str | None] = None  # in a study worker's stamp: the job of this kind it runs in
 
     def __init__(self, profile: Any) -> None:
         self.profile = profile
@@ -214,6 +222,18 @@ class Launcher(ABC):
         return ConfigError(f"--launcher {self.source or self.kind}: `study launch` submits study workers that run "
                            f"on after it returns, which {self.kind} jobs do not; use a slurm profile, or run the "
                            f"study here with `abtune study run {study}`")
+
+    @classmethod
+    def job_environment(cls) -> str | None:
+        """The job of this kind this process runs in (a launched study worker), None outside one."""
+        return None
+
+    @classmethod
+    def rerun_args(cls, source: str | None, nproc: int, ranks_per_node: int) -> list[str]:
+        """`abtune train` options that run a trial's config again where it ran: through the trial's profile
+        (`source`; the default launcher needs none) in the study's layout."""
+        via = ["--launcher", source] if source not in (None, DEFAULT_LAUNCHER) else []
+        return [*via, "--nproc", str(nproc), "--ranks-per-node", str(ranks_per_node)]
 
     # --- jobs recorded by id (study workers, trial jobs), asked about from any process --------
     @classmethod

@@ -12,16 +12,25 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 import submitit
 
+from abtune.attrs import JOB_ATTR, RUN_ID_ATTR
 from abtune.config import RunConfig
 from abtune.errors import AbtuneError, ConfigError
 from abtune.launch import local, slurm
-from abtune.launch.base import DEFAULT_TIMEOUT_MIN, Job, Launcher, Layout, SubmissionFailed, exported
+from abtune.launch.base import (
+    DEFAULT_LAUNCHER,
+    DEFAULT_TIMEOUT_MIN,
+    Job,
+    Launcher,
+    Layout,
+    SubmissionFailed,
+    exported,
+)
 from abtune.launch.outcome import RunOutcome
 from abtune.launch.pids import process_alive, process_start
 from abtune.launch.profiles import (
@@ -46,6 +55,11 @@ def launcher_for(profile: Profile) -> Launcher:
     return LAUNCHERS[profile.kind](profile)
 
 
+def default_launcher() -> Launcher:
+    """What runs a study's trials when no `--launcher` is given: local processes, no profile file."""
+    return LAUNCHERS[DEFAULT_LAUNCHER](LocalProfile())
+
+
 # --- local processes -------------------------------------------------------------------------------
 def run_local_ranks(run_dir: str, nproc: int, ranks_per_node: int, resume: bool,
                     fabric: FabricProfile | None = None) -> RunOutcome:
@@ -63,6 +77,7 @@ class LocalJob(Job):
     kind = "local"
     label = "local job"
     followable = True  # its controller outlives a SIGKILLed driver; its record names it on this host
+    legacy_attr = "local_job"
 
     def __init__(self, job: submitit.Job[RunOutcome], run_dir: Path) -> None:
         super().__init__(str(job.job_id), run_dir)
@@ -73,7 +88,7 @@ class LocalJob(Job):
             return None
         if not self._job.paths.result_pickle.exists():
             # The controller has ended, so its task has written all it will: submitit would wait 15 s
-            # for a result that a cancelled or killed job never writes (a study stop waited 15 s a trial).
+            # for a result that a cancelled or killed job never writes.
             return _without_result(self.job_id)
         return _result(self._job)
 
@@ -86,6 +101,10 @@ class LocalJob(Job):
         pid = int(self.job_id)
         return {"host": socket.gethostname(), "pid": pid, "start": process_start(pid),
                 "folder": str(self._job.paths.folder)}
+
+    @classmethod
+    def id_of(cls, record: Any) -> str:
+        return str(record["pid"])
 
     @classmethod
     def reattach(cls, record: Any, run_dir: Path) -> Job | None:
@@ -253,6 +272,7 @@ class SlurmJob(Job):
     label = "SLURM job"
     outlives_driver = True
     followable = True
+    legacy_attr = "slurm_job_id"
 
     def __init__(self, job: submitit.Job[RunOutcome], run_dir: Path) -> None:
         super().__init__(str(job.job_id), run_dir)
@@ -297,6 +317,7 @@ class SlurmLauncher(Launcher):
     job_type = SlurmJob
     jobs_outlive_driver = True
     launches_workers = True
+    worker_key = "slurm_job"
     profile: SlurmProfile
 
     def __init__(self, profile: SlurmProfile) -> None:
@@ -367,6 +388,17 @@ class SlurmLauncher(Launcher):
         return f"squeue --name {job_name}"
 
     @classmethod
+    def job_environment(cls) -> str | None:
+        """The SLURM job this process runs in, as squeue shows it (`ARRAY_TASK` for an array task)."""
+        array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+        return f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID")
+
+    @classmethod
+    def rerun_args(cls, source: str | None, nproc: int, ranks_per_node: int) -> list[str]:
+        """The profile sets nodes and tasks."""
+        return ["--launcher", source or cls.kind]
+
+    @classmethod
     def queued(cls, job_ids: Sequence[str]) -> list[str]:
         from abtune.launch.capacity import queued
 
@@ -397,6 +429,11 @@ LAUNCHERS: dict[str, type[Launcher]] = {launcher.kind: launcher
 JOB_KINDS = tuple(kind for kind, launcher in LAUNCHERS.items() if launcher.job_type.followable)
 
 
+def study_launcher_kinds() -> list[str]:
+    """The kinds of profile that study trials run on."""
+    return [kind for kind, launcher in LAUNCHERS.items() if launcher.runs_studies]
+
+
 def launcher_type(kind: str) -> type[Launcher]:
     """The launcher class of a job or profile kind (KeyError for none abtune knows)."""
     return LAUNCHERS[kind]
@@ -407,6 +444,73 @@ def reattach(kind: str, record: Any, run_dir: Path) -> Job | None:
     another host, or one that is gone without a result)."""
     launcher = LAUNCHERS.get(kind)
     return launcher.job_type.reattach(record, run_dir) if launcher is not None else None
+
+
+# --- a job as a study trial records it: {kind, record, run_id} ------------------------------------
+JobEntry = dict[str, Any]
+
+
+def job_entry(job: Job, run_id: str | None) -> JobEntry | None:
+    """What a trial stores of its job for another process to follow (`followed`); None for a job that
+    ends with the process that started it."""
+    return {"kind": job.kind, "record": job.record(), "run_id": run_id} if job.followable else None
+
+
+def recorded_job(attrs: Mapping[str, Any]) -> JobEntry | None:
+    """A trial's job entry (JOB_ATTR); from a study written by an earlier version, its launcher's own attribute."""
+    if attrs.get(JOB_ATTR):
+        return attrs[JOB_ATTR]
+    for kind, launcher in LAUNCHERS.items():
+        legacy = launcher.job_type.legacy_attr
+        if legacy is not None and attrs.get(legacy):
+            return {"kind": kind, "record": attrs[legacy], "run_id": attrs.get(RUN_ID_ATTR)}
+    return None
+
+
+def followed(entry: JobEntry, run_dir: Path) -> Job | None:
+    """The recorded job, to follow from here (`reattach`)."""
+    return reattach(entry["kind"], entry["record"], run_dir)
+
+
+def job_id(entry: JobEntry) -> str:
+    return LAUNCHERS[entry["kind"]].job_type.id_of(entry["record"])
+
+
+def describe_job(entry: JobEntry) -> str:
+    """`SLURM job 812`, `local job 4711`: as `Job.describe()` names the recorded job, without following it."""
+    return f"{LAUNCHERS[entry['kind']].job_type.label} {job_id(entry)}"
+
+
+def rerun_args(entry: JobEntry | None, source: str | None, nproc: int, ranks_per_node: int) -> list[str]:
+    """`abtune train` options that run a trial again where it ran (its job's launcher; without a recorded
+    job, local processes)."""
+    launcher = LAUNCHERS[entry["kind"]] if entry is not None else LAUNCHERS[DEFAULT_LAUNCHER]
+    return launcher.rerun_args(source, nproc, ranks_per_node)
+
+
+# --- study workers: the job a worker runs in, as it stamps its trials ----------------------------
+def this_worker_job() -> dict[str, str]:
+    """The job this process runs in, as a study worker stamps its trials with it ({} outside one)."""
+    for launcher in LAUNCHERS.values():
+        if launcher.worker_key is not None and (found := launcher.job_environment()):
+            return {launcher.worker_key: found}
+    return {}
+
+
+def worker_job(worker: Mapping[str, Any]) -> tuple[type[Launcher], str] | None:
+    """The launcher and id of the job a stamped worker runs in; None for a worker outside one."""
+    for launcher in LAUNCHERS.values():
+        if launcher.worker_key is not None and worker.get(launcher.worker_key):
+            return launcher, str(worker[launcher.worker_key])
+    return None
+
+
+def worker_launcher_type(kind: str | None) -> type[Launcher]:
+    """The launcher of a study's launched workers; studies launched before the kind was recorded: the one
+    launcher that launches workers."""
+    if kind is not None:
+        return LAUNCHERS[kind]
+    return next(launcher for launcher in LAUNCHERS.values() if launcher.launches_workers)
 
 
 def _result(job: submitit.Job[RunOutcome]) -> RunOutcome:

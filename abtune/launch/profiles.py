@@ -14,9 +14,10 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from abtune.config import RunConfig, StrictModel, describe_validation_error
+from abtune.config import RunConfig, describe_validation_error
 from abtune.errors import ConfigError
 from abtune.launch.base import Layout
+from abtune.schema import StrictModel
 from abtune.words import plural
 from abtune.yamlfile import find_named, names_in, read_yaml
 

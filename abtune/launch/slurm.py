@@ -110,7 +110,7 @@ def master_port(job_id: str) -> int:
     connections (submitit's 20000-60000 met one on the first node in CI: EADDRINUSE). The id modulo the
     range, not a hash of it as submitit does: SLURM numbers jobs in order, so jobs that run at the same
     time on a node (a study's 1-node trials) get different ports unless 12000 jobs were submitted between
-    them; hashed, 16 concurrent trials on one host collided in a 100-trial study (issue 25)."""
+    them; hashed, concurrent trials on one host collide by chance as a study grows."""
     head = job_id.split("_")[0]  # SLURM_JOB_ID is a number; anything else is hashed
     number = int(head) if head.isdigit() else random.Random(job_id).randrange(MASTER_PORT_CHOICES)
     return FIRST_MASTER_PORT + number % MASTER_PORT_CHOICES

@@ -1,26 +1,48 @@
-"""Training methods: one module each, looked up by the `method.name` of the run config."""
+"""Training methods, looked up by the `method.name` of the run config.
+
+Each method is its module (the `Method`, torch) and its settings module beside it (a `MethodSettings`
+whose `name` field is a Literal of the names it answers to; torch-free, so the configuration, the
+CLI and the study read it without importing torch). Adding a method is those two modules and one
+line in METHODS: the run config's `method:` section, `compare --methods` and the study's checks
+follow from it.
+"""
 
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING, Annotated, Any, Union
 
-from abtune.methods.base import Method, MethodContext
+from pydantic import Field
 
-_REGISTRY: dict[str, str] = {
-    "ddp": "abtune.methods.ddp:DDP",
-    "ab": "abtune.methods.ab:ABTraining",
-    "ab-nogroups": "abtune.methods.ab:ABTraining",
-    "sbc": "abtune.methods.sbc:SparseBinaryCompression",
-    "powersgd": "abtune.methods.powersgd:PowerSGD",
-    "fp16": "abtune.methods.fp16:Fp16",
+from abtune.methods.ab_settings import AbConfig
+from abtune.methods.ddp_settings import DdpConfig
+from abtune.methods.fp16_settings import Fp16Config
+from abtune.methods.powersgd_settings import PowerSgdConfig
+from abtune.methods.sbc_settings import SbcConfig
+from abtune.methods.settings import MethodSettings
+
+if TYPE_CHECKING:
+    from abtune.methods.base import Method, MethodContext
+
+# name -> (its settings, its Method as "module:Class", imported only when a run builds it)
+METHODS: dict[str, tuple[type[MethodSettings], str]] = {
+    "ddp": (DdpConfig, "abtune.methods.ddp:DDP"),
+    "ab": (AbConfig, "abtune.methods.ab:ABTraining"),
+    "ab-nogroups": (AbConfig, "abtune.methods.ab:ABTraining"),
+    "sbc": (SbcConfig, "abtune.methods.sbc:SparseBinaryCompression"),
+    "powersgd": (PowerSgdConfig, "abtune.methods.powersgd:PowerSGD"),
+    "fp16": (Fp16Config, "abtune.methods.fp16:Fp16"),
 }
-METHOD_NAMES = tuple(_REGISTRY)
+METHOD_NAMES = tuple(METHODS)
+METHOD_CONFIGS: dict[str, type[MethodSettings]] = {name: settings for name, (settings, _) in METHODS.items()}
+# The run config's `method:` section: any method's settings, told apart by `name`.
+MethodConfig = Annotated[Union[tuple(dict.fromkeys(METHOD_CONFIGS.values()))], Field(discriminator="name")]  # type: ignore[valid-type]  # noqa: UP007
 
 
-def build_method(config: object, ctx: MethodContext) -> Method:
-    module_name, class_name = _REGISTRY[config.name].split(":")  # type: ignore[attr-defined]
+def build_method(config: Any, ctx: MethodContext) -> Method:
+    module_name, class_name = METHODS[config.name][1].split(":")
     cls = getattr(importlib.import_module(module_name), class_name)
     return cls(config, ctx)
 
 
-__all__ = ["METHOD_NAMES", "Method", "MethodContext", "build_method"]
+__all__ = ["METHODS", "METHOD_CONFIGS", "METHOD_NAMES", "MethodConfig", "build_method"]

@@ -25,6 +25,7 @@ from torch import nn
 
 from abtune.comm import CommMeter, broadcast_tensors_
 from abtune.dist import DistEnv
+from abtune.phases import Phase
 
 OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
 
@@ -84,7 +85,7 @@ class Method(ABC):
         self.model = model
         self.dense_parameters = count_parameters(model)
         if broadcast_initial:
-            self.meter.phase = "setup"
+            self.meter.phase = Phase.SETUP
             broadcast_tensors_(self.meter, [*model.parameters(), *model.buffers()], 0, self.world)
         self._setup()
 

@@ -17,6 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from abtune.comm import CommGroup, CommMeter, Op, average_tensors_
 from abtune.methods.base import Method
+from abtune.phases import Phase
 
 INT32_BYTES = 4
 
@@ -101,13 +102,13 @@ class DDP(Method):
         self.rebuild_optimizer([p for p in self.model.parameters() if p.requires_grad])
 
     def begin_step(self, step: int) -> None:
-        self.meter.phase = "train"
+        self.meter.phase = Phase.TRAIN
 
     @property
     def phase(self) -> str:
-        return "train"
+        return Phase.TRAIN.value
 
     def eval_module(self) -> nn.Module:
-        self.meter.phase = "eval"
+        self.meter.phase = Phase.EVAL
         average_buffers_(self.model, self.meter, self.world)
         return self.model

@@ -9,18 +9,19 @@ partial batches); AB's warmup/AB/rebound steps follow from the carried fractions
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field
 
-from abtune.config import RunConfig, StrictModel, apply_overrides, parse_run_config
+from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import ConfigError
 from abtune.promote.select import Promoted
 from abtune.promote.target import ScalingTarget, with_root
+from abtune.schema import StrictModel
 from abtune.words import plural
 
 Strategy = Literal["local", "global"]
-STRATEGIES: tuple[Strategy, ...] = ("local", "global")
+STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
 BASELINE = "ddp"
 CAMPAIGN_FILE = "campaign.yaml"
 

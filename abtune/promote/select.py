@@ -19,10 +19,18 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.attrs import CONFIRMATION_ATTR, RUN_ID_ATTR, SEEDS_ATTR
 from abtune.errors import ConfigError
-from abtune.study.attrs import CONFIRMATION_ATTR, RUN_ID_ATTR, SEEDS_ATTR
 from abtune.study.importance import inert_in_study
-from abtune.study.ranking import DEFAULT_RULE, Rule, beats, chosen_trials, promotable, rank_front, top_single
+from abtune.study.ranking import (
+    DEFAULT_RULE,
+    Rule,
+    chosen_trials,
+    pareto_front,
+    promotable,
+    rank_front,
+    top_single,
+)
 
 PROMOTED_KEYS = ("method.name", "method.warmup_frac", "method.ab_frac", "method.rebound_frac",
                  "method.lr_rebound_frac", "method.sigma_cutoff", "method.sync_mode")
@@ -64,7 +72,7 @@ def promoted_from_study(study: optuna.Study, top: int, rule: Rule = DEFAULT_RULE
     if len(study.directions) == 1:
         chosen = top_single(confirmed, study.direction, top, study.study_name)
     else:
-        front = [t for t in confirmed if not any(beats(o, t, study.directions) for o in confirmed)]
+        front = pareto_front(confirmed, study.directions)
         chosen = rank_front(front, list(study.directions), rule)[:top]
         if len(chosen) < top:
             raise ConfigError(f"--top {top}: the confirmed Pareto front of study '{study.study_name}' holds only "

@@ -12,14 +12,10 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from abtune.config import (
-    METHOD_CONFIGS,
-    StrictModel,
-    apply_overrides,
-    describe_validation_error,
-    parse_run_config,
-)
+from abtune.config import apply_overrides, describe_validation_error, parse_run_config
 from abtune.errors import ConfigError
+from abtune.methods import METHOD_CONFIGS
+from abtune.schema import StrictModel
 from abtune.yamlfile import read_yaml
 
 PLANNED_KEYS = ("steps", "local_batch_size")  # train.* fields the planner sets per run

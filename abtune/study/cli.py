@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from abtune.errors import AbtuneError, ConfigError
+from abtune.errors import INTERRUPTED_EXIT, AbtuneError, ConfigError
 from abtune.redact import redact
 from abtune.study.ranking import DEFAULT_MARGIN, DEFAULT_RULE, RULES, Rule
 from abtune.tracking.uri import add_tracking_arguments, tracking_arguments
@@ -18,8 +18,6 @@ from abtune.words import plural
 
 if TYPE_CHECKING:
     from abtune.tracking import Tracking
-
-INTERRUPTED_EXIT = 130
 
 
 def add_rule_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,7 +67,7 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from abtune.launch.launchers import load_launcher
-    from abtune.study.report import print_best
+    from abtune.study.report.best import print_best
     from abtune.study.runner import StudyRunner
     from abtune.study.storage import require_study
 
@@ -193,7 +191,7 @@ def _tracking_for_stop(args: argparse.Namespace) -> Tracking:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from abtune.study.report import print_status
+    from abtune.study.report.status import print_status
     from abtune.study.storage import require_study
 
     rule = rule_of(args)
@@ -204,7 +202,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_best(args: argparse.Namespace) -> int:
-    from abtune.study.report import print_best
+    from abtune.study.report.best import print_best
     from abtune.study.storage import require_study
 
     rule = rule_of(args)
@@ -215,7 +213,7 @@ def cmd_best(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from abtune.study.report import export_text
+    from abtune.study.report.export import export_text
     from abtune.study.storage import require_study
 
     storage, url = _storage(args)
@@ -255,7 +253,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from abtune.study.report import print_list
+    from abtune.study.report.export import print_list
 
     storage, url = _storage(args)
     print_list(storage, _shown(url))

@@ -28,6 +28,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from abtune.attrs import CONFIRMATION_ATTR, DDP, PAPER_DEFAULTS, REFERENCE_ATTR
 from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.launch.base import Job, Launcher
@@ -36,8 +37,7 @@ from abtune.rundir import check_writable
 from abtune.runfiles import read_summary, summary_path
 from abtune.runs import Run
 from abtune.study import results, stats
-from abtune.study.attrs import CONFIRMATION_ATTR, REFERENCE_ATTR
-from abtune.study.definition import DDP, PAPER_DEFAULTS, stored_spec, stored_study_dir
+from abtune.study.definition import stored_spec, stored_study_dir
 from abtune.study.pool import JobPool
 from abtune.study.ranking import Rule, chosen_trials
 from abtune.study.repeats import repeat_seed, seed_dir

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from optuna.trial import FrozenTrial
 
-from abtune.objectives import EVALUATIONS_ATTR
+from abtune.attrs import EVALUATIONS_ATTR
 
 MIN_TRIALS = 5  # fewer completed trials say nothing about a rank correlation
 

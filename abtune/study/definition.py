@@ -17,16 +17,11 @@ from optuna.distributions import BaseDistribution
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.attrs import DDP, REFERENCE_ATTR, SPEC_ATTR, STUDY_DIR_ATTR, WORKER_ATTR
 from abtune.errors import ConfigError
-from abtune.study.attrs import REFERENCE_ATTR, SPEC_ATTR, STUDY_DIR_ATTR
 from abtune.study.options import check_options
 from abtune.study.pareto_pruner import ParetoAshaPruner
 from abtune.study.spec import StudySpec, parse_study_spec
-from abtune.study.workers import WORKER_ATTR
-
-PAPER_DEFAULTS = "paper-defaults"
-DDP = "ddp"
-
 
 SAMPLERS = {"tpe": "TPESampler", "random": "RandomSampler", "nsgaii": "NSGAIISampler", "nsgaiii": "NSGAIIISampler",
             "gp": "GPSampler", "qmc": "QMCSampler", "cmaes": "CmaEsSampler"}

@@ -15,8 +15,8 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from abtune.attrs import FAIL_REASON_ATTR, RETRIED_ATTR
 from abtune.study import results
-from abtune.study.attrs import FAIL_REASON_ATTR, RETRIED_ATTR
 from abtune.study.spec import StudySpec
 
 MEGA = 1e6

@@ -30,12 +30,11 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from abtune.attrs import FIRST_RANKS_ATTR, SCHEDULE_ATTR, SPEC_ATTR
 from abtune.objectives import OBJECTIVES
 from abtune.study import results
-from abtune.study.attrs import SPEC_ATTR
 from abtune.study.spec import StudySpec, parse_study_spec
 
-FIRST_RANKS_ATTR, SCHEDULE_ATTR = results.DIAGNOSTIC_KEYS
 RANK_PARAMS = ("method.sigma_cutoff", "method.rank_cap")
 SCHEDULE_PARAMS = ("method.warmup_frac", "method.ab_frac", "method.rebound_frac", "method.lr_rebound_frac")
 

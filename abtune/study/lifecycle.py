@@ -12,18 +12,11 @@ from typing import Any
 import optuna
 from optuna.storages import BaseStorage
 
-from abtune.config import METHOD_CONFIGS
+from abtune.attrs import ATTEMPT_ATTR, DDP, PAPER_DEFAULTS, REFERENCE_ATTR, SPEC_ATTR, STUDY_DIR_ATTR
 from abtune.errors import ConfigError
+from abtune.methods import METHOD_CONFIGS
 from abtune.redact import redact
-from abtune.study.attrs import ATTEMPT_ATTR, REFERENCE_ATTR, SPEC_ATTR, STUDY_DIR_ATTR
-from abtune.study.definition import (
-    DDP,
-    PAPER_DEFAULTS,
-    build_pruner,
-    build_sampler,
-    name_objectives,
-    stored_study_dir,
-)
+from abtune.study.definition import build_pruner, build_sampler, name_objectives, stored_study_dir
 from abtune.study.space import build_distributions, paper_default_params
 from abtune.study.spec import StudySpec, load_study_spec, parse_study_spec
 from abtune.study.storage import absolute_url, open_storage

@@ -32,11 +32,11 @@ import optuna
 from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial
 
+from abtune.attrs import EVALUATIONS_ATTR, REFERENCE_ATTR
 from abtune.errors import ConfigError
-from abtune.objectives import OBJECTIVES
-from abtune.study.attrs import EVALUATIONS_ATTR, REFERENCE_ATTR
+from abtune.objectives import OBJECTIVES, non_dominated_fronts
 
-Values = list[float]  # one rung entry, every objective turned to "smaller is better"
+Values = list[float]  # one rung entry: every objective's score (Objective.score, higher is better)
 
 
 class ParetoAshaPruner(BasePruner):
@@ -53,8 +53,7 @@ class ParetoAshaPruner(BasePruner):
         if unknown:
             raise ConfigError(f"pruner: pareto-asha ranks trials while they run, and {', '.join(unknown)} is known "
                               "only when a run ends: drop it from objectives or set pruner: none")
-        self.objectives = list(objectives)
-        self.signs = [-1.0 if OBJECTIVES[m].maximize else 1.0 for m in self.objectives]
+        self.objectives = [OBJECTIVES[m] for m in objectives]
         self.reduction_factor, self.min_trials = reduction_factor, min_trials
         self.rungs = rung_steps(total_steps, first_rung, reduction_factor)
 
@@ -79,14 +78,14 @@ class ParetoAshaPruner(BasePruner):
         return not continues(trial.number, entries, self.reduction_factor, self.min_trials)
 
     def _at_rung(self, by_step: Mapping[int, Mapping[str, float | None]], rung: int) -> Values | None:
-        """The values of the first evaluation at or after `rung`, as minimization; None if none or incomplete."""
+        """The scores of the first evaluation at or after `rung`; None if none or incomplete."""
         step = next((s for s in sorted(by_step) if s >= rung), None)
         if step is None:
             return None
-        values = [by_step[step].get(m) for m in self.objectives]
+        values = [by_step[step].get(o.name) for o in self.objectives]
         if any(v is None or math.isnan(v) for v in values):
             return None
-        return [sign * float(v) for sign, v in zip(self.signs, values, strict=True)]  # type: ignore[arg-type]
+        return [o.score(float(v)) for o, v in zip(self.objectives, values, strict=True)]  # type: ignore[arg-type]
 
 
 def rung_steps(total_steps: int, first_rung: float, reduction_factor: int) -> list[int]:
@@ -129,34 +128,18 @@ def pareto_order(entries: Mapping[int, Values]) -> list[int]:
     return ordered
 
 
-def non_dominated_fronts(entries: Mapping[int, Values]) -> list[list[int]]:
-    remaining = dict(entries)
-    fronts = []
-    while remaining:
-        front = [n for n, v in remaining.items() if not any(dominates(w, v) for w in remaining.values())]
-        fronts.append(sorted(front))
-        for n in front:
-            del remaining[n]
-    return fronts
-
-
-def dominates(a: Values, b: Values) -> bool:
-    """a is no worse than b everywhere and better somewhere (smaller is better)."""
-    return all(x <= y for x, y in zip(a, b, strict=True)) and any(x < y for x, y in zip(a, b, strict=True))
-
-
 def crowding_distances(front: Mapping[int, Values]) -> dict[int, float]:
     """NSGA-II's crowding distance: per objective, the normalized gap between a point's neighbours; the
-    extremes of each objective get infinity."""
+    extremes of each objective get infinity. Points are ordered best score first, ties by number."""
     distance = dict.fromkeys(front, 0.0)
     if len(front) <= 2:
         return dict.fromkeys(front, math.inf)
     for k in range(len(next(iter(front.values())))):
-        ordered = sorted(front, key=lambda n: (front[n][k], n))
-        low, high = front[ordered[0]][k], front[ordered[-1]][k]
+        ordered = sorted(front, key=lambda n: (-front[n][k], n))
+        best, worst = front[ordered[0]][k], front[ordered[-1]][k]
         distance[ordered[0]] = distance[ordered[-1]] = math.inf
-        if high == low:
+        if best == worst:
             continue
         for before, point, after in zip(ordered, ordered[1:], ordered[2:], strict=False):
-            distance[point] += (front[after][k] - front[before][k]) / (high - low)
+            distance[point] += (front[before][k] - front[after][k]) / (best - worst)
     return distance

@@ -23,9 +23,9 @@ from typing import Any
 
 import optuna
 
+from abtune.attrs import EVALUATIONS_ATTR
 from abtune.objectives import OBJECTIVES
 from abtune.study import stats
-from abtune.study.attrs import EVALUATIONS_ATTR
 from abtune.study.definition import SearchStudy, build_pruner, stored_spec
 from abtune.study.storage import open_storage, quiet_optuna, url_from_environment
 from abtune.training.hooks import TrainingHook, evaluation_rows

@@ -18,20 +18,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import optuna
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from abtune.config import METHOD_CONFIGS
+from abtune.attrs import DDP, REFERENCE_ATTR
 from abtune.errors import ConfigError
-from abtune.objectives import OBJECTIVES
-from abtune.study.attrs import REFERENCE_ATTR
-from abtune.study.definition import DDP
+from abtune.methods import METHOD_CONFIGS
+from abtune.objectives import OBJECTIVES, pareto_mask, signed
 
 RuleName = Literal["within-margin", "best-accuracy", "least-traffic", "knee"]
-RULES: tuple[RuleName, ...] = ("within-margin", "best-accuracy", "least-traffic", "knee")
+RULES: tuple[RuleName, ...] = get_args(RuleName)
 DEFAULT_MARGIN = 0.01  # top-1
 
 
@@ -88,10 +87,14 @@ def chosen_trials(study: optuna.Study, top: int, rule: Rule = DEFAULT_RULE) -> l
     return _top_pareto(study, finished, top, rule)
 
 
-def beats(a: FrozenTrial, b: FrozenTrial, directions: list[StudyDirection]) -> bool:
-    signs = [1.0 if d == StudyDirection.MAXIMIZE else -1.0 for d in directions]
-    pairs = [(s * x, s * y) for s, x, y in zip(signs, a.values, b.values, strict=True)]
-    return all(x >= y for x, y in pairs) and any(x > y for x, y in pairs)
+def pareto_front(trials: list[FrozenTrial], directions: list[StudyDirection]) -> list[FrozenTrial]:
+    """The trials no other of them dominates on their values."""
+    scores = [[_score(t, directions, i) for i in range(len(directions))] for t in trials]
+    return [t for t, on_front in zip(trials, pareto_mask(scores), strict=True) if on_front]
+
+
+def _score(trial: FrozenTrial, directions: list[StudyDirection], index: int) -> float:
+    return signed(trial.values[index], directions[index] == StudyDirection.MAXIMIZE)
 
 
 def promotable(trial: FrozenTrial) -> bool:
@@ -139,8 +142,7 @@ def rank_front(front: list[FrozenTrial], directions: list[StudyDirection], rule:
 
 
 def _by_objective(trials: list[FrozenTrial], directions: list[StudyDirection], index: int) -> list[FrozenTrial]:
-    sign = -1.0 if directions[index] == StudyDirection.MAXIMIZE else 1.0
-    return sorted(trials, key=lambda t: (sign * t.values[index], t.number))
+    return sorted(trials, key=lambda t: (-_score(t, directions, index), t.number))
 
 
 def _within_margin(front: list[FrozenTrial], directions: list[StudyDirection], margin: float) -> list[FrozenTrial]:
@@ -154,8 +156,7 @@ def _within_margin(front: list[FrozenTrial], directions: list[StudyDirection], m
     best = max(t.values[top1] for t in front)
     near = [t for t in front if t.values[top1] >= best - margin - 1e-12]
     far = [t for t in front if t not in near]
-    sign = -1.0 if directions[other] == StudyDirection.MAXIMIZE else 1.0
-    near.sort(key=lambda t: (sign * t.values[other], -t.values[top1], t.number))
+    near.sort(key=lambda t: (-_score(t, directions, other), -t.values[top1], t.number))
     return near + _by_objective(far, directions, top1)
 
 

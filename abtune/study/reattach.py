@@ -1,7 +1,7 @@
 """Following a trial's job from a `study run` other than the one that started it.
 
-A trial records its job as its launcher describes it (`slurm_job_id`: the SLURM job id; `local_job`:
-the controller's host, pid, start time and folder), so a restarted `study run` follows that job to
+A trial records its job as its launcher describes it (`job`: {kind, record, run_id}, launch.launchers.job_entry;
+a local job's record names its controller's host, pid, start time and folder), so a restarted `study run` follows that job to
 its end and tells its result, instead of failing the trial as stale and training its parameters a
 second time. A local job's controller is not a child of the terminal's process group leader alone:
 killing `study run` with SIGKILL leaves it training. A job that already ended while no runner
@@ -15,18 +15,18 @@ from pathlib import Path
 
 from optuna.trial import FrozenTrial
 
+from abtune.attrs import JOB_ATTR, RUN_DIR_ATTR, SEED_JOBS_ATTR
 from abtune.launch.base import Job
-from abtune.launch.launchers import reattach
+from abtune.launch.launchers import followed, job_entry, recorded_job
 from abtune.launch.outcome import RunOutcome
-from abtune.study.attrs import JOB_ATTRS, RUN_DIR_ATTR, SEED_JOBS_ATTR
 from abtune.study.repeats import seed_dir
 
 
-def record_job(trial: object, job: Job) -> None:
-    """Store what identifies the trial's job, for a later runner to follow it."""
-    attr = JOB_ATTRS.get(job.kind)
-    if attr is not None:
-        trial.set_user_attr(attr, job.record())  # type: ignore[attr-defined]
+def record_job(trial: object, job: Job, run_id: str | None) -> None:
+    """Store what identifies the trial's job (and its MLflow run), for a later runner to follow it."""
+    entry = job_entry(job, run_id)
+    if entry is not None:
+        trial.set_user_attr(JOB_ATTR, entry)  # type: ignore[attr-defined]
 
 
 def job_to_follow(trial: FrozenTrial) -> Job | None:
@@ -38,13 +38,11 @@ def job_to_follow(trial: FrozenTrial) -> Job | None:
     seeds = trial.user_attrs.get(SEED_JOBS_ATTR)
     if seeds:
         jobs = [job for seed, entry in sorted(seeds.items())
-                if (job := reattach(entry["kind"], entry["record"], seed_dir(Path(run_dir), int(seed)))) is not None]
+                if (job := followed(entry, seed_dir(Path(run_dir), int(seed)))) is not None]
         live = [job for job in jobs if not job.gone()]
         return SeedJobs(live, Path(run_dir)) if live else None
-    for kind, attr in JOB_ATTRS.items():
-        if trial.user_attrs.get(attr):
-            return reattach(kind, trial.user_attrs[attr], Path(run_dir))
-    return None
+    entry = recorded_job(trial.user_attrs)
+    return followed(entry, Path(run_dir)) if entry is not None else None
 
 
 class SeedJobs(Job):

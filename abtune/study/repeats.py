@@ -34,15 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from abtune.config import RunConfig, load_run_config
-from abtune.launch.base import Job, Launcher, Layout
-from abtune.launch.launchers import JOB_KINDS, reattach
-from abtune.launch.outcome import RunOutcome
-from abtune.rundir import prepare_run_dir
-from abtune.runfiles import CONFIG_FILE, SUMMARY_FILE, complete_checkpoints, read_summary, summary_path
-from abtune.runs import FAILED, FINISHED, KILLED, Run
-from abtune.study import results, stats
-from abtune.study.attrs import (
+from abtune.attrs import (
     EVALUATIONS_ATTR,
     RETRY_OF_ATTR,
     REUSED_SEEDS_ATTR,
@@ -50,6 +42,14 @@ from abtune.study.attrs import (
     SEED_JOBS_ATTR,
     SEEDS_ATTR,
 )
+from abtune.config import RunConfig, load_run_config
+from abtune.launch.base import Job, Launcher, Layout
+from abtune.launch.launchers import followed, job_entry
+from abtune.launch.outcome import RunOutcome
+from abtune.rundir import prepare_run_dir
+from abtune.runfiles import CONFIG_FILE, SUMMARY_FILE, complete_checkpoints, read_summary, summary_path
+from abtune.runs import FAILED, FINISHED, KILLED, Run
+from abtune.study import results, stats
 from abtune.study.pool import JobPool
 from abtune.study.pruning import mean_evaluations
 from abtune.study.trials import adopt_checkpoint, record_launcher, trial_dir, trial_hook_specs
@@ -248,7 +248,7 @@ def resume_trial(runner: TrialRunner, trial: Any, run_id: str | None) -> tuple[R
         run = SeedRun(seed, seed_dir(trial_dir, seed))
         run.finished = summary_path(run.run_dir).exists()
         entry = recorded.get(str(seed))
-        job = reattach(entry["kind"], entry["record"], run.run_dir) if entry and not run.finished else None
+        job = followed(entry, run.run_dir) if entry and not run.finished else None
         if job is not None:
             run.run = Run(run.run_dir, runner.launcher, runner.layout, job=job)
             run.run.track(runner.tracking, entry.get("run_id"))  # type: ignore[union-attr]
@@ -337,9 +337,9 @@ class _SeedStarter:
         submit_trial(run, runner.spec, trial_job_name(runner.study.study_name, f"{number}-seed{seed_run.seed}"),
                      runner.trial_env)
         assert run.job is not None
-        if run.job.kind in JOB_KINDS:  # followed seed by seed by the next runner if this one dies
-            self.recorded[str(seed_run.seed)] = {"kind": run.job.kind, "record": run.job.record(),
-                                                 "run_id": child_run_id}
+        entry = job_entry(run.job, child_run_id)
+        if entry is not None:  # followed seed by seed by the next runner if this one dies
+            self.recorded[str(seed_run.seed)] = entry
             self.trial.set_user_attr(SEED_JOBS_ATTR, self.recorded)
         return run
 

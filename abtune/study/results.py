@@ -12,17 +12,24 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.attrs import (
+    DDP,
+    FIRST_RANKS_ATTR,
+    OVER_BUDGET_ATTR,
+    PAPER_DEFAULTS,
+    REFERENCE_ATTR,
+    RETRIED_ATTR,
+    RETRY_OF_ATTR,
+    SCHEDULE_ATTR,
+    TRAFFIC_EXCESS_ATTR,
+)
 from abtune.objectives import OBJECTIVES, pareto_mask
 from abtune.runfiles import RunSummary
-from abtune.study.attrs import OVER_BUDGET_ATTR, REFERENCE_ATTR, RETRIED_ATTR, RETRY_OF_ATTR
-from abtune.study.definition import DDP, PAPER_DEFAULTS
 
 RECORDED_KEYS = ("best_top1", "ecr", "steps_done", "stopped_early", "wall_seconds")
 RESULT_KEYS = (*OBJECTIVES, *RECORDED_KEYS)
-# What AB decided, for telling a searched parameter that changed nothing (study.importance): the ranks of
-# the first decomposition ({} when nothing was factored, None for a method that never decomposes) and
-# AB's schedule in steps. Stored on the trial, not exported as columns.
-DIAGNOSTIC_KEYS = ("first_ranks", "schedule_steps")
+# What AB decided (abtune/attrs.py): stored on the trial, not exported as columns.
+DIAGNOSTIC_KEYS = (FIRST_RANKS_ATTR, SCHEDULE_ATTR)
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
@@ -68,13 +75,13 @@ def search_trials(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
 
 
 def feasible(trial: FrozenTrial) -> bool:
-    return float(trial.user_attrs.get("traffic_excess_mb", 0.0)) <= 0.0
+    return float(trial.user_attrs.get(TRAFFIC_EXCESS_ATTR, 0.0)) <= 0.0
 
 
 def pareto_front(trials: Sequence[FrozenTrial], metrics: Sequence[str]) -> list[FrozenTrial]:
     """Trials no other trial beats on every metric (directions from abtune/objectives.py), best top-1 first."""
     scored = [t for t in trials if all(m in t.user_attrs for m in metrics)]
-    scores = [[float(t.user_attrs[m]) * (1 if OBJECTIVES[m].maximize else -1) for m in metrics] for t in scored]
+    scores = [[OBJECTIVES[m].score(float(t.user_attrs[m])) for m in metrics] for t in scored]
     front = [t for t, on_front in zip(scored, pareto_mask(scores), strict=True) if on_front]
     return sorted(front, key=lambda t: (-t.user_attrs["top1"], t.number))
 

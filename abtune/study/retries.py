@@ -15,8 +15,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.attrs import ATTEMPT_ATTR, FAIL_REASON_ATTR, REFERENCE_ATTR, RETRIED_ATTR, RETRY_OF_ATTR
 from abtune.study import workers
-from abtune.study.attrs import ATTEMPT_ATTR, FAIL_REASON_ATTR, REFERENCE_ATTR, RETRIED_ATTR, RETRY_OF_ATTR
 from abtune.study.spec import StudySpec
 from abtune.training.hang import is_hang
 
@@ -46,7 +46,7 @@ def enqueue(study: optuna.Study, trial: FrozenTrial, kind: str | None) -> None:
 
 def fail_stale(study: optuna.Study, spec: StudySpec, trial: FrozenTrial) -> str | None:
     """Fail a dead worker's RUNNING trial and re-enqueue it; None when another worker got there first."""
-    owner = workers.describe(trial.system_attrs.get(workers.WORKER_ATTR))
+    owner = workers.describe(workers.owner_of(trial))
     retry = allowed(spec, trial, STALE)
     if not fail_unfollowed(study, trial, f"stale: its worker {owner} stopped (crash or kill)", STALE if retry else None):
         return None

@@ -34,27 +34,32 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.attrs import (
+    ARTIFACTS_AT_ATTR,
+    ARTIFACTS_COST_ATTR,
+    FAIL_REASON_ATTR,
+    HEARTBEAT_ATTR,
+    OVER_BUDGET_ATTR,
+    REFERENCE_ATTR,
+    RETRIED_ATTR,
+    RUN_DIR_ATTR,
+    RUN_ID_ATTR,
+    SEEDS_ATTR,
+    TRAFFIC_EXCESS_ATTR,
+    WORKER_ATTR,
+    stored,
+)
 from abtune.config import RunConfig, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.launch.base import Job, Launcher, SubmissionFailed
-from abtune.launch.launchers import LocalLauncher
+from abtune.launch.launchers import default_launcher
 from abtune.launch.outcome import RunOutcome
-from abtune.launch.profiles import LocalProfile, check_fits
+from abtune.launch.profiles import check_fits
 from abtune.redact import redact
 from abtune.rundir import UnwritableFolder, check_writable
 from abtune.runfiles import CONFIG_FILE
 from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import importance, reattach, repeats, results, retries, stop, workers
-from abtune.study.attrs import (
-    ARTIFACTS_AT_ATTR,
-    ARTIFACTS_COST_ATTR,
-    FAIL_REASON_ATTR,
-    OVER_BUDGET_ATTR,
-    REFERENCE_ATTR,
-    RETRIED_ATTR,
-    RUN_DIR_ATTR,
-    SEEDS_ATTR,
-)
 from abtune.study.definition import open_search_study, stored_study_dir
 from abtune.study.display import RunDisplay
 from abtune.study.space import build_distributions
@@ -70,7 +75,6 @@ from abtune.study.trials import (
     trial_layout,
 )
 from abtune.tracking import LaunchInfo, Tracking
-from abtune.tracking._base import RUN_ID_ATTR
 
 POLL_S = 0.5
 HEARTBEAT_S = 10.0
@@ -87,16 +91,15 @@ def claim_study_artifacts(storage: BaseStorage, study_id: int, ended_at: float |
                           every_s: float = STUDY_ARTIFACTS_EVERY_S) -> bool:
     """Whether this runner should rebuild the study's plots and importances now; if so, the study records it.
 
-    Their cost grows with the trials (a 1000-trial study's evaluation curves draw 1000 lines), and every
-    worker of a study used to rebuild them once a minute: at 16 workers and ~900 trials the workers spent
-    their time drawing (BENCHMARKS, issue 25). One rebuild per `every_s` for the whole study, and at a
-    runner's end (`ended_at`: when its last trial ended) only if nobody rebuilt them since. The interval
-    grows to keep rebuilds under STUDY_ARTIFACTS_SHARE of the time: one that took 6 s (1000 trials here)
-    waits 60 s, one that took 60 s (about 10,000) waits 10 minutes. Two workers that claim at once both
+    Their cost grows with the trials (the evaluation curves draw a line per trial), so however many workers
+    a study has, it rebuilds them once per `every_s`, and at a runner's end (`ended_at`: when its last
+    trial ended) only if nobody rebuilt them since; otherwise workers of a large study spend their time
+    drawing. The interval grows to keep rebuilds under STUDY_ARTIFACTS_SHARE of the time: after a rebuild
+    that took 6 s the next waits 60 s, after one of 60 s, 10 minutes. Two workers that claim at once both
     rebuild: harmless, the same plots."""
     attrs = storage.get_study_system_attrs(study_id)
-    last = float(attrs.get(ARTIFACTS_AT_ATTR, 0.0))
-    every_s = max(every_s, float(attrs.get(ARTIFACTS_COST_ATTR, 0.0)) / STUDY_ARTIFACTS_SHARE)
+    last = float(stored(attrs, ARTIFACTS_AT_ATTR, 0.0))
+    every_s = max(every_s, float(stored(attrs, ARTIFACTS_COST_ATTR, 0.0)) / STUDY_ARTIFACTS_SHARE)
     now = time.time()
     if ended_at is None and now - last < every_s:
         return False
@@ -136,7 +139,7 @@ class StudyRunner:
         self.study_dir = stored_study_dir(storage, self.study_id)
         check_writable(self.study_dir, "study_dir")  # before any trial is asked for: none is left RUNNING
         self.distributions = build_distributions(self.spec, f"study {name}")
-        self.launcher = launcher or LocalLauncher(LocalProfile())
+        self.launcher = launcher or default_launcher()
         self.layout = trial_layout(self.spec, self.launcher)
         base = parse_run_config(self.spec.base, f"study {name}: base")
         check_fits(base, self.layout)
@@ -232,8 +235,8 @@ class StudyRunner:
             self.display.note("stop requested: stopping the running trials")
 
     def all_trials(self) -> list[FrozenTrial]:
-        """Read at every start and end of a trial: a full read of a 1000-trial study took 1.1 s here,
-        through Optuna's cache 3.4 ms (issue 25)."""
+        """Read at every start and end of a trial: through the study's cache, which reads only the trials that
+        changed, not the storage's every trial."""
         return self.study.all_trials()
 
     def _may_start(self) -> bool:
@@ -249,7 +252,7 @@ class StudyRunner:
             for active in self.active:
                 # another worker may have found our heartbeat too old and failed the trial
                 with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-                    self.storage.set_trial_system_attr(active.trial._trial_id, workers.HEARTBEAT_ATTR, now)
+                    self.storage.set_trial_system_attr(active.trial._trial_id, HEARTBEAT_ATTR, now)
         if now - self._last_scan >= self.spec.retries.stale_after_s / 2:
             self.recover_stale()
 
@@ -280,7 +283,7 @@ class StudyRunner:
             self._fail(active, str(error), kind=None)
             return
         assert active.job is not None
-        reattach.record_job(trial, active.job)  # followed by the next runner if this one dies
+        reattach.record_job(trial, active.job, run_id)  # followed by the next runner if this one dies
         trial.set_user_attr("prepare_seconds", time.time() - active.started)  # ask -> submitted
         self.display.started(trial.number, trial.user_attrs.get(REFERENCE_ATTR))
 
@@ -351,11 +354,11 @@ class StudyRunner:
             return
         budget = self.spec.constraints.max_inter_node_mb
         if budget is not None:
-            attrs["traffic_excess_mb"] = attrs["inter_node_bytes"] / 1e6 - budget
+            attrs[TRAFFIC_EXCESS_ATTR] = attrs["inter_node_bytes"] / 1e6 - budget
         for key, value in attrs.items():
             active.trial.set_user_attr(key, value)
         if budget is not None:  # feasible when <= 0; constrained samplers read it from the trial
-            active.trial.set_constraint("traffic_excess_mb", attrs["traffic_excess_mb"])
+            active.trial.set_constraint(TRAFFIC_EXCESS_ATTR, attrs[TRAFFIC_EXCESS_ATTR])
         self._end_tracking(active, FINISHED)
         if attrs["stopped_early"]:
             frozen = self.study.tell(active.trial, state=TrialState.PRUNED)
@@ -386,7 +389,7 @@ class StudyRunner:
         for trial in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.RUNNING,)):
             if trial._trial_id in mine:
                 continue
-            if workers.same_slurm_job(trial, self.worker) or workers.is_stale(trial, self.spec.retries.stale_after_s):
+            if workers.same_worker_job(trial, self.worker) or workers.is_stale(trial, self.spec.retries.stale_after_s):
                 if repeats.is_repeated(trial):
                     self._reattach_seeds(trial)
                     continue
@@ -416,8 +419,8 @@ class StudyRunner:
 
     def _claim(self, trial_id: int) -> None:
         """This runner follows the trial from now on: its worker, with a fresh heartbeat."""
-        self.storage.set_trial_system_attr(trial_id, workers.WORKER_ATTR, self.worker)
-        self.storage.set_trial_system_attr(trial_id, workers.HEARTBEAT_ATTR, time.time())
+        self.storage.set_trial_system_attr(trial_id, WORKER_ATTR, self.worker)
+        self.storage.set_trial_system_attr(trial_id, HEARTBEAT_ATTR, time.time())
 
     def _follow(self, frozen: FrozenTrial, trial: optuna.Trial, run: Run, note: str) -> None:
         started = frozen.datetime_start.timestamp() if frozen.datetime_start else time.time()

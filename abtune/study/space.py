@@ -19,9 +19,10 @@ from optuna.distributions import (
 )
 from pydantic import BaseModel
 
-from abtune.config import METHOD_CONFIGS, RunConfig, apply_overrides, parse_run_config
+from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import ConfigError
 from abtune.launch.profiles import Layout, check_fits
+from abtune.methods import METHOD_CONFIGS
 from abtune.study.spec import GUIDELINE, Dimension, StudySpec
 
 Kind = Literal["int", "float", "categorical"]

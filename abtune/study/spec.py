@@ -12,9 +12,10 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from abtune.config import StrictModel, apply_overrides, describe_validation_error, parse_run_config
+from abtune.config import apply_overrides, describe_validation_error, parse_run_config
 from abtune.errors import ConfigError
 from abtune.objectives import OBJECTIVES, ObjectiveName
+from abtune.schema import StrictModel
 from abtune.timing import check_fits, load_cluster
 from abtune.yamlfile import read_yaml
 

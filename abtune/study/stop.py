@@ -26,18 +26,25 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.attrs import (
+    FAIL_REASON_ATTR,
+    RETRY_OF_ATTR,
+    RUN_DIR_ATTR,
+    RUN_ID_ATTR,
+    SEED_JOBS_ATTR,
+    STOP_ATTR,
+    WORKER_JOBS_ATTR,
+    WORKER_KIND_ATTR,
+    stored,
+)
 from abtune.launch.base import Job, Launcher
-from abtune.launch.launchers import launcher_type
+from abtune.launch.launchers import worker_job, worker_launcher_type
 from abtune.runfiles import summary_path
 from abtune.study import reattach, retries, workers
-from abtune.study.attrs import FAIL_REASON_ATTR, RETRY_OF_ATTR, RUN_DIR_ATTR, RUN_ID_ATTR, SEED_JOBS_ATTR
 from abtune.study.repeats import seed_dir
 from abtune.study.spec import StudySpec
 from abtune.tracking import Tracking
 
-STOP_ATTR = "abtune:stop"
-WORKER_JOBS_ATTR = "abtune:worker_jobs"
-WORKER_KIND_ATTR = "abtune:worker_job_kind"
 REQUEUE, FAIL, LET_FINISH = "requeue", "fail", "let-trials-finish"
 STOPPED = "stopped by `abtune study stop`"
 WAIT_S = 120.0  # a local runner's cancel grace (30 s) and a worker job's way out of the queue
@@ -55,7 +62,7 @@ class StopWatch:
         self.mode: str | None = None
 
     def _request(self) -> dict[str, Any] | None:
-        return self.storage.get_study_system_attrs(self.study_id).get(STOP_ATTR)
+        return stored(self.storage.get_study_system_attrs(self.study_id), STOP_ATTR)
 
     def new_request(self) -> str | None:
         """The mode of a stop request not yet seen, once; None otherwise."""
@@ -80,20 +87,26 @@ def request_stop(storage: BaseStorage, study_id: int, mode: str) -> None:
 
 def record_worker_jobs(storage: BaseStorage, study_id: int, kind: str, job_ids: list[str]) -> None:
     """`study launch`: the workers' jobs and their launcher's kind, for `study stop` to cancel."""
-    known = storage.get_study_system_attrs(study_id).get(WORKER_JOBS_ATTR, [])
+    known = worker_jobs(storage, study_id)
     storage.set_study_system_attr(study_id, WORKER_JOBS_ATTR, [*known, *job_ids])
     storage.set_study_system_attr(study_id, WORKER_KIND_ATTR, kind)
 
 
 def worker_launcher(storage: BaseStorage, study_id: int) -> type[Launcher]:
-    """The launcher type of the study's launched workers (studies launched before the kind was recorded: slurm's)."""
-    return launcher_type(storage.get_study_system_attrs(study_id).get(WORKER_KIND_ATTR, workers.WORKER_JOB_KIND))
+    """The launcher type of the study's launched workers."""
+    return worker_launcher_type(stored(storage.get_study_system_attrs(study_id), WORKER_KIND_ATTR))
+
+
+def worker_jobs(storage: BaseStorage, study_id: int) -> list[str]:
+    """The job ids of the study's launched workers (`study launch`), every launch's."""
+    return list(stored(storage.get_study_system_attrs(study_id), WORKER_JOBS_ATTR, []))
 
 
 def follower_alive(trial: FrozenTrial, stale_after_s: float) -> bool:
-    owner = trial.system_attrs.get(workers.WORKER_ATTR) or {}
-    if owner.get(workers.WORKER_JOB_KEY):  # a launched worker: alive while its job is queued
-        return bool(launcher_type(workers.WORKER_JOB_KIND).queued([owner[workers.WORKER_JOB_KEY]]))
+    launched = worker_job(workers.owner_of(trial) or {})
+    if launched is not None:  # a launched worker: alive while its job is queued
+        launcher, job_id = launched
+        return bool(launcher.queued([job_id]))
     return not workers.is_stale(trial, stale_after_s)
 
 
@@ -106,17 +119,17 @@ def stop_study(storage: BaseStorage, name: str, spec: StudySpec, mode: str,
     request_stop(storage, study_id, mode)
     say(f"study {name}: asked its workers to start no new trial")
     launcher = worker_launcher(storage, study_id)
-    worker_jobs = launcher.queued(storage.get_study_system_attrs(study_id).get(WORKER_JOBS_ATTR, []))
-    if worker_jobs:
-        launcher.cancel(worker_jobs)  # a job that ended meanwhile is no error: the queue is asked again below
-        say(f"cancelled worker job(s) {' '.join(worker_jobs)}")
+    queued = launcher.queued(worker_jobs(storage, study_id))
+    if queued:
+        launcher.cancel(queued)  # a job that ended meanwhile is no error: the queue is asked again below
+        say(f"cancelled worker job(s) {' '.join(queued)}")
 
     def running() -> list[FrozenTrial]:
         return storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
 
     def busy() -> bool:  # local runners cancelling their trials; worker jobs leaving the queue
         followed = mode != LET_FINISH and any(follower_alive(t, spec.retries.stale_after_s) for t in running())
-        return followed or bool(launcher.queued(worker_jobs))
+        return followed or bool(launcher.queued(queued))
 
     was_running = {t.number: t._trial_id for t in running()}
     _wait_until(lambda: not busy(), wait_s)
@@ -146,7 +159,7 @@ def _fate(storage: BaseStorage, study_id: int, trial: FrozenTrial) -> str:
 
 
 def _stop_trial(study: optuna.Study, trial: FrozenTrial, spec: StudySpec, mode: str, tracking: Tracking) -> str:
-    owner = trial.system_attrs.get(workers.WORKER_ATTR)
+    owner = workers.owner_of(trial)
     if follower_alive(trial, spec.retries.stale_after_s):
         verb = "follows it to its end" if mode == LET_FINISH else "did not stop in time; it still follows it"
         return f"trial {trial.number}: its worker {workers.describe(owner)} {verb}"

@@ -88,7 +88,7 @@ def open_storage(url: str, create: bool = False) -> BaseStorage:
         if url.startswith(JOURNAL_PREFIX):
             return JournalStorage(JournalFileBackend(str(path)))
         # A server's pool keeps one idle connection (SQLAlchemy keeps up to five; Optuna's start-up alone
-        # left two open): every worker and trial rank holds its own (BENCHMARKS, issue 25).
+        # left two open): every worker and trial rank holds its own.
         kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else {"pool_size": 1}
         return RDBStorage(engine_url, engine_kwargs=kwargs)
     except ImportError as error:  # Optuna's "Failed to import DB access module", from the driver's

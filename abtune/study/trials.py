@@ -13,14 +13,14 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
+from abtune.attrs import DDP, LAUNCHER_ATTR, REFERENCE_ATTR, RETRY_OF_ATTR
 from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import ConfigError
 from abtune.launch.base import Job, Launcher, Layout
+from abtune.launch.launchers import study_launcher_kinds
 from abtune.launch.profiles import check_fits
 from abtune.runfiles import CHECKPOINTS_DIR, METRICS_FILE, complete_checkpoints, latest_checkpoint_step
 from abtune.runs import Run
-from abtune.study.attrs import LAUNCHER_ATTR, REFERENCE_ATTR, RETRY_OF_ATTR
-from abtune.study.definition import DDP
 from abtune.study.pruning import make_hook
 from abtune.study.space import ddp_reference_config
 from abtune.study.spec import StudySpec
@@ -46,10 +46,11 @@ def trial_hook_specs(spec: StudySpec, study_name: str, trial: optuna.Trial) -> l
 
 
 def trial_layout(spec: StudySpec, launcher: Launcher) -> Layout:
-    """Ranks of every trial: the study's `layout` locally, the profile's `nodes x tasks_per_node` on SLURM."""
+    """Ranks of every trial, as the launcher lays them out (locally the study's `layout`; a cluster's profile
+    may set nodes and tasks)."""
     if not launcher.runs_studies:
-        raise ConfigError(f"--launcher {launcher.kind}: studies run on local or slurm profiles "
-                          "(step through one run with `abtune train --launcher debug`)")
+        raise ConfigError(f"--launcher {launcher.kind}: studies run on {' or '.join(study_launcher_kinds())} profiles "
+                          f"(step through one run with `abtune train --launcher {launcher.kind}`)")
     measures_nodes = "inter_node_bytes" in spec.objectives or spec.constraints.max_inter_node_mb is not None
     return launcher.trial_layout(spec.layout.nproc, spec.layout.per_node, measures_nodes)
 

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from abtune.attrs import DDP, PAPER_DEFAULTS, RUN_ID_ATTR
 from abtune.config import RunConfig
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
-RUN_ID_ATTR = "mlflow_run_id"  # the Optuna trial's user attr naming its MLflow run
-REFERENCE_NAMES = {"ddp": "DDP reference", "paper-defaults": "paper defaults"}  # by the trial's `reference` attr
+REFERENCE_NAMES = {DDP: "DDP reference", PAPER_DEFAULTS: "paper defaults"}  # by the trial's REFERENCE_ATTR
 
 
 def trial_run_name(number: int, reference: str | None) -> str:

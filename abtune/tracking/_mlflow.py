@@ -38,8 +38,8 @@ METRICS_PER_BATCH = 1000
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
 # A SQL store's pool keeps one idle connection, not SQLAlchemy's five: every study worker and trial rank
-# holds its own, and MLflow's start-up alone left two open (the schema check), a quarter of a shared
-# PostgreSQL's connections at 16 workers (BENCHMARKS, issue 25). Concurrent users still get overflow ones.
+# holds its own, and MLflow's start-up alone left two open (the schema check): a large share of a shared
+# PostgreSQL's connections once a study has many workers. Concurrent users still get overflow ones.
 SQL_POOL_DEFAULTS = {"MLFLOW_SQLALCHEMYSTORE_POOL_SIZE": "1"}
 NOTE_TAG = "mlflow.note.content"  # the run's description, shown at the top of its page
 

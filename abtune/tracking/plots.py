@@ -21,15 +21,12 @@ from matplotlib.container import BarContainer  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from abtune.config import TRAINING_PHASES  # noqa: E402
 from abtune.objectives import OBJECTIVES  # noqa: E402
+from abtune.phases import Phase, colour_of, in_order  # noqa: E402
 
 if TYPE_CHECKING:
     from abtune.objectives import Objective
 
-PHASE_COLORS = {"warmup": "0.85", "ab": "tab:orange", "rebound": "tab:cyan", "train": "0.95"}
-# The order phases happen in: set-up, the training phases as a run meets them, then what runs beside them.
-PHASE_ORDER = ("setup", *TRAINING_PHASES, "eval", "checkpoint", "control", "report")
 REFERENCE_STYLE = {"ddp": ("*", "tab:red", "DDP reference"), "paper-defaults": ("D", "tab:green", "paper defaults")}
 DPI = 110
 FEW_TRIALS = 20  # importances over fewer search trials than this come with a warning
@@ -101,9 +98,9 @@ def _legend_outside(axis: Any, **options: Any) -> None:
 def _shade_phases(axis: Any, segments: list[tuple[str, int, int]], legend: bool) -> None:
     labelled: set[str] = set()
     for phase, start, end in segments:
-        if phase == "train":
+        if phase == Phase.TRAIN:
             continue
-        axis.axvspan(start, end, color=PHASE_COLORS.get(phase, "0.9"), alpha=0.25, lw=0,
+        axis.axvspan(start, end, color=colour_of(phase), alpha=0.25, lw=0,
                      label=f"{phase} phase" if legend and phase not in labelled else None)
         labelled.add(phase)
 
@@ -128,17 +125,12 @@ def accuracy_and_loss(records: list[dict[str, Any]], segments: list[tuple[str, i
     return _save(figure, path)
 
 
-def in_phase_order(phases: list[str]) -> list[str]:
-    known = [p for p in PHASE_ORDER if p in phases]
-    return known + sorted(p for p in phases if p not in PHASE_ORDER)
-
-
 def traffic_per_phase(summary: dict[str, Any], path: Path) -> Drawn:
     """Wire bytes per rank (mean over ranks) per phase in the order phases happen, inter-node stacked on
     intra-node; beside them the training phases' inter-node sum, what a study optimizes, against DDP's."""
     traffic = summary["traffic"]
     by_phase = traffic["by_phase"]
-    phases = in_phase_order(list(by_phase))
+    phases = in_order(by_phase)
     inter = [by_phase[p]["inter"]["mean"] / 1e6 for p in phases]
     intra = [(by_phase[p]["total"]["mean"] - by_phase[p]["inter"]["mean"]) / 1e6 for p in phases]
     training = traffic["training_inter_node_bytes"] / 1e6

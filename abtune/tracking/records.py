@@ -2,7 +2,7 @@
 metrics.jsonl use the same conversion, so a replay fills exactly the gaps an outage left.
 
 Step series (x-axis: the training step; bytes are rank 0's cumulative wire bytes):
-    train/loss, train/lr, train/phase (PHASE_CODES), train/step_seconds, train/skipped_steps (fp16),
+    train/loss, train/lr, train/phase (Phase.code), train/step_seconds, train/skipped_steps (fp16),
     traffic/total_bytes, traffic/inter_node_bytes, traffic/intra_node_bytes (every phase),
     traffic/training_inter_node_gb_per_s (training phases' inter-node bytes per training second),
     traffic/bytes_<phase>, traffic/inter_node_bytes_<phase>,
@@ -26,9 +26,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from abtune.config import TRAINING_PHASES
+from abtune.phases import TRAINING_PHASES, code_of
 
-PHASE_CODES = {"train": 0, "warmup": 1, "ab": 2, "rebound": 3}
 GIGA = 1e9
 HEADLINE_SECTION = "Results"
 # Short enough that the runs table's narrow columns still tell them apart ("Results/top-1 p...").
@@ -67,7 +66,7 @@ class MetricStream:
         training_inter = sum(v for p, v in phase_inter.items() if p in TRAINING_PHASES)
         values = {
             "train/loss": record["loss"], "train/lr": record["lr"], "train/skipped_steps": record.get("skipped_steps", 0),
-            "train/phase": PHASE_CODES.get(record["phase"], -1), "train/step_seconds": record["step_seconds"],
+            "train/phase": code_of(record["phase"]), "train/step_seconds": record["step_seconds"],
             "traffic/total_bytes": record["total_bytes"],
             "traffic/inter_node_bytes": record["inter_node_bytes"],
             "traffic/intra_node_bytes": record["intra_node_bytes"],

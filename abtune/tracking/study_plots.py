@@ -22,12 +22,9 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from abtune.objectives import EVALUATIONS_ATTR, OBJECTIVES, Objective, pareto_mask
+from abtune.attrs import DDP, EVALUATIONS_ATTR, REFERENCE_ATTR, TRAFFIC_EXCESS_ATTR
+from abtune.objectives import OBJECTIVES, Objective, pareto_mask
 from abtune.tracking import plots
-
-REFERENCE_ATTR = "reference"
-DDP = "ddp"
-TRAFFIC_EXCESS_ATTR = "traffic_excess_mb"  # MB over the study's traffic budget (its constraint)
 
 
 def plotted_objectives(objectives: Sequence[str] | None) -> tuple[Objective, Objective]:
@@ -48,7 +45,7 @@ def _on_front(trials: Sequence[FrozenTrial], objectives: list[Objective]) -> set
     candidates = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get(REFERENCE_ATTR) != DDP
                   and float(t.user_attrs.get(TRAFFIC_EXCESS_ATTR, 0.0)) <= 0.0
                   and all(t.user_attrs.get(o.name) is not None for o in objectives)]
-    scores = [[float(t.user_attrs[o.name]) * (1.0 if o.maximize else -1.0) for o in objectives] for t in candidates]
+    scores = [[o.score(float(t.user_attrs[o.name])) for o in objectives] for t in candidates]
     return {t.number for t, on_front in zip(candidates, pareto_mask(scores), strict=True) if on_front}
 
 

@@ -17,6 +17,7 @@ import torch
 
 from abtune.comm import CommGroup, CommMeter
 from abtune.errors import TrainingFailed
+from abtune.phases import Phase
 from abtune.runfiles import CHECKPOINTS_DIR, COMPLETE_MARK, complete_checkpoints
 
 STEP_DIGITS = 8
@@ -55,7 +56,7 @@ class Checkpointer:
         partial = target.with_suffix(".partial")
         torch.save(state, partial)
         os.replace(partial, target)
-        self.meter.phase = "checkpoint"
+        self.meter.phase = Phase.CHECKPOINT
         self.meter.barrier(self.world)  # every rank's file is on disk
         if self.rank == 0:
             (folder / COMPLETE_MARK).touch()

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import Protocol
 
 from abtune.config import HangConfig
+from abtune.phases import Phase
 
 CHECK_SECONDS = 1.0  # how often the work under way is checked, and progress published
 HUNG = "made no progress for"  # in every hung rank's line: how a study tells a hang from other failures
@@ -205,7 +206,7 @@ class HangDetector:
         self._clock = clock
         self._wall = wall
         self._longest: dict[str, float] = {}
-        self._work = Work("set-up", 0, "setup", clock())
+        self._work = Work("set-up", 0, Phase.SETUP.value, clock())
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._publish_now = threading.Event()

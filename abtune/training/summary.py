@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from abtune import strict_device
 from abtune.comm import CommMeter, Op, all_gather_bytes, sum_rows, wire_factor
-from abtune.config import TRAINING_PHASES, flatten
+from abtune.config import flatten
 from abtune.methods.base import Method, ParameterCounts
 from abtune.models import forward_flops_per_sample
+from abtune.phases import TRAINING_PHASES, Phase
 from abtune.timing import predict
 
 if TYPE_CHECKING:
@@ -33,13 +34,13 @@ def gather_rows(trainer: Trainer) -> list[list[dict[str, Any]]]:
     not hold that gather itself; it is the same on every rank (world all-gathers of the same sizes),
     so it is added to each from this rank's count, with the bytes that rank sent to other nodes."""
     meter = trainer.meter
-    meter.phase = "report"
+    meter.phase = Phase.REPORT
     mine = json.dumps(meter.rows()).encode()
     blobs = all_gather_bytes(meter, mine, trainer.world, trainer.env.device)
     per_rank = [json.loads(blob) for blob in blobs]
-    report = [row for row in meter.rows() if row["phase"] == "report"]
+    report = [row for row in meter.rows() if row["phase"] == Phase.REPORT]
     for rank, rows in enumerate(per_rank):
-        rows[:] = [row for row in rows if row["phase"] != "report"] + [
+        rows[:] = [row for row in rows if row["phase"] != Phase.REPORT] + [
             _as_sent_by(meter, rank, row, trainer.world.ranks) for row in report]
     return per_rank
 

@@ -17,12 +17,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from abtune.comm import GROUP_MEAN_INTER, sum_rows
-from abtune.config import TRAINING_PHASES, RunConfig
+from abtune.config import RunConfig
 from abtune.data import build_datasets, build_loaders, steps_per_epoch
 from abtune.dist import DistEnv, discover_topology, node_name
 from abtune.errors import TrainingFailed
-from abtune.methods import MethodContext, build_method
+from abtune.methods import build_method
+from abtune.methods.base import MethodContext
 from abtune.models import build_model
+from abtune.phases import TRAINING_PHASES, Phase
 from abtune.runfiles import write_summary
 from abtune.timing import check_fits, load_cluster
 from abtune.training.checkpoint import (
@@ -252,7 +254,7 @@ class Trainer:
         if not self.hooks_may_stop or self.state.step >= self.config.train.steps:
             return  # the final evaluation ends the run anyway
         decision = torch.tensor([1 if reasons else 0], dtype=torch.uint8, device=self.env.device)
-        self.meter.phase = "control"
+        self.meter.phase = Phase.CONTROL
         self.meter.broadcast(decision, 0, self.world)
         if int(decision.item()):
             self.state.stopped_early = reasons[0] if reasons else "stopped by rank 0"

@@ -14,10 +14,9 @@ import pytest
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune.attrs import JOB_ATTR, WORKER_ATTR
 from abtune.launch.slurm import POLL_SECONDS, attach
 from abtune.runfiles import read_summary
-from abtune.study import workers
-from abtune.study.attrs import SLURM_JOB_ATTR
 from abtune.study.stop import STOPPED
 from tests.conftest import run_cli, wait_for
 from tests.gate import gate_spec, paused, release
@@ -52,12 +51,12 @@ def created_study(tmp_path: Path, steps: int, **fields: object) -> str:
 
 def submitted_trial(url: str) -> FrozenTrial | None:
     """A RUNNING trial that has its SLURM job (pending, starting or training)."""
-    return next((t for t in running(url) if t.user_attrs.get(SLURM_JOB_ATTR)), None)
+    return next((t for t in running(url) if t.user_attrs.get(JOB_ATTR)), None)
 
 
 def held_trial(url: str) -> FrozenTrial | None:
     """A RUNNING trial whose job holds at the gate, mid-training."""
-    return next((t for t in running(url) if t.user_attrs.get(SLURM_JOB_ATTR) and paused(run_dir(t))), None)
+    return next((t for t in running(url) if t.user_attrs.get(JOB_ATTR) and paused(run_dir(t))), None)
 
 
 def run_dir(trial: FrozenTrial) -> Path:
@@ -95,9 +94,9 @@ def test_study_launch_runs_the_budget_on_a_job_array(tmp_path: Path, profile: Pa
     trials = [t for t in everything if not t.user_attrs.get("over_budget")]
     assert len(trials) == 3 and len(everything) <= 4, [(t.number, t.state, t.user_attrs) for t in everything]
     for extra in (t for t in everything if t not in trials):
-        assert extra.state == TrialState.FAIL and SLURM_JOB_ATTR not in extra.user_attrs
-    assert {t.system_attrs[workers.WORKER_ATTR]["slurm_job"] for t in trials} == set(ids)  # both workers worked
-    job_ids = [t.user_attrs[SLURM_JOB_ATTR] for t in trials]
+        assert extra.state == TrialState.FAIL and JOB_ATTR not in extra.user_attrs
+    assert {t.system_attrs[WORKER_ATTR]["slurm_job"] for t in trials} == set(ids)  # both workers worked
+    job_ids = [t.user_attrs[JOB_ATTR]["record"] for t in trials]
     assert len(set(job_ids)) == len(trials) and all(sacct_states(j) == ["COMPLETED"] for j in job_ids)
     for trial in trials:
         assert trial.state == TrialState.COMPLETE, trial.user_attrs.get("fail_reason")
@@ -144,7 +143,7 @@ def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, pr
     # Stop as soon as the job exists; the job holds at the gate until the rerun, so it is still training
     # when the runner handles Ctrl-C.
     trial = wait_for(lambda: submitted_trial(url), JOB_TIMEOUT_S, "a trial's job to be submitted")
-    job_id = trial.user_attrs[SLURM_JOB_ATTR]
+    job_id = trial.user_attrs[JOB_ATTR]["record"]
     signal_group(runner, signal.SIGINT)
     _, err = runner.communicate(timeout=JOB_TIMEOUT_S)
     assert runner.returncode == 130 and f"SLURM job(s) {job_id} keep running" in err, err
@@ -157,7 +156,7 @@ def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, pr
     assert f"trial {trial.number}: re-attached to SLURM job {job_id}" in out
     trials = trials_of(url)
     assert [(t.number, t.state) for t in trials] == [(trial.number, TrialState.COMPLETE)]  # no duplicate
-    assert trials[0].user_attrs[SLURM_JOB_ATTR] == job_id and summary(trials[0])["steps_done"] == 60
+    assert trials[0].user_attrs[JOB_ATTR]["record"] == job_id and summary(trials[0])["steps_done"] == 60
     assert sacct_states(job_id) == ["COMPLETED"]  # the same job: not cancelled by the stop, never resubmitted
 
 
@@ -166,9 +165,9 @@ def test_cancelled_trial_job_fails_its_trial_and_the_study_goes_on(tmp_path: Pat
     runner = start_run(tmp_path, "tiny", "--launcher", str(profile), "--storage", url, "--no-tracking")
     # held mid-training, so the cancel cannot come after the job's end (on an idle machine it once did)
     trial = wait_for(lambda: held_trial(url), JOB_TIMEOUT_S, "a trial's job held mid-training")
-    job_id = trial.user_attrs[SLURM_JOB_ATTR]
+    job_id = trial.user_attrs[JOB_ATTR]["record"]
     subprocess.run(["scancel", job_id], check=True, timeout=30)
-    second = wait_for(lambda: next((t for t in running(url) if t.number != trial.number and t.user_attrs.get(SLURM_JOB_ATTR)
+    second = wait_for(lambda: next((t for t in running(url) if t.number != trial.number and t.user_attrs.get(JOB_ATTR)
                                     and paused(run_dir(t))), None), 2 * JOB_TIMEOUT_S, "the next trial held")
     release(run_dir(second))
     out, err = runner.communicate(timeout=2 * JOB_TIMEOUT_S)
@@ -177,7 +176,7 @@ def test_cancelled_trial_job_fails_its_trial_and_the_study_goes_on(tmp_path: Pat
     first, second = trials_of(url)
     assert first.number == trial.number and first.state == TrialState.FAIL
     assert first.user_attrs["fail_reason"] == f"SLURM job {job_id} CANCELLED"
-    assert second.state == TrialState.COMPLETE and second.user_attrs[SLURM_JOB_ATTR] != job_id
+    assert second.state == TrialState.COMPLETE and second.user_attrs[JOB_ATTR]["record"] != job_id
     assert "CANCELLED" in out
 
 
@@ -200,7 +199,7 @@ def test_sbatch_refusal_is_one_line_and_loses_no_trial(tmp_path: Path, profile: 
     assert (run.returncode, run.stderr) == (
         2, "abtune: error: sbatch refused the job: Batch job submission failed: Invalid feature specification\n")
     asked, retry = trials_of(url)  # the trial that could not be submitted runs again later, budget intact
-    assert asked.state == TrialState.FAIL and asked.user_attrs["retried"] and SLURM_JOB_ATTR not in asked.user_attrs
+    assert asked.state == TrialState.FAIL and asked.user_attrs["retried"] and JOB_ATTR not in asked.user_attrs
     assert retry.state == TrialState.WAITING and retry.user_attrs["retry_of"] == asked.number
     assert retry.system_attrs["fixed_params"] == asked.params
 
@@ -213,7 +212,7 @@ def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, 
                   cwd=tmp_path).stdout
     worker_id = re.search(r"SLURM job\(s\) (\d+)\n", out)[1]  # type: ignore[index]  # one body: no array
     trial = wait_for(lambda: held_trial(url), JOB_TIMEOUT_S, "a trial's job training")
-    job_id, first_pid = trial.user_attrs[SLURM_JOB_ATTR], trial.system_attrs[workers.WORKER_ATTR]["pid"]
+    job_id, first_pid = trial.user_attrs[JOB_ATTR]["record"], trial.system_attrs[WORKER_ATTR]["pid"]
     folder = tmp_path / "runs" / "studies" / "tiny" / "workers"
     preempt(attach(worker_id, folder))  # submitit requeues the worker
     worker_log = folder / f"{worker_id}_0_log.out"
@@ -225,8 +224,8 @@ def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, 
     assert sacct_states(worker_id) == ["REQUEUED", "COMPLETED"]
     trials = trials_of(url)
     assert [(t.number, t.state) for t in trials] == [(trial.number, TrialState.COMPLETE)]
-    assert trials[0].user_attrs[SLURM_JOB_ATTR] == job_id and sacct_states(job_id) == ["COMPLETED"]
-    owner = trials[0].system_attrs[workers.WORKER_ATTR]
+    assert trials[0].user_attrs[JOB_ATTR]["record"] == job_id and sacct_states(job_id) == ["COMPLETED"]
+    owner = trials[0].system_attrs[WORKER_ATTR]
     assert owner["slurm_job"] == worker_id and owner["pid"] != first_pid  # followed by the requeued worker
     assert f"re-attached to SLURM job {job_id}\n" in worker_log.read_text()  # still training: no "(ended"
 
@@ -268,7 +267,7 @@ def test_study_stop_cancels_the_workers_then_the_trial_jobs(tmp_path: Path, prof
     worker_ids = [f"{match[1]}_0", f"{match[1]}_1"]
     started = wait_for(lambda: held_trial(url), JOB_TIMEOUT_S, "a trial's job training")
     status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
-    assert re.search(rf"running: trial {started.number} in SLURM job {started.user_attrs[SLURM_JOB_ATTR]} on .*"
+    assert re.search(rf"running: trial {started.number} in SLURM job {started.user_attrs[JOB_ATTR]['record']} on .*"
                      r"since [\d:]+: (RUNNING|COMPLETING)\n", status), status
 
     said = run_cli("study", "stop", "tiny", "--storage", url, cwd=tmp_path).stdout
@@ -277,7 +276,7 @@ def test_study_stop_cancels_the_workers_then_the_trial_jobs(tmp_path: Path, prof
     stopped = [t for t in trials if t.user_attrs.get("fail_reason") == STOPPED]
     assert stopped and not running(url)
     for trial in stopped:
-        job_id = trial.user_attrs[SLURM_JOB_ATTR]
+        job_id = trial.user_attrs[JOB_ATTR]["record"]
         assert f"trial {trial.number}: SLURM job {job_id} cancelled, failed and re-enqueued" in said, said
         assert sacct_states(job_id)[-1] == "CANCELLED"
     waiting = [t for t in trials if t.state == TrialState.WAITING]
@@ -285,7 +284,7 @@ def test_study_stop_cancels_the_workers_then_the_trial_jobs(tmp_path: Path, prof
     assert len(trials) == 2 * len(stopped)  # no trial asked after the stop
     queue = subprocess.run(["squeue", "-h", "-r", "-o", "%i"], check=True, capture_output=True, text=True,
                            timeout=30).stdout.split()
-    assert not set(queue) & {*worker_ids, *(t.user_attrs[SLURM_JOB_ATTR] for t in stopped)}, queue
+    assert not set(queue) & {*worker_ids, *(t.user_attrs[JOB_ATTR]["record"] for t in stopped)}, queue
 
 
 def _check_one_child_run_per_trial(tracking: str, trials: list) -> None:

@@ -17,12 +17,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from abtune.config import AbConfig, ABSchedule, Phase
 from abtune.methods.ab import lowrank
 from abtune.methods.ab.groups import ABGroups, Target, build_groups
 from abtune.methods.ab.sync import merged_state
+from abtune.methods.ab_settings import AbConfig, ABSchedule
 from abtune.methods.base import Method, MethodContext, ParameterCounts
 from abtune.methods.ddp import DataParallel, average_buffers_
+from abtune.phases import Phase
 
 
 class ABTraining(Method):
@@ -73,10 +74,10 @@ class ABTraining(Method):
         if segment.phase is Phase.AB and not self.in_ab:
             self._decompose(step)
         self._phase = segment.phase
-        self.meter.phase = segment.phase.value
+        self.meter.phase = segment.phase
 
     def _decompose(self, step: int) -> None:
-        self.meter.phase = Phase.AB.value
+        self.meter.phase = Phase.AB
         started = time.perf_counter()
         svds = {ref.key: lowrank.svd(getattr(ref.module(self.model), ref.attr)) for ref in self.refs}
         wanted = torch.tensor([lowrank.rank_for_cutoff(s, self.config.sigma_cutoff) for _, s, _ in svds.values()],
@@ -128,7 +129,7 @@ class ABTraining(Method):
         return merged_state(self.model, self.factored, self.config.sync_mode, self.groups, self.meter, self.world)
 
     def _sync(self) -> None:
-        self.meter.phase = "sync"
+        self.meter.phase = Phase.SYNC
         state = self._merged_state()
         for ref in self.factored:
             lowrank.merge(self.model, ref)
@@ -150,7 +151,7 @@ class ABTraining(Method):
         evaluation and dropped with it (the caller holds the only reference), so no phase holds a dense
         model beside its own. Building it draws nothing from the global RNG: evaluating leaves the training's
         random stream (dropout) as it was."""
-        self.meter.phase = "eval"
+        self.meter.phase = Phase.EVAL
         if not self.in_ab:
             average_buffers_(self.model, self.meter, self.world)
             return self.model
@@ -218,9 +219,9 @@ def predict_ab_training_bytes(schedule: ABSchedule, so_far: dict[str, float], st
 
     Full-rank steps (warmup and rebound) all cost the same. Once the first AB phase has been synced,
     the prediction is exact as long as later decompositions choose the ranks of the last one. Before
-    that it is None: what AB saves is decided by the ranks of its first decomposition, and a guess
-    (nothing factored: 2.1x the final bytes, median over the quickstart's grid at step 50) made a
-    pruner stop trials that would have ended on the front (BENCHMARKS.md, issue 24).
+    that it is None: what AB saves is decided by the ranks of its first decomposition, and a guess (as
+    if nothing were factored) overstates the final bytes enough that a pruner stops trials that would
+    end on the front.
     """
     sent = sum(so_far.values())
     if steps_done >= schedule.total_steps:
@@ -232,7 +233,7 @@ def predict_ab_training_bytes(schedule: ABSchedule, so_far: dict[str, float], st
     full_steps = done[Phase.WARMUP] + done[Phase.REBOUND]
     ab = so_far.get(Phase.AB, 0.0) / done[Phase.AB]  # a sync follows an AB phase: it has steps
     full = (so_far.get(Phase.WARMUP, 0.0) + so_far.get(Phase.REBOUND, 0.0)) / full_steps if full_steps else ab
-    sync = so_far.get("sync", 0.0) / syncs_done
+    sync = so_far.get(Phase.SYNC, 0.0) / syncs_done
     rate = {Phase.WARMUP: full, Phase.AB: ab, Phase.REBOUND: full}
     remaining_steps = sum((total[p] - done[p]) * rate[p] for p in rate)
     return sent + remaining_steps + (schedule.syncs_done(schedule.total_steps) - syncs_done) * sync

@@ -33,6 +33,7 @@ from abtune.methods.sbc.compress import (
     sparse_binarize,
     sparsify_dense,
 )
+from abtune.phases import Phase
 
 FLOAT32_BYTES = 4
 
@@ -59,11 +60,11 @@ class SparseBinaryCompression(Method):
         self.rebuild_optimizer(self.params)
 
     def begin_step(self, step: int) -> None:
-        self.meter.phase = "train"
+        self.meter.phase = Phase.TRAIN
 
     @property
     def phase(self) -> str:
-        return "train"
+        return Phase.TRAIN.value
 
     def end_step(self, step: int) -> None:
         if (step + 1) % self.config.delay == 0 or step + 1 == self.ctx.total_steps:
@@ -121,7 +122,7 @@ class SparseBinaryCompression(Method):
     # --- evaluation, reporting, checkpoints ------------------------------------------------------
     def eval_module(self) -> nn.Module:
         """The model all ranks agree on: the weights of the last exchange (local steps since are not shared)."""
-        self.meter.phase = "eval"
+        self.meter.phase = Phase.EVAL
         average_buffers_(self.model, self.meter, self.world)
         agreed = self.ctx.make_dense_model()
         agreed.load_state_dict(self.model.state_dict())
