@@ -17,7 +17,7 @@ from optuna.study import StudyDirection
 from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
-from abtune.attrs import OVER_BUDGET_ATTR
+from abtune.attrs import OVER_BUDGET_ATTR, WORKER_ATTR
 from abtune.study import results
 from abtune.study.storage import open_storage
 from abtune.tracking import open_tracking
@@ -70,7 +70,7 @@ def test_four_workers_on_postgresql_lose_no_trial(tmp_path: Path, postgres_study
     assert all(t.state == TrialState.FAIL and "run_dir" not in t.user_attrs for t in skipped)
     assert all((Path(t.user_attrs["run_dir"]) / "summary.json").exists() for t in ran)
     assert BUDGET <= results.finished_count(trials) == len(ran) <= BUDGET + WORKERS - 1
-    owners = {t.system_attrs["abtune:worker"]["pid"] for t in ran}  # a skipped trial never had an owner
+    owners = {t.system_attrs[WORKER_ATTR]["pid"] for t in ran}  # a skipped trial never had an owner
     assert len(owners) > 1  # the workers shared the study
 
 
