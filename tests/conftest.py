@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -37,6 +38,43 @@ def run_cli(*args: str, cwd: Path | None = None, check: bool = True,
     if check and result.returncode != 0:
         raise AssertionError(f"abtune {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
+
+
+@dataclasses.dataclass(frozen=True)
+class CliResult:
+    """What `abtune ARGS` ended with, as subprocess.CompletedProcess names it."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def abtune_main(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
+    """`abtune ARGS` as `abtune.cli.main(ARGS)` in this process, its exit code and what it printed: for tests of
+    what a command says, where a new Python process (start-up, imports: seconds under load) adds nothing.
+    `cwd` is the folder it runs in; `env` sets variables (None: unset) for the call and the rest of the test.
+    Each command keeps one test through the installed entry point (`run_cli`)."""
+    from abtune.cli import main
+
+    def call(*args: str, cwd: Path | None = None, env: Mapping[str, str | None] | None = None) -> CliResult:
+        monkeypatch.setenv("COLUMNS", "200")  # as run_cli gives the command
+        for name, value in (env or {}).items():
+            if value is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, value)
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        capsys.readouterr()  # what the test printed before is not the command's
+        try:
+            code = main(list(args))
+        except SystemExit as exit_:  # argparse's usage errors
+            code = exit_.code if isinstance(exit_.code, int) else 1
+        out, err = capsys.readouterr()
+        return CliResult(code, out, err)
+
+    return call
 
 
 def train_and_read(config: Path, run_dir: Path, nproc: int, ranks_per_node: int, *extra: str) -> dict[str, Any]:

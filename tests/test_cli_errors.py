@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, abtune_command, run_cli, with_checkout_on_path, write_config
+from tests.conftest import REPO, CliResult, abtune_command, run_cli, with_checkout_on_path, write_config
 from tests.study_helpers import trials_of, write_study
 
 
@@ -29,9 +29,10 @@ from tests.study_helpers import trials_of, write_study
         ({"method": {"name": "powersgd", "start_step": 1}}, "method.start_step: Input should be greater than or equal to 2"),
     ],
 )
-def test_bad_config_gives_one_line_and_exit_2(tmp_path: Path, sections: dict, expected: str) -> None:
+def test_bad_config_gives_one_line_and_exit_2(tmp_path: Path, abtune_main: Callable[..., CliResult],
+                                              sections: dict, expected: str) -> None:
     config = write_config(tmp_path / "bad.yaml", **sections)
-    result = run_cli("train", str(config), "--nproc", "4", "--run-dir", str(tmp_path / "run"), check=False)
+    result = abtune_main("train", str(config), "--nproc", "4", "--run-dir", str(tmp_path / "run"))
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -41,22 +42,23 @@ def test_bad_config_gives_one_line_and_exit_2(tmp_path: Path, sections: dict, ex
 
 
 def test_missing_config_file(tmp_path: Path) -> None:
+    """Through the installed command: `abtune train`'s entry point (the other errors run in process)."""
     result = run_cli("train", str(tmp_path / "nope.yaml"), check=False)
     assert result.returncode == 2
     assert result.stderr.strip() == f"abtune: error: {tmp_path / 'nope.yaml'}: no such file"
 
 
-def test_uneven_ranks_per_node(tiny_config: Path) -> None:
-    result = run_cli("train", str(tiny_config), "--nproc", "3", "--ranks-per-node", "2", check=False)
+def test_uneven_ranks_per_node(tiny_config: Path, abtune_main: Callable[..., CliResult]) -> None:
+    result = abtune_main("train", str(tiny_config), "--nproc", "3", "--ranks-per-node", "2")
     assert result.returncode == 2
     assert "--ranks-per-node 2 must divide --nproc 3" in result.stderr
 
 
-def test_existing_run_is_not_overwritten(tmp_path: Path, tiny_config: Path) -> None:
+def test_existing_run_is_not_overwritten(tmp_path: Path, tiny_config: Path, abtune_main: Callable[..., CliResult]) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "config.yaml").write_text("name: earlier\n")
-    result = run_cli("train", str(tiny_config), "--run-dir", str(run_dir), check=False)
+    result = abtune_main("train", str(tiny_config), "--run-dir", str(run_dir))
     assert result.returncode == 2
     assert "already holds a run" in result.stderr
     assert (run_dir / "config.yaml").read_text() == "name: earlier\n"
@@ -72,20 +74,22 @@ def test_existing_run_is_not_overwritten(tmp_path: Path, tiny_config: Path) -> N
     (b"name: \x07\n", "bad.yaml:1:7: not valid YAML: control character #x07 is not allowed (is this a binary file?)"),
     (b"- name: tiny\n", "bad.yaml: expected a YAML mapping at the top level, got list"),
 ])
-def test_bad_config_file_gives_one_line_and_exit_2(tmp_path: Path, content: bytes, expected: str) -> None:
+def test_bad_config_file_gives_one_line_and_exit_2(tmp_path: Path, abtune_main: Callable[..., CliResult],
+                                                   content: bytes, expected: str) -> None:
     """An empty run config used to train a run on the defaults."""
     (tmp_path / "bad.yaml").write_bytes(content)
-    result = run_cli("train", "bad.yaml", "--run-dir", "run", cwd=tmp_path, check=False)
+    result = abtune_main("train", "bad.yaml", "--run-dir", "run", cwd=tmp_path)
     assert (result.returncode, result.stderr) == (2, f"abtune: error: {expected}\n")
     assert not (tmp_path / "run").exists() and not (tmp_path / "runs").exists()
 
 
-def test_bad_launcher_profile_and_set_value_give_one_line(tmp_path: Path, tiny_config: Path) -> None:
+def test_bad_launcher_profile_and_set_value_give_one_line(tmp_path: Path, tiny_config: Path,
+                                                          abtune_main: Callable[..., CliResult]) -> None:
     (tmp_path / "empty.yaml").write_text("")
-    result = run_cli("train", str(tiny_config), "--launcher", str(tmp_path / "empty.yaml"), check=False)
+    result = abtune_main("train", str(tiny_config), "--launcher", str(tmp_path / "empty.yaml"))
     assert (result.returncode, result.stderr) == (
         2, f"abtune: error: {tmp_path / 'empty.yaml'}: the file is empty (or holds only comments); expected a YAML mapping\n")
-    result = run_cli("train", str(tiny_config), "--set", "train.steps=[3", check=False)
+    result = abtune_main("train", str(tiny_config), "--set", "train.steps=[3")
     assert (result.returncode, result.stderr) == (
         2, "abtune: error: --set train.steps:1:3: not valid YAML: expected ',' or ']', but got '<stream end>' "
            "(while parsing a flow sequence)\n")
@@ -124,8 +128,9 @@ SECRET = "hunter2/s3cret"  # a slash too: generated passwords have them, and SQL
     ],
     ids=["unrecognized", "unrecognized-joined", "invalid-choice", "ambiguous", "abtunes-own-error"],
 )
-def test_a_refused_argument_never_echoes_a_password(args: list[str], echoed: str) -> None:
-    result = run_cli(*args, check=False)
+def test_a_refused_argument_never_echoes_a_password(abtune_main: Callable[..., CliResult], args: list[str],
+                                                    echoed: str) -> None:
+    result = abtune_main(*args)
     assert result.returncode == 2
     assert echoed in result.stderr, result.stderr
     assert "hunter2" not in result.stdout + result.stderr and "s3cret" not in result.stdout + result.stderr
@@ -180,36 +185,38 @@ def unwritable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]
 
 
 @pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
-def test_an_unwritable_run_folder_is_refused_in_one_line(tiny_config: Path, unwritable: Path, dry_run: bool) -> None:
-    result = run_cli("train", str(tiny_config), "--nproc", "2", "--run-dir", str(unwritable), "--no-tracking",
-                     *(["--dry-run"] if dry_run else []), check=False)
+def test_an_unwritable_run_folder_is_refused_in_one_line(tiny_config: Path, unwritable: Path, dry_run: bool,
+                                                         abtune_main: Callable[..., CliResult]) -> None:
+    result = abtune_main("train", str(tiny_config), "--nproc", "2", "--run-dir", str(unwritable), "--no-tracking",
+                         *(["--dry-run"] if dry_run else []))
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith(f"abtune: error: --run-dir {unwritable}: "), result.stderr
     assert result.stderr.rstrip().endswith("choose a folder you can write"), result.stderr
     assert result.stdout == ""
 
 
-def test_a_study_whose_folder_is_unwritable_stops_in_one_line_and_asks_no_trial(tmp_path: Path) -> None:
+def test_a_study_whose_folder_is_unwritable_stops_in_one_line_and_asks_no_trial(
+        tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
     """`study run` and `study launch` (also --dry-run) check the study's folder before a trial is asked for:
     none is left RUNNING, and the study's waiting reference trials stay waiting."""
     (tmp_path / "a-file").write_text("")
     study_dir = tmp_path / "a-file" / "study"
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
-    run_cli("study", "create", str(write_study(tmp_path / "s.yaml", study_dir=str(study_dir))), "--storage", url)
+    assert abtune_main("study", "create", str(write_study(tmp_path / "s.yaml", study_dir=str(study_dir))),
+                       "--storage", url).returncode == 0
     before = [(t.number, t.state) for t in trials_of(url)]
     for command in (["run", "tiny"], ["launch", "tiny", "--launcher", "slurm", "--dry-run"]):
-        result = run_cli("study", *command, "--storage", url, "--no-tracking", cwd=tmp_path, check=False)
+        result = abtune_main("study", *command, "--storage", url, "--no-tracking", cwd=tmp_path)
         assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
         assert result.stderr.startswith(f"abtune: error: study_dir {study_dir}: "), result.stderr
     assert [(t.number, t.state) for t in trials_of(url)] == before
 
 
-def test_the_default_mlflow_store_in_a_folder_nobody_can_write_is_refused_in_one_line(tmp_path: Path,
-                                                                                      tiny_config: Path) -> None:
+def test_the_default_mlflow_store_in_a_folder_nobody_can_write_is_refused_in_one_line(
+        tmp_path: Path, tiny_config: Path, abtune_main: Callable[..., CliResult]) -> None:
     """Run from /proc, the default store (./mlflow.db) cannot be made: one line that says what to do instead."""
-    env = {key: value for key, value in os.environ.items() if key != "MLFLOW_TRACKING_URI"}  # the default store
-    result = run_cli("train", str(tiny_config), "--nproc", "2", "--run-dir", str(tmp_path / "run"), cwd=Path("/proc"),
-                     env=env, check=False)
+    result = abtune_main("train", str(tiny_config), "--nproc", "2", "--run-dir", str(tmp_path / "run"),
+                         cwd=Path("/proc"), env={"MLFLOW_TRACKING_URI": None})  # the default store
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("abtune: error: MLflow store /proc: cannot write /proc/mlflow.db.lock ("), result.stderr
     assert "pass --tracking-uri or --no-tracking" in result.stderr
@@ -217,12 +224,12 @@ def test_the_default_mlflow_store_in_a_folder_nobody_can_write_is_refused_in_one
 
 
 @pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
-def test_a_layout_that_does_not_fit_train_cluster_is_refused_before_anything_starts(tmp_path: Path,
-                                                                                   dry_run: bool) -> None:
+def test_a_layout_that_does_not_fit_train_cluster_is_refused_before_anything_starts(
+        tmp_path: Path, abtune_main: Callable[..., CliResult], dry_run: bool) -> None:
     """5 ranks a node on a cluster of 4 accelerators a node: refused in one line, not by rank 0 after the start-up."""
     config = write_config(tmp_path / "run.yaml", train={"cluster": "ethernet-25g"})
-    result = run_cli("train", str(config), "--nproc", "5", "--ranks-per-node", "5", "--run-dir", str(tmp_path / "run"),
-                     "--no-tracking", *(["--dry-run"] if dry_run else []), check=False)
+    result = abtune_main("train", str(config), "--nproc", "5", "--ranks-per-node", "5", "--run-dir",
+                         str(tmp_path / "run"), "--no-tracking", *(["--dry-run"] if dry_run else []))
     assert (result.returncode, result.stderr, result.stdout) == (2, (
         "abtune: error: the run's 1 node(s) x 5 rank(s) do not fit cluster ethernet-25g (16 x 4); train it at a "
         "layout that fits\n"), "")

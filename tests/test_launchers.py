@@ -6,6 +6,7 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,7 @@ from abtune.launch.profiles import KINDS, SlurmProfile, load_profile, parse_time
 from abtune.launch.slurm import sbatch_script
 from abtune.runfiles import read_summary
 from abtune.training.hooks import read_metrics
-from tests.conftest import run_cli, wait_for, write_config
+from tests.conftest import CliResult, run_cli, wait_for, write_config
 
 SLURM_PROFILE = {"kind": "slurm", "partition": "gpu4", "nodes": 2, "tasks_per_node": 2, "time_limit": "0:30:00"}
 
@@ -47,6 +48,11 @@ def without_slurm() -> dict[str, str]:
     """An environment whose PATH holds only this venv's tools: no sbatch, srun or sacct."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
     return {**env, "PATH": str(Path(sys.executable).parent)}
+
+
+def slurm_hidden() -> dict[str, str | None]:
+    """without_slurm() as the changes `abtune_main`'s env takes: SLURM's variables unset, PATH this venv's tools."""
+    return {**{k: None for k in os.environ if k.startswith("SLURM")}, "PATH": str(Path(sys.executable).parent)}
 
 
 @pytest.mark.parametrize("name", ["local", "debug", "slurm", "horeka_example"])
@@ -79,10 +85,11 @@ AB = {"name": "ab"}
         ({"nodes": 1, "tasks_per_node": 1}, AB, "method ab needs at least 2 ranks"),
     ],
 )
-def test_bad_profile_gives_one_line_and_exit_2(tmp_path: Path, fields: dict, method: dict, expected: str) -> None:
+def test_bad_profile_gives_one_line_and_exit_2(tmp_path: Path, abtune_main: Callable[..., CliResult], fields: dict,
+                                               method: dict, expected: str) -> None:
     config = write_config(tmp_path / "run.yaml", method=method)
     profile = write_profile(tmp_path / "bad.yaml", **fields)
-    result = run_cli("train", str(config), "--launcher", str(profile), "--run-dir", str(tmp_path / "run"), check=False)
+    result = abtune_main("train", str(config), "--launcher", str(profile), "--run-dir", str(tmp_path / "run"))
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -90,8 +97,9 @@ def test_bad_profile_gives_one_line_and_exit_2(tmp_path: Path, fields: dict, met
     assert not (tmp_path / "run").exists()
 
 
-def test_unknown_profile_name_lists_the_choices(tmp_path: Path, tiny_config: Path) -> None:
-    result = run_cli("train", str(tiny_config), "--launcher", "slurmm", check=False)
+def test_unknown_profile_name_lists_the_choices(tmp_path: Path, tiny_config: Path,
+                                                abtune_main: Callable[..., CliResult]) -> None:
+    result = abtune_main("train", str(tiny_config), "--launcher", "slurmm")
     assert result.returncode == 2
     shipped = sorted(path.stem for path in (Path(__file__).parents[1] / "launchers").glob("*.yaml"))
     assert "slurm" in shipped and "local" in shipped
@@ -99,8 +107,8 @@ def test_unknown_profile_name_lists_the_choices(tmp_path: Path, tiny_config: Pat
                                      f"{', '.join(shipped)} or give the path of a YAML file")
 
 
-def test_nproc_is_refused_on_slurm(tmp_path: Path, tiny_config: Path) -> None:
-    result = run_cli("train", str(tiny_config), "--launcher", "slurm", "--nproc", "4", check=False)
+def test_nproc_is_refused_on_slurm(tmp_path: Path, tiny_config: Path, abtune_main: Callable[..., CliResult]) -> None:
+    result = abtune_main("train", str(tiny_config), "--launcher", "slurm", "--nproc", "4")
     assert result.returncode == 2
     assert "--nproc and --ranks-per-node are for --launcher local; set nodes and tasks_per_node" in result.stderr
 
@@ -116,16 +124,19 @@ def test_time_limits_in_every_format_sbatch_takes() -> None:
 
 
 @pytest.mark.parametrize("no_limit", [0, "0", "UNLIMITED", "infinite"])
-def test_time_limit_0_is_sbatchs_no_limit_for_trials_and_workers(tmp_path: Path, no_limit: int | str) -> None:
+def test_time_limit_0_is_sbatchs_no_limit_for_trials_and_workers(tmp_path: Path, abtune_main: Callable[..., CliResult],
+                                                                 no_limit: int | str) -> None:
     config = write_config(tmp_path / "run.yaml", method={"name": "ab"})
     profile = write_profile(tmp_path / "p.yaml", time_limit=no_limit, worker={"time_limit": no_limit})
-    script = run_cli("train", str(config), "--launcher", str(profile), "--dry-run", cwd=tmp_path, env=without_slurm())
+    script = abtune_main("train", str(config), "--launcher", str(profile), "--dry-run", cwd=tmp_path, env=slurm_hidden())
+    assert script.returncode == 0, script.stderr
     assert "#SBATCH --time=0" in script.stdout.splitlines(), script.stdout
     workers = slurm.worker_profile(load_profile(str(profile)))
     assert "#SBATCH --time=0" in slurm.array_script(tmp_path, slurm.WORKER_LAYOUT, workers, 2, "w").splitlines()
 
 
 def test_dry_run_prints_the_script_and_writes_nothing(tmp_path: Path) -> None:
+    """Through the installed command: a --dry-run of `abtune train` on SLURM (the other refusals run in process)."""
     config = write_config(tmp_path / "run.yaml", method={"name": "ab"})
     profile = write_profile(tmp_path / "p.yaml", setup=["module load cuda/12.4"], sbatch={"constraint": "a100"},
                             account="proj-7")
@@ -193,11 +204,11 @@ def test_local_launcher_needs_no_slurm(tmp_path: Path) -> None:
     assert "final top-1" in result.stdout
 
 
-def test_slurm_launcher_without_slurm_is_one_line(tmp_path: Path) -> None:
+def test_slurm_launcher_without_slurm_is_one_line(tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
     config = write_config(tmp_path / "run.yaml", method={"name": "ab"})
     profile = write_profile(tmp_path / "p.yaml")
-    result = run_cli("train", str(config), "--launcher", str(profile), "--run-dir", str(tmp_path / "run"),
-                     check=False, env=without_slurm())
+    result = abtune_main("train", str(config), "--launcher", str(profile), "--run-dir", str(tmp_path / "run"),
+                         env=slurm_hidden())
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         'abtune: error: no SLURM here (Could not detect "srun", are you indeed on a slurm cluster?); '

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -20,7 +21,7 @@ from abtune.errors import ConfigError
 from abtune.study.space import build_distributions
 from abtune.study.spec import GUIDELINE, load_study_spec
 from abtune.study.storage import open_storage
-from tests.conftest import run_cli
+from tests.conftest import CliResult, run_cli
 from tests.study_helpers import TINY_BASE, study_attrs, trials_of, write_study
 
 ROOT = Path(__file__).parent.parent
@@ -249,26 +250,27 @@ def test_study_launcher_errors_are_one_line(
     assert all(t.state.name == "WAITING" for t in trials_of(url))
 
 
-def test_study_commands_without_slurm_are_one_line_and_lose_nothing(tmp_path: Path) -> None:
-    from tests.test_launchers import without_slurm
+def test_study_commands_without_slurm_are_one_line_and_lose_nothing(tmp_path: Path,
+                                                                    abtune_main: Callable[..., CliResult]) -> None:
+    from tests.test_launchers import slurm_hidden
 
     url = f"journal:{tmp_path}/j.log"
-    run_cli("study", "create", str(write_study(tmp_path / "s.yaml", trials=3)), "--storage", url, cwd=tmp_path)
+    assert abtune_main("study", "create", str(write_study(tmp_path / "s.yaml", trials=3)), "--storage", url,
+                       cwd=tmp_path).returncode == 0
     profile = str(_slurm_profile(tmp_path))
     no_slurm = ('abtune: error: no SLURM here (Could not detect "srun", are you indeed on a slurm cluster?); '
                 "use --launcher local\n")
-    launch = run_cli("study", "launch", "tiny", "--launcher", profile, "--storage", url, cwd=tmp_path, check=False,
-                     env=without_slurm())
+    launch = abtune_main("study", "launch", "tiny", "--launcher", profile, "--storage", url, env=slurm_hidden())
     assert (launch.returncode, launch.stderr) == (2, no_slurm)
-    run = run_cli("study", "run", "tiny", "--launcher", profile, "--storage", url, cwd=tmp_path, check=False,
-                  env=without_slurm())
+    run = abtune_main("study", "run", "tiny", "--launcher", profile, "--storage", url)
     assert (run.returncode, run.stderr) == (2, no_slurm)
     trials = trials_of(url)  # the paper-defaults trial it asked for is waiting again, as a retry
     assert [t.state.name for t in trials] == ["FAIL", "WAITING", "WAITING"]
     assert trials[2].user_attrs["retry_of"] == 0 and trials[2].user_attrs["reference"] == PAPER_DEFAULTS
 
 
-def test_a_trial_asked_beyond_the_budget_is_not_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_trial_asked_beyond_the_budget_is_not_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    abtune_main: Callable[..., CliResult]) -> None:
     """Two workers pass the budget check at once; the one whose ask comes second steps back."""
     from abtune.study import results
     from abtune.study.runner import StudyRunner
@@ -277,7 +279,7 @@ def test_a_trial_asked_beyond_the_budget_is_not_run(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("ABTUNE_STORAGE", "")  # restored after the runner sets it
     url = f"journal:{tmp_path}/j.log"
     study = write_study(tmp_path / "s.yaml", trials=1, references={"paper_defaults": False, "ddp": False})
-    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    assert abtune_main("study", "create", str(study), "--storage", url, cwd=tmp_path).returncode == 0
     runner = StudyRunner(open_storage(url), "tiny", url, 1, None)
     runner.study.ask()  # another worker's ask: the last trial of the budget
     runner._start()  # this worker had seen budget left just before
@@ -305,8 +307,9 @@ BAD_STUDY_FILES = [
 
 
 @pytest.mark.parametrize(("content", "expected"), BAD_STUDY_FILES)
-def test_bad_study_file_through_the_installed_command_stores_nothing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | bytes, expected: str
+def test_bad_study_file_text_gives_one_line_and_stores_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], abtune_main: Callable[..., CliResult], content: str | bytes,
+    expected: str
 ) -> None:
     url = f"sqlite:///{tmp_path}/o.db"
     assert _abtune(capsys, "study", "create", str(write_study(tmp_path / "keep.yaml", name="keep")), "--storage", url)[0] == 0
@@ -314,7 +317,7 @@ def test_bad_study_file_through_the_installed_command_stores_nothing(
     (tmp_path / "empty.yaml").write_text("")
     bad = tmp_path / "bad.yaml"
     bad.write_bytes(content if isinstance(content, bytes) else content.encode())
-    result = run_cli("study", "create", "bad.yaml", "--storage", url, cwd=tmp_path, check=False)
+    result = abtune_main("study", "create", "bad.yaml", "--storage", url, cwd=tmp_path)
     assert (result.returncode, result.stdout) == (2, "")
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("abtune: error: ") and expected in lines[0], result.stderr
@@ -361,18 +364,19 @@ def test_a_study_of_sbc_searching_its_delay_is_created(tmp_path: Path, capsys: p
     assert (stored["base"]["method"]["name"], list(stored["space"])) == ("sbc", ["method.delay"])
 
 
-def test_best_speaks_of_a_traffic_budget_only_when_the_study_has_one(tmp_path: Path) -> None:
+def test_best_speaks_of_a_traffic_budget_only_when_the_study_has_one(tmp_path: Path,
+                                                                     abtune_main: Callable[..., CliResult]) -> None:
     plain = write_study(tmp_path / "plain.yaml", name="plain")
-    run_cli("study", "create", str(plain), cwd=tmp_path)
-    assert run_cli("study", "best", "plain", cwd=tmp_path).stdout.strip() == "study plain has no completed search trial yet"
+    assert abtune_main("study", "create", str(plain), cwd=tmp_path).returncode == 0
+    assert abtune_main("study", "best", "plain").stdout.strip() == "study plain has no completed search trial yet"
 
     budget = write_study(tmp_path / "budget.yaml", name="budget", constraints={"max_inter_node_mb": 10}, sampler={"name": "tpe"},
                          references={"paper_defaults": False, "ddp": False})
-    run_cli("study", "create", str(budget), cwd=tmp_path)
+    assert abtune_main("study", "create", str(budget)).returncode == 0
     over = create_trial(params={"method.warmup_frac": 0.2}, distributions={"method.warmup_frac": FloatDistribution(0.1, 0.3)},
                         value=0.9, user_attrs={"top1": 0.9, "inter_node_bytes": 50e6, "traffic_excess_mb": 40.0})
     optuna.load_study(study_name="budget", storage=f"sqlite:///{tmp_path / 'optuna.db'}").add_trial(over)
-    assert run_cli("study", "best", "budget", cwd=tmp_path).stdout.strip() == (
+    assert abtune_main("study", "best", "budget").stdout.strip() == (
         "study budget has no completed search trial yet within the traffic budget of 10 inter-node MB per rank "
         "(constraints.max_inter_node_mb)")
 
@@ -398,21 +402,23 @@ def test_a_bad_override_is_reported_against_the_study_file_and_a_bad_base_agains
         ({"launcher": "/p/mycluster.yaml", "slurm_job_id": "812_3"}, "--launcher /p/mycluster.yaml"),
     ],
 )
-def test_best_says_how_to_run_the_best_trial_again_where_it_ran(tmp_path: Path, attrs: dict, expected: str) -> None:
+def test_best_says_how_to_run_the_best_trial_again_where_it_ran(tmp_path: Path, abtune_main: Callable[..., CliResult],
+                                                               attrs: dict, expected: str) -> None:
     study = write_study(tmp_path / "s.yaml", references={"paper_defaults": False, "ddp": False})
-    run_cli("study", "create", str(study), cwd=tmp_path)
+    assert abtune_main("study", "create", str(study), cwd=tmp_path).returncode == 0
     trial = create_trial(params={"method.warmup_frac": 0.2}, distributions={"method.warmup_frac": FloatDistribution(0.1, 0.3)},
                          value=0.9, user_attrs={"top1": 0.9, "inter_node_bytes": 5e6, "compression": 1.0,
                                                 "run_dir": "runs/studies/tiny/trials/0", **attrs})
     optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'optuna.db'}").add_trial(trial)
-    out = run_cli("study", "best", "tiny", cwd=tmp_path).stdout
+    out = abtune_main("study", "best", "tiny").stdout
     assert f"run it again: abtune train runs/studies/tiny/trials/0/config.yaml {expected}\n" in out
 
 
-def test_status_names_a_dead_workers_trial_and_the_latest_failure_reasons(tmp_path: Path) -> None:
+def test_status_names_a_dead_workers_trial_and_the_latest_failure_reasons(
+        tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
     url = f"sqlite:///{tmp_path}/optuna.db"
-    run_cli("study", "create", str(write_study(tmp_path / "s.yaml", references={"paper_defaults": False, "ddp": False})),
-            "--storage", url, cwd=tmp_path)
+    study_file = write_study(tmp_path / "s.yaml", references={"paper_defaults": False, "ddp": False})
+    assert abtune_main("study", "create", str(study_file), "--storage", url, cwd=tmp_path).returncode == 0
     study = optuna.load_study(study_name="tiny", storage=open_storage(url))
     reasons = [f"the job exited with code {code}" for code in range(1, 6)]
     for reason in reasons:
@@ -423,7 +429,7 @@ def test_status_names_a_dead_workers_trial_and_the_latest_failure_reasons(tmp_pa
     worker = json.loads(ended.stdout)  # a `study run` that is gone (killed, its host rebooted)
     orphan = study.ask()
     study._storage.set_trial_system_attr(orphan._trial_id, WORKER_ATTR, worker)
-    status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
+    status = abtune_main("study", "status", "tiny", "--storage", url).stdout
     start = f"{study.trials[orphan.number].datetime_start:%H:%M:%S}"
     assert (f"running: trial 6 on {worker['host']}:{worker['pid']} since {start}; its worker is gone (the next "
             "`abtune study run` re-attaches its job or retries it)\n") in status, status
