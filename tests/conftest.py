@@ -164,6 +164,16 @@ def one_rank_world(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     shutdown()
 
 
+@pytest.fixture(scope="session")
+def quickstart(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The shipped quickstart study with its eight trials stored (tests/quickstart_fixture.py): its folder and
+    storage URL, made once for the session. Tests only read it; one that changes it makes its own."""
+    from tests.quickstart_fixture import quickstart_study
+
+    folder = tmp_path_factory.mktemp("quickstart")
+    return folder, quickstart_study(folder)
+
+
 @pytest.fixture
 def tiny_config(tmp_path: Path) -> Path:
     return write_config(tmp_path / "run.yaml")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from abtune.runfiles import read_summary
-from abtune.training.hooks import write_hook_specs
+from abtune.training.hooks import read_metrics, write_hook_specs
 from tests.conftest import abtune_command, run_cli, wait_for, with_checkout_on_path, write_config
 from tests.gate import gate_spec, paused, release
 
@@ -68,6 +69,14 @@ def test_the_ctrl_c_hint_is_the_command_that_continues_the_run(tmp_path: Path) -
     assert read_summary(tmp_path / "after checkpoint").raw["steps_done"] == 30
 
 
+def _logged_steps(run_dir: Path) -> list[dict]:
+    """What the run has logged so far, a record a logged step (a line being written is not one yet)."""
+    try:
+        return read_metrics(run_dir)
+    except json.JSONDecodeError:
+        return []
+
+
 def _children(pid: int) -> list[int]:
     found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
     return [int(child) for child in found]
@@ -82,7 +91,8 @@ def test_killed_rank_stops_the_others_and_names_the_rank(tmp_path: Path) -> None
     while len(ranks := _children(process.pid)) < 2 or not (tmp_path / "run" / "config.yaml").exists():
         assert time.monotonic() < deadline and process.poll() is None
         time.sleep(0.2)
-    time.sleep(8)  # let the ranks get into training
+    wait_for(lambda: _logged_steps(tmp_path / "run") or process.poll() is not None, 300, "the ranks training")
+    assert process.poll() is None, process.communicate()[1]
     os.kill(ranks[1], signal.SIGKILL)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 1
@@ -113,7 +123,8 @@ def test_a_frozen_rank_is_named_by_the_peer_that_noticed_it(tmp_path: Path) -> N
     while len(ranks := _children(process.pid)) < 4 or not (tmp_path / "run" / "metrics.jsonl").exists():
         assert time.monotonic() < deadline and process.poll() is None
         time.sleep(0.2)
-    time.sleep(2)  # some steps timed
+    wait_for(lambda: len(_logged_steps(tmp_path / "run")) >= 2 or process.poll() is not None, 300, "steps timed")
+    assert process.poll() is None, process.communicate()[1]
     os.kill(ranks[2], signal.SIGSTOP)
     frozen = time.monotonic()
     _, stderr = process.communicate(timeout=300)

@@ -4,6 +4,7 @@ prints the rule; `promote` (and `study confirm`) choose by the same rule, with t
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,17 +12,11 @@ import pytest
 from abtune.errors import ConfigError
 from abtune.study import results
 from abtune.study.ranking import DEFAULT_RULE, Rule, directions_of, pareto_front, rank_front
-from tests.conftest import run_cli
-from tests.quickstart_fixture import quickstart_study, quickstart_trials
+from tests.conftest import CliResult
+from tests.quickstart_fixture import quickstart_trials
 
 VIT_TARGET = Path(__file__).resolve().parent.parent / "studies" / "imagenet_vit_b16.yaml"
 OBJECTIVES = ["top1", "inter_node_bytes"]
-
-
-@pytest.fixture(scope="module")
-def quickstart(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    folder = tmp_path_factory.mktemp("quickstart")
-    return folder, quickstart_study(folder)
 
 
 def _front() -> list:
@@ -55,18 +50,19 @@ def _recommended(out: str) -> int:
     return int(found.group(1))
 
 
-def test_study_best_recommends_by_the_rule_and_says_which(quickstart: tuple[Path, str]) -> None:
+def test_study_best_recommends_by_the_rule_and_says_which(quickstart: tuple[Path, str],
+                                                          abtune_main: Callable[..., CliResult]) -> None:
     folder, url = quickstart
-    out = run_cli("study", "best", "quickstart", "--storage", url, cwd=folder).stdout
+    out = abtune_main("study", "best", "quickstart", "--storage", url, cwd=folder).stdout
     assert _recommended(out) == 7
     flat = " ".join(out.split())
     assert ("chosen by rule within-margin (the default): of the Pareto front's trials within 0.01 top-1 of its "
             "best, the one with the least inter-node MB") in flat
     assert "the highest top-1 is trial 4's (0.9611); trial 7 has 0.9528 at inter-node MB 47.14 instead of 59.98" in flat
     assert f"run it again: abtune train {folder}/trials/7/config.yaml" in out
-    best = run_cli("study", "best", "quickstart", "--storage", url, "--rule", "best-accuracy", cwd=folder).stdout
+    best = abtune_main("study", "best", "quickstart", "--storage", url, "--rule", "best-accuracy").stdout
     assert _recommended(best) == 4 and "the highest top-1 is" not in best
-    assert _recommended(run_cli("study", "best", "quickstart", "--storage", url, "--margin", "0.02", cwd=folder).stdout) == 2
+    assert _recommended(abtune_main("study", "best", "quickstart", "--storage", url, "--margin", "0.02").stdout) == 2
 
 
 def _rule_text(out: str) -> str:
@@ -75,30 +71,32 @@ def _rule_text(out: str) -> str:
     return found.group(1)
 
 
-def test_study_status_recommends_what_study_best_does_by_the_same_rule(quickstart: tuple[Path, str]) -> None:
+def test_study_status_recommends_what_study_best_does_by_the_same_rule(quickstart: tuple[Path, str],
+                                                                      abtune_main: Callable[..., CliResult]) -> None:
     folder, url = quickstart
-    status = run_cli("study", "status", "quickstart", "--storage", url, cwd=folder).stdout
+    status = abtune_main("study", "status", "quickstart", "--storage", url, cwd=folder).stdout
     flat = " ".join(status.split())
     assert "recommended so far: trial 7 (top-1 0.9528, inter-node MB 47.14), chosen by rule within-margin" in flat
     assert "the highest top-1 is trial 4's (0.9611); trial 7 has 0.9528 at inter-node MB 47.14 instead of 59.98" in flat
     assert "best so far" not in status
-    best = run_cli("study", "best", "quickstart", "--storage", url, cwd=folder).stdout
+    best = abtune_main("study", "best", "quickstart", "--storage", url).stdout
     assert _rule_text(status) == _rule_text(best)  # the rule's words, as `study best` prints them
-    by_accuracy = run_cli("study", "status", "quickstart", "--storage", url, "--rule", "best-accuracy", cwd=folder).stdout
+    by_accuracy = abtune_main("study", "status", "quickstart", "--storage", url, "--rule", "best-accuracy").stdout
     assert "recommended so far: trial 4 (top-1 0.9611, inter-node MB 59.98), chosen by rule best-accuracy" in \
         " ".join(by_accuracy.split())
 
 
-def test_promote_carries_what_study_best_recommends(quickstart: tuple[Path, str]) -> None:
+def test_promote_carries_what_study_best_recommends(quickstart: tuple[Path, str],
+                                                    abtune_main: Callable[..., CliResult]) -> None:
     folder, url = quickstart
     base = ["promote", "quickstart", "--storage", url, "--to", str(VIT_TARGET), "--nodes", "2", "--scaling", "local",
             "--dry-run"]
-    out = run_cli(*base, cwd=folder).stdout
+    out = abtune_main(*base, cwd=folder).stdout
     assert out.startswith("promoting trial 7 of study quickstart, chosen by rule within-margin (the default)"), out
     assert "n02-trial-7" in out
     assert "promoting trial 4 of study quickstart, chosen by rule best-accuracy" in \
-        run_cli(*base, "--rule", "best-accuracy", cwd=folder).stdout
-    refused = run_cli(*base, "--margin", "-0.1", cwd=folder, check=False)
+        abtune_main(*base, "--rule", "best-accuracy").stdout
+    refused = abtune_main(*base, "--margin", "-0.1")
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.strip().splitlines() == [
         "abtune: error: --margin must be a top-1 difference in [0, 1), e.g. 0.01 for one point; got -0.1"]

@@ -10,18 +10,11 @@ import pytest
 from rich.console import Console
 
 from abtune import tables
-from tests.quickstart_fixture import quickstart_study
 from tests.terminal import run_in_terminal, tables_in, too_wide
 
 PARAMS = ["method.warmup_frac", "method.ab_frac", "method.rebound_frac", "method.lr_rebound_frac", "method.sigma_cutoff"]
 ESSENTIAL = ["trial", "top1", "inter MB", "vs DDP", "compr", *PARAMS]
 VIT_TARGET = Path(__file__).resolve().parent.parent / "studies" / "imagenet_vit_b16.yaml"
-
-
-@pytest.fixture(scope="module")
-def quickstart(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    folder = tmp_path_factory.mktemp("quickstart")
-    return folder, quickstart_study(folder)
 
 
 def _columns_of(shown: list, title: str) -> list[str]:
