@@ -82,15 +82,21 @@ def _children(pid: int) -> list[int]:
     return [int(child) for child in found]
 
 
+def _started_ranks(process: subprocess.Popen[str], count: int, written: Path) -> list[int]:
+    """The pids of the launcher's `count` ranks once they are started and `written` exists (cold ranks under
+    load take a while: the timeout is a safety net, not what the test checks)."""
+    started = wait_for(lambda: process.poll() is not None or (len(ranks := _children(process.pid)) >= count
+                                                             and written.exists() and ranks), 300, "the ranks")
+    assert process.poll() is None, process.communicate()[1]
+    return started
+
+
 def test_killed_rank_stops_the_others_and_names_the_rank(tmp_path: Path) -> None:
     config = write_config(tmp_path / "long.yaml", train={"steps": 100000})
     command = [*abtune_command(), "train", str(config), "--nproc", "2", "--run-dir", str(tmp_path / "run"), "--no-tracking"]
     cold = {**os.environ, "ABTUNE_WARM_START": "0"}  # ranks as the launcher's children; warm: tests/test_warm.py
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cold)
-    deadline = time.monotonic() + 120
-    while len(ranks := _children(process.pid)) < 2 or not (tmp_path / "run" / "config.yaml").exists():
-        assert time.monotonic() < deadline and process.poll() is None
-        time.sleep(0.2)
+    ranks = _started_ranks(process, 2, tmp_path / "run" / "config.yaml")
     wait_for(lambda: _logged_steps(tmp_path / "run") or process.poll() is not None, 300, "the ranks training")
     assert process.poll() is None, process.communicate()[1]
     os.kill(ranks[1], signal.SIGKILL)
@@ -119,10 +125,7 @@ def test_a_frozen_rank_is_named_by_the_peer_that_noticed_it(tmp_path: Path) -> N
     # runs beside this one (pytest-xdist) exits.
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cold,
                                start_new_session=True)
-    deadline = time.monotonic() + 120
-    while len(ranks := _children(process.pid)) < 4 or not (tmp_path / "run" / "metrics.jsonl").exists():
-        assert time.monotonic() < deadline and process.poll() is None
-        time.sleep(0.2)
+    ranks = _started_ranks(process, 4, tmp_path / "run" / "metrics.jsonl")
     wait_for(lambda: len(_logged_steps(tmp_path / "run")) >= 2 or process.poll() is not None, 300, "steps timed")
     assert process.poll() is None, process.communicate()[1]
     os.kill(ranks[2], signal.SIGSTOP)

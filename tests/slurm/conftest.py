@@ -114,6 +114,16 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
             shutil.rmtree(state_dir, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def _cancel_what_the_test_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that fails before its own scancel (a training job of 100,000 steps, say) would leave its jobs
+    taking the CPU from every test after it: whatever a test left in the cluster's queue is cancelled."""
+    yield
+    if "slurm_cluster" in request.fixturenames and os.environ.get("SLURM_CONF") and shutil.which("scancel"):
+        subprocess.run(["scancel", "--user", str(os.getuid())], stdin=subprocess.DEVNULL, capture_output=True,
+                       timeout=60, check=False)
+
+
 def _use(cluster: SlurmCluster) -> Iterator[SlurmCluster]:
     """Point the slurm tools (and submitit, which calls them) at the cluster for the session."""
     old_conf = os.environ.get("SLURM_CONF")
