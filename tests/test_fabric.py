@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from abtune.launch.fabric import fabric_namespaces, missing_requirements
 from abtune.launch.profiles import parse_rate_bits
 from abtune.runfiles import read_summary
 from tests import system
-from tests.conftest import abtune_command, run_cli, write_config
+from tests.conftest import CliResult, abtune_command, run_cli, write_config
 from tests.study_helpers import TINY_BASE, trials_of, write_study
 
 # TCP/IP headers are dropped from the counters (66 bytes a packet, `HEADER_BYTES`) and gloo's framing is in
@@ -204,20 +205,21 @@ def test_an_interrupted_run_leaves_no_namespace_link_or_qdisc(tmp_path: Path, ho
     assert host_network() == before
 
 
-def test_the_emulated_launcher_refuses_in_one_line_without_ip_and_tc(tmp_path: Path) -> None:
+def test_the_emulated_launcher_refuses_in_one_line_without_ip_and_tc(tmp_path: Path,
+                                                                      abtune_main: Callable[..., CliResult]) -> None:
     config = write_config(tmp_path / "run.yaml")
-    without_iproute2 = {**os.environ, "PATH": str(Path(sys.executable).parent)}  # the venv's bin: python, abtune
-    result = run_cli("train", str(config), "--launcher", str(profile(tmp_path / "e.yaml")), "--nproc", "2",
-                     "--run-dir", str(tmp_path / "run"), check=False, env=without_iproute2)
+    without_iproute2 = {"PATH": str(Path(sys.executable).parent)}  # the venv's bin: python, abtune
+    result = abtune_main("train", str(config), "--launcher", str(profile(tmp_path / "e.yaml")), "--nproc", "2",
+                         "--run-dir", str(tmp_path / "run"), env=without_iproute2)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "`ip`" in result.stderr and "`tc`" in result.stderr, result.stderr
     assert not (tmp_path / "run").exists()
 
 
-def test_a_bandwidth_tc_cannot_read_is_refused_in_one_line(tmp_path: Path) -> None:
+def test_a_bandwidth_tc_cannot_read_is_refused_in_one_line(tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
     config = write_config(tmp_path / "run.yaml")
-    result = run_cli("train", str(config), "--launcher", str(profile(tmp_path / "e.yaml", bandwidth="fast")),
-                     "--nproc", "2", check=False)
+    result = abtune_main("train", str(config), "--launcher", str(profile(tmp_path / "e.yaml", bandwidth="fast")),
+                         "--nproc", "2")
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "fast" in result.stderr, result.stderr
 
 
@@ -261,10 +263,11 @@ def test_a_link_taken_down_mid_run_fails_it_in_one_line_naming_the_node_and_leav
     ({"at_step": 5, "nod": 1, "link": "down"},  # the keys of the section the typo sits in, not the profile's
      "fabric.faults.0.nod: unknown key (valid keys of fabric.faults.0: at_step, node, link, loss_pct, latency_ms)"),
 ])
-def test_a_bad_fault_is_refused_in_one_line(tmp_path: Path, fault: dict[str, Any], expected: str) -> None:
+def test_a_bad_fault_is_refused_in_one_line(tmp_path: Path, abtune_main: Callable[..., CliResult],
+                                            fault: dict[str, Any], expected: str) -> None:
     config = write_config(tmp_path / "run.yaml")
-    result = run_cli("train", str(config), "--launcher", str(profile(tmp_path / "f.yaml", faults=[fault])),
-                     "--nproc", "2", "--run-dir", str(tmp_path / "run"), check=False)
+    result = abtune_main("train", str(config), "--launcher", str(profile(tmp_path / "f.yaml", faults=[fault])),
+                         "--nproc", "2", "--run-dir", str(tmp_path / "run"))
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and expected in result.stderr, result.stderr
     assert not (tmp_path / "run").exists()
 
@@ -276,13 +279,13 @@ def test_a_bad_fault_is_refused_in_one_line(tmp_path: Path, fault: dict[str, Any
      "fabric.faults: the fault at step 6 comes after the run's last step (train.steps 5): it would never happen; "
      "lower at_step or raise train.steps"),
 ], ids=["node", "step"])
-def test_a_fault_that_cannot_happen_is_refused_in_one_line(tmp_path: Path, fault: dict[str, Any], expected: str,
-                                                          dry_run: bool) -> None:
+def test_a_fault_that_cannot_happen_is_refused_in_one_line(tmp_path: Path, abtune_main: Callable[..., CliResult],
+                                                          fault: dict[str, Any], expected: str, dry_run: bool) -> None:
     require_fabric()
     config = write_config(tmp_path / "run.yaml", model=MODEL, train={"steps": 5})
-    result = run_cli("train", str(config), "--launcher", str(profile(tmp_path / "f.yaml", faults=[fault])),
-                     "--nproc", "2", "--ranks-per-node", "1", "--run-dir", str(tmp_path / "run"), "--no-tracking",
-                     *(["--dry-run"] if dry_run else []), check=False)
+    result = abtune_main("train", str(config), "--launcher", str(profile(tmp_path / "f.yaml", faults=[fault])),
+                         "--nproc", "2", "--ranks-per-node", "1", "--run-dir", str(tmp_path / "run"), "--no-tracking",
+                         *(["--dry-run"] if dry_run else []))
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert expected in result.stderr and result.stdout == "", result.stderr
     assert not (tmp_path / "run").exists()
@@ -294,14 +297,15 @@ def kernel_has_netem() -> bool:
                           capture_output=True).returncode == 0
 
 
-def test_a_latency_this_kernel_cannot_emulate_is_refused_at_dry_run(tmp_path: Path) -> None:
+def test_a_latency_this_kernel_cannot_emulate_is_refused_at_dry_run(tmp_path: Path,
+                                                                     abtune_main: Callable[..., CliResult]) -> None:
     """This project's machine (a sandboxed kernel) has no netem: `--dry-run` says so in one line, as the run would
     after building half a fabric; a kernel with netem prints what would start."""
     require_fabric()
     config = write_config(tmp_path / "run.yaml", model=MODEL, train={"steps": 20})
     launcher = profile(tmp_path / "slow.yaml", faults=[{"at_step": 5, "node": 1, "latency_ms": 5}])
-    result = run_cli("train", str(config), "--launcher", str(launcher), "--nproc", "2", "--ranks-per-node", "1",
-                     "--run-dir", str(tmp_path / "run"), "--no-tracking", "--dry-run", check=False)
+    result = abtune_main("train", str(config), "--launcher", str(launcher), "--nproc", "2", "--ranks-per-node", "1",
+                         "--run-dir", str(tmp_path / "run"), "--no-tracking", "--dry-run")
     if kernel_has_netem():
         assert result.returncode == 0 and result.stdout.startswith("local: 2 rank(s)"), result.stderr
     else:
@@ -349,16 +353,16 @@ def test_latency_runs_or_is_refused_in_one_line_where_the_kernel_has_no_netem(tm
     assert set(fabric_namespaces()) == before
 
 
-def test_loss_without_iptables_is_refused_in_one_line(tmp_path: Path) -> None:
+def test_loss_without_iptables_is_refused_in_one_line(tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
     require_fabric()
     tools = tmp_path / "bin"  # ip, tc and the venv's commands, but no iptables
     tools.mkdir()
     for tool in ("ip", "tc"):
         (tools / tool).symlink_to(shutil.which(tool))
     config = write_config(tmp_path / "run.yaml")
-    result = run_cli("train", str(config), "--launcher", str(profile(tmp_path / "lossy.yaml", loss_pct=1)),
-                     "--nproc", "2", "--run-dir", str(tmp_path / "run"), check=False,
-                     env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{tools}"})
+    result = abtune_main("train", str(config), "--launcher", str(profile(tmp_path / "lossy.yaml", loss_pct=1)),
+                         "--nproc", "2", "--run-dir", str(tmp_path / "run"),
+                         env={"PATH": f"{Path(sys.executable).parent}:{tools}"})
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert "the `iptables` command for loss_pct (apt-get install -y iptables)" in result.stderr
     assert not (tmp_path / "run").exists()
