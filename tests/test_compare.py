@@ -6,6 +6,7 @@ import csv
 import itertools
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from mlflow import MlflowClient
 from abtune.compare import ComparisonRow, comparison_figure, plot_comparison, plot_points, prediction_lines
 from abtune.runfiles import read_summary
 from abtune.timing import break_even_gbit, load_cluster, predict
-from tests.conftest import run_cli, write_config
+from tests.conftest import CliResult, run_cli, write_config
 from tests.terminal import run_in_terminal, tables_in, too_wide
 
 QUICKSTART = Path(__file__).parent.parent / "studies" / "run_quickstart.yaml"
@@ -85,9 +86,10 @@ def test_compare_runs_every_method_on_the_same_budget(tmp_path: Path) -> None:
         (["--launcher", "debug"], "--launcher debug: compare runs on local profiles (local, emulated)"),
     ],
 )
-def test_compare_rejects_bad_requests_before_training(tmp_path: Path, args: list[str], expected: str) -> None:
+def test_compare_rejects_bad_requests_before_training(tmp_path: Path, abtune_main: Callable[..., CliResult],
+                                                      args: list[str], expected: str) -> None:
     config = write_config(tmp_path / "run.yaml")
-    result = run_cli("compare", str(config), "--nproc", "2", "--out", str(tmp_path / "out"), *args, check=False)
+    result = abtune_main("compare", str(config), "--nproc", "2", "--out", str(tmp_path / "out"), *args)
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and expected in result.stderr, result.stderr
     assert not (tmp_path / "out").exists()
