@@ -59,6 +59,8 @@ def abtune_main(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPa
 
     def call(*args: str, cwd: Path | None = None, env: Mapping[str, str | None] | None = None) -> CliResult:
         monkeypatch.setenv("COLUMNS", "200")  # as run_cli gives the command
+        for forcing in ("FORCE_COLOR", "TTY_COMPATIBLE"):  # rich's: colours and a terminal that capsys is not
+            monkeypatch.delenv(forcing, raising=False)
         for name, value in (env or {}).items():
             if value is None:
                 monkeypatch.delenv(name, raising=False)

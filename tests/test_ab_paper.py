@@ -36,7 +36,7 @@ from abtune.study.results import result_attrs
 from abtune.study.space import build_distributions
 from abtune.study.spec import load_study_spec
 from abtune.training.summary import estimated_communication_reduction, traffic_summary
-from tests.conftest import run_cli, write_config
+from tests.conftest import CliResult, run_cli, write_config
 from tests.study_helpers import write_study
 
 NPROC, RANKS_PER_NODE = 4, 2
@@ -127,10 +127,10 @@ def test_groups_split_the_ranks_in_halves() -> None:
         AbConfig().resolved_group_size(6, 2, 3)  # one group per node on 3 nodes: 1 A group, 2 B groups
 
 
-def test_an_odd_number_of_groups_is_refused_in_one_line(tmp_path: Path) -> None:
+def test_an_odd_number_of_groups_is_refused_in_one_line(tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
     config = write_config(tmp_path / "run.yaml", method={"name": "ab"})
-    result = run_cli("train", str(config), "--nproc", "6", "--ranks-per-node", "2", "--run-dir",
-                     str(tmp_path / "run"), check=False)
+    result = abtune_main("train", str(config), "--nproc", "6", "--ranks-per-node", "2", "--run-dir",
+                         str(tmp_path / "run"))
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "method.group_size: 2 makes 3 groups of the 6 ranks" in result.stderr

@@ -208,13 +208,15 @@ def test_missing_data_path_stops_before_anything_is_written(tmp_path: Path, stor
 
 
 def test_dry_run_on_slurm_prints_each_runs_sbatch_script_at_its_size(tmp_path: Path, storage: str,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        cli: Callable[..., Result]) -> None:
     """The launcher resized to every run of the campaign: one script per run, with its own node count."""
     single_objective_study(storage)
     before = sorted(tmp_path.rglob("*"))
     monkeypatch.chdir(tmp_path)
-    result = run_cli("promote", "tiny", "--storage", storage, "--top", "1", "--to", str(VIT_TARGET), "--nodes", "2,4",
-                     "--scaling", "local", "--dry-run", "--launcher", "slurm", cwd=tmp_path)
+    result = cli("promote", "tiny", "--storage", storage, "--top", "1", "--to", str(VIT_TARGET), "--nodes", "2,4",
+                 "--scaling", "local", "--dry-run", "--launcher", "slurm")
+    assert result.returncode == 0, result.stderr
     scripts = result.stdout.split("# --- ")[1:]
     assert [s.splitlines()[0] for s in scripts] == [f"{name}: {n} node(s) x 4 ---" for n in (2, 4)
                                                     for name in (f"n{n:02d}-ddp", f"n{n:02d}-trial-2")]

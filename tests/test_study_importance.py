@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from optuna.trial import FrozenTrial, create_trial
 from abtune.runfiles import RunSummary
 from abtune.study import repeats, results
 from abtune.study.importance import analysis, importances, inert_parameters
-from tests.conftest import run_cli
+from tests.conftest import CliResult
 from tests.study_helpers import write_study
 
 SPACE = {"method.warmup_frac": FloatDistribution(0.1, 0.3), "method.sigma_cutoff": FloatDistribution(0.01, 0.5, log=True)}
@@ -134,20 +135,21 @@ def test_an_objective_that_never_changed_ranks_no_parameter() -> None:
 # --- where a user reads it --------------------------------------------------------------------------
 
 
-def _stored_study(tmp_path: Path, trials: list[FrozenTrial]) -> str:
+def _stored_study(tmp_path: Path, trials: list[FrozenTrial], abtune_main: Callable[..., CliResult]) -> str:
     """A study created by the CLI from a study file, its trials added as a runner would have stored them."""
     space = {"method.warmup_frac": {"low": 0.1, "high": 0.3}, "method.sigma_cutoff": {"low": 0.01, "high": 0.5, "log": True}}
     study_file = write_study(tmp_path / "s.yaml", space=space, objectives=OBJECTIVES, trials=8,
                              references={"paper_defaults": False, "ddp": False})
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
-    run_cli("study", "create", str(study_file), "--storage", url, cwd=tmp_path)
+    assert abtune_main("study", "create", str(study_file), "--storage", url, cwd=tmp_path).returncode == 0
     optuna.load_study(study_name="tiny", storage=url).add_trials(trials)
     return url
 
 
-def test_study_best_shows_importances_and_warns_of_the_inert_cutoff(tmp_path: Path) -> None:
-    url = _stored_study(tmp_path, INERT_CUTOFF)
-    out = run_cli("study", "best", "tiny", "--storage", url, cwd=tmp_path).stdout
+def test_study_best_shows_importances_and_warns_of_the_inert_cutoff(tmp_path: Path,
+                                                                    abtune_main: Callable[..., CliResult]) -> None:
+    url = _stored_study(tmp_path, INERT_CUTOFF, abtune_main)
+    out = abtune_main("study", "best", "tiny", "--storage", url).stdout
     title = "parameter importances (Optuna's default evaluator, per objective, over 4 search trials)"
     assert title in " ".join(out.split())  # rich wraps a title to its table's width
     rows = re.findall(r"^│ (method\.\w+(?: \(changed nothing\))?) +│ ([\d.]+) +│ ([\d.]+) +│$", out, re.MULTILINE)
@@ -155,22 +157,23 @@ def test_study_best_shows_importances_and_warns_of_the_inert_cutoff(tmp_path: Pa
     for column in (1, 2):
         assert sum(float(r[column]) for r in rows) == pytest.approx(1.0, abs=0.002)
     assert "warning: method.sigma_cutoff changed nothing: it took 4 values in [0.0104, 0.3]" in out
-    status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
+    status = abtune_main("study", "status", "tiny", "--storage", url).stdout
     assert "warning: method.sigma_cutoff changed nothing" in status
 
 
-def test_study_best_with_one_trial_says_in_one_line_that_importances_need_more(tmp_path: Path) -> None:
-    url = _stored_study(tmp_path, INERT_CUTOFF[:1])
-    out = run_cli("study", "best", "tiny", "--storage", url, cwd=tmp_path).stdout
+def test_study_best_with_one_trial_says_in_one_line_that_importances_need_more(
+        tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
+    url = _stored_study(tmp_path, INERT_CUTOFF[:1], abtune_main)
+    out = abtune_main("study", "best", "tiny", "--storage", url).stdout
     lines = [line for line in out.splitlines() if "importances" in line]
     assert lines == ["parameter importances: not yet (1 completed search trial(s): importances need at least 2)"], out
 
 
-def test_promote_says_when_it_carries_an_inert_parameter(tmp_path: Path) -> None:
-    url = _stored_study(tmp_path, INERT_CUTOFF)
+def test_promote_says_when_it_carries_an_inert_parameter(tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
+    url = _stored_study(tmp_path, INERT_CUTOFF, abtune_main)
     target = Path(__file__).parent.parent / "studies" / "imagenet_vit_b16.yaml"
-    result = run_cli("promote", "tiny", "--storage", url, "--to", str(target), "--top", "1", "--nodes", "2",
-                     "--scaling", "local", "--dry-run", cwd=tmp_path, check=False)
+    result = abtune_main("promote", "tiny", "--storage", url, "--to", str(target), "--top", "1", "--nodes", "2",
+                         "--scaling", "local", "--dry-run")
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stderr.splitlines() if "changed nothing" in line]
     assert lines == ["abtune: warning: promote: method.sigma_cutoff=0.0104 changed nothing in study tiny: every trial "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -24,7 +25,7 @@ from abtune.tracking import LaunchInfo, open_tracking, resolve_tracking_uri
 from abtune.tracking.records import MetricStream, records_points
 from abtune.tracking.study_plots import study_points
 from abtune.tracking.uri import RedactingFilter, export_tracking_uri
-from tests.conftest import TINY_VIT, run_cli, write_config
+from tests.conftest import TINY_VIT, CliResult, write_config
 
 SECRET = "hunter2-s3cret"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -184,12 +185,13 @@ def test_a_study_has_one_parent_run_with_its_front_importances_and_history(store
 
 
 @pytest.mark.parametrize(("scheme", "shown"), [("http", "http"), ("postgresql", "postgresql+psycopg2")])
-def test_an_unreachable_store_stops_abtune_train_before_anything_starts(tmp_path: Path, scheme: str, shown: str) -> None:
+def test_an_unreachable_store_stops_abtune_train_before_anything_starts(tmp_path: Path, abtune_main: Callable[..., CliResult],
+                                                                        scheme: str, shown: str) -> None:
     config = write_config(tmp_path / "run.yaml")
     port = free_port()
     closed = f"{scheme}://bob:{SECRET}@127.0.0.1:{port}" + ("/abtune" if scheme == "postgresql" else "")
-    result = run_cli("train", str(config), "--run-dir", str(tmp_path / "run"), "--tracking-uri", closed,
-                     check=False, env={**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"})
+    result = abtune_main("train", str(config), "--run-dir", str(tmp_path / "run"), "--tracking-uri", closed,
+                         env={"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"})
     assert result.returncode == 1
     assert result.stderr.startswith(f"abtune: error: cannot reach MLflow at {shown}://"), result.stderr
     assert len(result.stderr.splitlines()) == 1, result.stderr
@@ -197,26 +199,24 @@ def test_an_unreachable_store_stops_abtune_train_before_anything_starts(tmp_path
     assert not (tmp_path / "run").exists()
 
 
-def test_abtune_ui_refuses_a_store_that_does_not_exist(tmp_path: Path) -> None:
-    result = run_cli("ui", "--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}", check=False)
+def test_abtune_ui_refuses_a_store_that_does_not_exist(tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
+    result = abtune_main("ui", "--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}")
     assert result.returncode == 2 and result.stderr.startswith("abtune: error: no MLflow store at sqlite:///")
     assert not (tmp_path / "none.db").exists()
 
 
 def test_abtune_ui_without_options_serves_the_default_stores_found_here(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        abtune_main: Callable[..., CliResult]) -> None:
     from abtune.study.storage import STORAGE_VARIABLE
     from abtune.ui import choose_stores
 
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", STORAGE_VARIABLE)}
-    result = run_cli("ui", cwd=tmp_path, env=env, check=False)
+    result = abtune_main("ui", cwd=tmp_path, env={"MLFLOW_TRACKING_URI": None, STORAGE_VARIABLE: None})
     assert result.returncode == 2
     assert result.stderr == ("abtune: error: no ./mlflow.db or ./optuna.db here; run abtune ui where you trained, "
                              "or pass --tracking-uri / --storage\n")
 
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI")
-    monkeypatch.delenv(STORAGE_VARIABLE, raising=False)
+    # abtune_main left the test in tmp_path with both variables unset
     optuna.create_study(study_name="here", storage="sqlite:///optuna.db")
     assert choose_stores(None, None) == (None, f"sqlite:///{tmp_path / 'optuna.db'}")
     said = capsys.readouterr().out
