@@ -21,7 +21,7 @@ import optuna
 from optuna.storages import BaseStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
-from abtune.databases import missing_driver, with_installed_driver
+from abtune.databases import check_url_shape, missing_driver, with_installed_driver
 from abtune.errors import ConfigError
 from abtune.redact import redact
 
@@ -75,6 +75,7 @@ def open_storage(url: str, create: bool = False) -> BaseStorage:
     should not leave an empty database behind a typo.
     """
     url = absolute_url(url)
+    check_storage_url(url)
     path = storage_file(url)
     if path is not None and not path.parent.is_dir():
         raise ConfigError(f"storage {redact(url)} is unreachable: folder {path.parent} does not exist")
@@ -95,6 +96,14 @@ def open_storage(url: str, create: bool = False) -> BaseStorage:
         raise missing_driver(url, error) from None
     except Exception as error:  # SQLAlchemy, drivers and Optuna raise many kinds; all mean "cannot use it"
         raise ConfigError(f"storage {redact(url)} is unreachable: {_first_line(error)}") from None
+
+
+def check_storage_url(url: str) -> None:
+    """A ConfigError naming the expected shapes for a URL no storage can be opened from (password masked)."""
+    check_url_shape(url, "storage")
+    if not url.startswith(JOURNAL_PREFIX) and "://" not in url:
+        raise ConfigError(f"storage {redact(url)} is not a storage URL: write {SQLITE_PREFIX}FILE, "
+                          f"{JOURNAL_PREFIX}FILE or a database URL (postgresql://, mysql://)")
 
 
 def _first_line(error: BaseException) -> str:
