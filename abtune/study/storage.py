@@ -15,6 +15,8 @@ may hold a password) is never written to a file.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -30,6 +32,11 @@ STORAGE_VARIABLE = "ABTUNE_STORAGE"
 JOURNAL_PREFIX = "journal:"
 SQLITE_PREFIX = "sqlite:///"
 SQLITE_TIMEOUT_S = 60  # several trial processes report into one SQLite file
+# Processes opening a fresh database at once race to create Optuna's tables and version row: the losers
+# see the winners' work as an error, and succeed when they open it again.
+SCHEMA_RACE_MARKERS = ("already exists", "UNIQUE constraint failed: alembic_version", "duplicate key value")
+SCHEMA_RACE_ATTEMPTS = 5
+CORRUPT_SQLITE_MARKERS = ("file is not a database", "database disk image is malformed")
 
 
 def resolve_storage_url(flag: str | None, from_study_file: str | None = None) -> str:
@@ -84,17 +91,38 @@ def open_storage(url: str, create: bool = False) -> BaseStorage:
             f"no studies at {redact(url)} (no such file); create one with `abtune study create STUDY.yaml`"
             " or pass --storage / set ABTUNE_STORAGE"
         )
+    if url.startswith(JOURNAL_PREFIX):
+        return _opened(url, lambda: JournalStorage(JournalFileBackend(str(path))))
+    # A server's pool keeps one idle connection (SQLAlchemy keeps up to five; Optuna's start-up alone
+    # left two open): every worker and trial rank holds its own.
+    kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else {"pool_size": 1}
     engine_url = with_installed_driver(url)
+    for attempt in range(SCHEMA_RACE_ATTEMPTS):
+        try:
+            return _opened(url, lambda: RDBStorage(engine_url, engine_kwargs=kwargs))
+        except _SchemaRace:  # another process created the tables between Optuna's check and its CREATE
+            time.sleep(0.05 * (attempt + 1))
+    return _opened(url, lambda: RDBStorage(engine_url, engine_kwargs=kwargs), retry=False)
+
+
+class _SchemaRace(Exception):
+    pass
+
+
+def _opened(url: str, opener: Callable[[], BaseStorage], retry: bool = True) -> BaseStorage:
+    """`opener()`, its failures as one line (password masked) that names the cause."""
     try:
-        if url.startswith(JOURNAL_PREFIX):
-            return JournalStorage(JournalFileBackend(str(path)))
-        # A server's pool keeps one idle connection (SQLAlchemy keeps up to five; Optuna's start-up alone
-        # left two open): every worker and trial rank holds its own.
-        kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else {"pool_size": 1}
-        return RDBStorage(engine_url, engine_kwargs=kwargs)
+        return opener()
     except ImportError as error:  # Optuna's "Failed to import DB access module", from the driver's
         raise missing_driver(url, error) from None
     except Exception as error:  # SQLAlchemy, drivers and Optuna raise many kinds; all mean "cannot use it"
+        text = str(error)
+        if retry and any(marker in text for marker in SCHEMA_RACE_MARKERS):
+            raise _SchemaRace from error
+        if url.startswith(SQLITE_PREFIX) and any(marker in text for marker in CORRUPT_SQLITE_MARKERS):
+            raise ConfigError(f"storage {redact(url)} is corrupt, not a SQLite database Optuna can read "
+                              f"({_first_line(error)}); move the file aside and create the study again, or pass "
+                              "--storage") from None
         raise ConfigError(f"storage {redact(url)} is unreachable: {_first_line(error)}") from None
 
 
