@@ -99,7 +99,7 @@ def _check_before_start(args: argparse.Namespace, config: RunConfig, launcher: L
     run_dir = args.run_dir or default_run_dir(config)
     check_writable(run_dir, "--run-dir" if args.run_dir else "run folder")
     if args.resume:
-        check_resumable(run_dir, config)
+        check_resumable(run_dir, config, layout.nodes, layout.ranks_per_node)
     return run_dir, launcher.check_request(layout, config)
 
 
