@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 from abtune.errors import INTERRUPTED_EXIT, AbtuneError, ConfigError
 from abtune.redact import redact
 from abtune.study.ranking import DEFAULT_MARGIN, DEFAULT_RULE, RULES, Rule
+
+MARGIN_RULE = "within-margin"  # the one rule that reads --margin
 from abtune.tracking.uri import add_tracking_arguments, tracking_arguments
 from abtune.words import plural
 
@@ -25,11 +27,16 @@ def add_rule_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rule", choices=RULES, default=DEFAULT_RULE.name,
                         help="how to choose from a multi-objective study's Pareto front (default: %(default)s: the "
                              "least traffic within --margin top-1 of the best top-1)")
-    parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
-                        help="top-1 difference for --rule within-margin (default: %(default)s, one point)")
+    parser.add_argument("--margin", type=float, default=None,
+                        help=f"top-1 difference for --rule within-margin (default: {DEFAULT_MARGIN}, one point)")
 
 
 def rule_of(args: argparse.Namespace) -> Rule:
+    if args.margin is None:
+        return Rule(args.rule)
+    if args.rule != MARGIN_RULE:
+        print(f"abtune: note: --margin is read by --rule {MARGIN_RULE} only; --rule {args.rule} ignores it",
+              file=sys.stderr)
     return Rule(args.rule, args.margin)
 
 
