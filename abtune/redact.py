@@ -8,6 +8,9 @@ a URL back are exactly the ones saying it could not be parsed.
 from __future__ import annotations
 
 import re
+import sys
+import traceback
+from types import TracebackType
 
 MASK = "***"
 # A run of characters that can belong to one URL: quotes and whitespace end it (messages quote URLs back).
@@ -38,3 +41,8 @@ def _mask_userinfo(token: str) -> str:
     if not colon or not secret or secret == MASK:
         return token
     return f"{prefix}{user}:{MASK}@{host}"
+
+
+def redacting_excepthook(kind: type[BaseException], error: BaseException, tb: TracebackType | None) -> None:
+    """sys.excepthook: an unexpected error's traceback quotes values (a URL among them), shown masked."""
+    sys.stderr.write(redact("".join(traceback.format_exception(kind, error, tb))))

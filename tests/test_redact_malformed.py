@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from abtune.cli import main
-from abtune.redact import redact
+from abtune.redact import redact, redacting_excepthook
 from tests.conftest import REPO
 
 SECRET = "s3cretPW"
@@ -89,3 +89,16 @@ def test_a_storage_path_without_a_scheme_names_the_shapes_a_storage_takes(tmp_pa
     monkeypatch.chdir(tmp_path)
     line = _one_error_line(capsys, main(["study", "status", "quickstart", "--storage", "optuna.db"]))
     assert "is not a storage URL: write sqlite:///FILE" in line
+
+
+def test_an_unexpected_traceback_is_shown_with_credentials_masked(capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    main(["config", "show"])
+    assert sys.excepthook is redacting_excepthook
+    try:
+        raise RuntimeError(f"could not use postgresql:/abtune:{SECRET}@127.0.0.1/db")
+    except RuntimeError as error:
+        sys.excepthook(RuntimeError, error, error.__traceback__)
+    err = capsys.readouterr().err
+    assert "RuntimeError: could not use postgresql:/abtune:***@127.0.0.1/db" in err and not _leaks(err)

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 from abtune.errors import INTERRUPTED_EXIT, AbtuneError, ConfigError
 from abtune.redact import redact
 from abtune.study.ranking import DEFAULT_MARGIN, DEFAULT_RULE, RULES, Rule
-
-MARGIN_RULE = "within-margin"  # the one rule that reads --margin
 from abtune.tracking.uri import add_tracking_arguments, tracking_arguments
 from abtune.words import plural
 
 if TYPE_CHECKING:
     from abtune.tracking import Tracking
+
+MARGIN_RULE = "within-margin"  # the one rule that reads --margin
 
 
 def add_rule_arguments(parser: argparse.ArgumentParser) -> None:
