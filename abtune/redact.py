@@ -14,7 +14,8 @@ from types import TracebackType
 
 MASK = "***"
 # A run of characters that can belong to one URL: quotes and whitespace end it (messages quote URLs back).
-_TOKEN_WITH_AT = re.compile(r"[^\s'\"`]*@[^\s'\"`]*")
+# Matched from a token's start only (the look-behind): linear in the text, however long a token without '@' is.
+_TOKEN_WITH_AT = re.compile(r"(?<![^\s'\"`])[^\s'\"`]*@[^\s'\"`]*")
 # `scheme://`, `scheme:/` or `scheme//` not preceded by URL characters (so `user:a//b` is not read as a scheme).
 _SCHEME = re.compile(r"(?<![\w:@/.+\-])[A-Za-z][\w+.\-]*(?::/+|//+)")
 _KEY_SECRET = re.compile(
