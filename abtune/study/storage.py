@@ -92,7 +92,7 @@ def open_storage(url: str, create: bool = False) -> BaseStorage:
             " or pass --storage / set ABTUNE_STORAGE"
         )
     if url.startswith(JOURNAL_PREFIX):
-        return _opened(url, lambda: JournalStorage(JournalFileBackend(str(path))))
+        return _opened(url, lambda: JournalStorage(JournalFileBackend(str(path))), retry=False)
     # A server's pool keeps one idle connection (SQLAlchemy keeps up to five; Optuna's start-up alone
     # left two open): every worker and trial rank holds its own.
     kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else {"pool_size": 1}
