@@ -27,7 +27,7 @@ from abtune.launch.profiles import check_fits
 from abtune.launch.warm import owned_server
 from abtune.methods import METHOD_NAMES
 from abtune.promote.plan import STRATEGIES
-from abtune.redact import redact
+from abtune.redact import redact, redacting_excepthook
 from abtune.rundir import DEFAULT_RUNS_DIR, check_resumable, check_writable, default_run_dir
 from abtune.runfiles import CONFIG_FILE, HOOKS_FILE, latest_checkpoint_step, read_summary, summary_path
 from abtune.runs import FAILED, FINISHED, KILLED, Run, status_of
@@ -99,7 +99,7 @@ def _check_before_start(args: argparse.Namespace, config: RunConfig, launcher: L
     run_dir = args.run_dir or default_run_dir(config)
     check_writable(run_dir, "--run-dir" if args.run_dir else "run folder")
     if args.resume:
-        check_resumable(run_dir, config)
+        check_resumable(run_dir, config, layout.nodes, layout.ranks_per_node)
     return run_dir, launcher.check_request(layout, config)
 
 
@@ -493,6 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    sys.excepthook = redacting_excepthook  # a traceback abtune did not expect must not show a password either
     args = build_parser().parse_args(argv)
     try:
         with owned_server():  # ranks this command starts locally fork from one warm server

@@ -10,6 +10,7 @@ traceback. The study storage and the MLflow store both open their URL through `w
 from __future__ import annotations
 
 import importlib
+import re
 
 from abtune.errors import ConfigError
 from abtune.redact import redact
@@ -17,6 +18,25 @@ from abtune.redact import redact
 POSTGRES_DRIVERS = ("psycopg2", "psycopg")  # `abtune[postgres]` installs the first; psycopg 3 serves as well
 POSTGRES_SCHEMES = ("postgresql", "postgres")  # `postgres://` is Heroku's and libpq's spelling
 INSTALL_HINT = "pip install 'abtune[postgres]'"
+_SCHEME = re.compile(r"[A-Za-z][\w+.\-]*://")
+_CREDENTIALS = re.compile(r":[^\s]*@")
+
+
+def check_url_shape(url: str, what: str) -> None:
+    """A ConfigError (password masked) for a URL that carries credentials but cannot be read as meant.
+
+    Two typos reach a driver otherwise and come back as "unreachable", quoting the URL: a mistyped scheme
+    (`postgresql:/`, `postgresql//`, none) and a password holding an unencoded `@`, whose tail the driver
+    then names as the host.
+    """
+    scheme = _SCHEME.match(url)
+    if scheme is None and _CREDENTIALS.search(url):
+        raise ConfigError(f"{what} {redact(url)} is not a URL: it needs a scheme and :// before the user "
+                          "and password (postgresql://, mysql://, https://)")
+    userinfo = url[scheme.end():].rpartition("@")[0] if scheme else ""
+    if "@" in userinfo and not url.startswith(("http://", "https://")):  # http(s) splits at the last '@'; drivers do not
+        raise ConfigError(f"{what} {redact(url)}: the password holds an unencoded '@'; write it as %40 "
+                          "(percent-encode '@', ':' and '/' in a password)")
 
 
 def with_installed_driver(url: str) -> str:

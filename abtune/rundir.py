@@ -17,7 +17,7 @@ import yaml
 
 from abtune.config import RunConfig, flatten, load_run_config
 from abtune.errors import ConfigError
-from abtune.runfiles import CONFIG_FILE, FAILURES_DIR, latest_checkpoint_step
+from abtune.runfiles import CONFIG_FILE, FAILURES_DIR, check_checkpoint_layout, latest_checkpoint_step
 from abtune.runlock import check_idle, claim_run
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -79,14 +79,16 @@ def prepare_run_dir(config: RunConfig, run_dir: Path | None, resume: bool, claim
     return run_dir
 
 
-def check_resumable(run_dir: Path, config: RunConfig) -> None:
-    """`--resume`: the folder holds this run (same config) and a checkpoint to continue from; a run that
-    stopped before its first checkpoint would only start again at step 0 over its earlier records."""
+def check_resumable(run_dir: Path, config: RunConfig, nodes: int, ranks_per_node: int) -> None:
+    """`--resume`: the folder holds this run (same config) and a checkpoint to continue from, written on this
+    layout; a run that stopped before its first checkpoint would only start again at step 0 over its earlier
+    records."""
     check_same_config(run_dir / CONFIG_FILE, config)
     check_idle(run_dir)  # a run still training has no checkpoint yet, maybe: that is not what to say
     if latest_checkpoint_step(run_dir) is None:
         raise ConfigError(f"--resume: {run_dir} holds no checkpoint to resume from (the run stopped before "
                           "train.checkpoint_every wrote one); start it again without --resume in another --run-dir")
+    check_checkpoint_layout(run_dir, nodes, ranks_per_node)
 
 
 def check_same_config(stored: Path, config: RunConfig) -> None:

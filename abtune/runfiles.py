@@ -23,6 +23,8 @@ FAILURES_DIR = "failures"  # one file per failed rank, cleared when the run star
 OUTCOME_FILE = "outcome.json"  # how a launch ended (launch.outcome)
 CHECKPOINTS_DIR = "checkpoints"  # one step_NNNNNNNN folder per checkpoint ...
 COMPLETE_MARK = "COMPLETE"  # ... complete once this file is in it (written last)
+CHECKPOINT_LAYOUT = "layout.json"  # ... beside the nodes x ranks per node that wrote it
+RANK_FILES = "rank_*.pt"  # ... and one file per rank
 
 
 def complete_checkpoints(run_dir: Path) -> list[Path]:
@@ -37,6 +39,44 @@ def latest_checkpoint_step(run_dir: Path) -> int | None:
     """The step of the run's newest complete checkpoint, the one `--resume` continues from; None without one."""
     complete = complete_checkpoints(run_dir)
     return int(complete[-1].name.removeprefix("step_")) if complete else None
+
+
+def write_checkpoint_layout(folder: Path, nodes: int, ranks_per_node: int) -> None:
+    (folder / CHECKPOINT_LAYOUT).write_text(json.dumps({"nodes": nodes, "ranks_per_node": ranks_per_node}))
+
+
+def check_checkpoint_layout(run_dir: Path, nodes: int, ranks_per_node: int) -> None:
+    """`--resume` continues on the layout that wrote the newest checkpoint, else one ConfigError naming both.
+
+    A checkpoint holds one file per rank, and the layout decides AB's groups (which ranks hold which factors),
+    the data each rank reads and each rank's optimizer state: on another layout a run fails on the optimizer's
+    parameters, or, worse, goes on with other groups than it began with. A checkpoint written before layouts
+    were recorded is checked on its number of rank files."""
+    complete = complete_checkpoints(run_dir)
+    if not complete:
+        return
+    folder = complete[-1]
+    recorded = folder / CHECKPOINT_LAYOUT
+    now = _layout_words(nodes, ranks_per_node)
+    if recorded.exists():
+        then = json.loads(recorded.read_text())
+        if (then["nodes"], then["ranks_per_node"]) == (nodes, ranks_per_node):
+            return
+        was, flags = _layout_words(then["nodes"], then["ranks_per_node"]), (
+            f"--nproc {then['nodes'] * then['ranks_per_node']} --ranks-per-node {then['ranks_per_node']}")
+    else:
+        ranks = len(list(folder.glob(RANK_FILES)))
+        if ranks == nodes * ranks_per_node:
+            return
+        was, flags = f"{ranks} ranks", f"--nproc {ranks}"
+    raise ConfigError(f"--resume: the checkpoint at step {folder.name.removeprefix('step_')} was written by {was}, "
+                      f"this launch has {now}; a run resumes on its own layout (AB's groups, the data and the "
+                      f"optimizer state of each rank follow it): resume with {flags} (nodes and tasks_per_node in "
+                      "a launcher profile), or start a new --run-dir")
+
+
+def _layout_words(nodes: int, ranks_per_node: int) -> str:
+    return f"{nodes} node(s) x {ranks_per_node} rank(s) (world size {nodes * ranks_per_node})"
 
 
 def summary_path(run_dir: Path) -> Path:

@@ -19,7 +19,13 @@ from types import FrameType
 from abtune.databases import with_installed_driver
 from abtune.errors import ConfigError
 from abtune.redact import redact
-from abtune.study.storage import STORAGE_VARIABLE, absolute_url, resolve_storage_url, storage_file
+from abtune.study.storage import (
+    STORAGE_VARIABLE,
+    absolute_url,
+    open_storage,
+    resolve_storage_url,
+    storage_file,
+)
 from abtune.tracking import servers, view
 from abtune.tracking.uri import URI_VARIABLE, resolve_tracking_uri
 
@@ -34,6 +40,8 @@ def choose_stores(tracking_flag: str | None, storage_flag: str | None) -> tuple[
     storage_url = with_installed_driver(absolute_url(resolve_storage_url(storage_flag)))
     storage = _existing(storage_url, asked=bool(storage_flag or os.environ.get(STORAGE_VARIABLE)),
                         what="Optuna storage", flag="--storage", file=storage_file(storage_url))
+    if storage is not None:  # unreachable, corrupt or malformed: one line now, not the dashboard's traceback later
+        open_storage(storage)
     if tracking is None and storage is None:
         raise ConfigError("no ./mlflow.db or ./optuna.db here; run abtune ui where you trained, "
                           "or pass --tracking-uri / --storage")

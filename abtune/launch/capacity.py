@@ -184,15 +184,20 @@ NEVER_STARTS = {
 
 def never_starts(reason: str, nodes: int, partition: str) -> str | None:
     """Why a PENDING job (squeue's reason, node count, partition) can never start; None when it may yet.
-    PartitionNodeLimit also means that nodes are down or drained, which may clear: only a job asking more
-    nodes than the partition has or allows never starts."""
+    PartitionNodeLimit also means that nodes are down or drained, which may clear: when sinfo tells the
+    partition's nodes, only a job asking more nodes than the partition has or allows never starts; when it
+    cannot tell, the reason alone decides (a request beyond the partition is by far the likelier cause,
+    and a job left pending for it would wait for ever unseen)."""
     if reason in NEVER_STARTS:
         return f"it pends for {reason} ({NEVER_STARTS[reason]})"
     if re.fullmatch(r"(Assoc|QOS)Max\w*PerJob\w*|QOSMin\w+", reason):
         return f"it pends for {reason} (it breaks a per-job limit of its account or QOS)"
     if reason == "PartitionNodeLimit":
         found = cluster_partitions()[0].get(partition)
-        if found is not None and (nodes > len(found.nodes) or nodes > (found.max_nodes or nodes)):
+        if found is None:
+            return (f"it pends for PartitionNodeLimit (it asks {nodes} node(s), more than partition {partition} "
+                    "has, allows a job or has up; sinfo could not tell which)")
+        if nodes > len(found.nodes) or nodes > (found.max_nodes or nodes):
             return (f"it pends for PartitionNodeLimit (it asks {nodes} node(s); partition {partition} has "
                     f"{len(found.nodes)}" + (f", at most {found.max_nodes} a job" if found.max_nodes else "") + ")")
     return None

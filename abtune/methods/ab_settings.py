@@ -98,11 +98,16 @@ def _check_groups(size: int, world_size: int) -> None:
         )
     if (world_size // size) % 2:
         even = [d for d in range(1, world_size // 2 + 1) if world_size % d == 0 and (world_size // d) % 2 == 0]
+        if not even:  # an odd number of ranks: no group size helps
+            raise ConfigError(
+                f"method ab needs an even number of ranks (half of its equal groups train A, half B), got "
+                f"{world_size}: use --nproc {world_size - 1} or {world_size + 1} (nodes x tasks_per_node in a "
+                "launcher profile), or method ab-nogroups")
         raise ConfigError(
             f"method.group_size: {size} makes {world_size // size} groups of the {world_size} ranks (default: one "
             f"group per node); AB-training "
             f"gives half of the groups A and half B, so it needs an even number: choose one of "
-            f"{', '.join(map(str, even)) or '(none: use an even number of ranks)'}"
+            f"{', '.join(map(str, even))}"
         )
 
 

@@ -19,17 +19,24 @@ from abtune.words import plural
 if TYPE_CHECKING:
     from abtune.tracking import Tracking
 
+MARGIN_RULE = "within-margin"  # the one rule that reads --margin
+
 
 def add_rule_arguments(parser: argparse.ArgumentParser) -> None:
     """--rule and --margin: how `study best`, `study status`, `study confirm` and `promote` choose from a Pareto front."""
     parser.add_argument("--rule", choices=RULES, default=DEFAULT_RULE.name,
                         help="how to choose from a multi-objective study's Pareto front (default: %(default)s: the "
                              "least traffic within --margin top-1 of the best top-1)")
-    parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
-                        help="top-1 difference for --rule within-margin (default: %(default)s, one point)")
+    parser.add_argument("--margin", type=float, default=None,
+                        help=f"top-1 difference for --rule within-margin (default: {DEFAULT_MARGIN}, one point)")
 
 
 def rule_of(args: argparse.Namespace) -> Rule:
+    if args.margin is None:
+        return Rule(args.rule)
+    if args.rule != MARGIN_RULE:
+        print(f"abtune: note: --margin is read by --rule {MARGIN_RULE} only; --rule {args.rule} ignores it",
+              file=sys.stderr)
     return Rule(args.rule, args.margin)
 
 

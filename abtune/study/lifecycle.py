@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from abtune.study.spec import StudySpec, load_study_spec, parse_study_spec
 from abtune.study.storage import absolute_url, open_storage
 
 DEFAULT_STUDIES_DIR = Path("runs") / "studies"
+WINNER_WAIT_S = 10  # a concurrent `study create` records its definition right after creating the study
 
 
 def validate(spec: StudySpec, source: str) -> dict[str, Any] | None:
@@ -63,6 +65,8 @@ def create(path: Path, name: str | None, url: str, force: bool) -> tuple[str, bo
     paper_params = validate(spec, str(path))
     storage = open_storage(url, create=True)
     if _exists(storage, name):
+        if not storage.get_all_trials(storage.get_study_id_from_name(name)):  # perhaps being created right now
+            _await_definition(storage, name, url)
         if _same_definition(storage, name, spec):
             return name, False
         if not force:
@@ -70,7 +74,15 @@ def create(path: Path, name: str | None, url: str, force: bool) -> tuple[str, bo
                               "definition; pass --force to replace it (its trials are deleted) or choose --name")
         delete(storage, name)
     study_dir = Path(spec.study_dir or DEFAULT_STUDIES_DIR / name).resolve()
-    study = optuna.create_study(study_name=name, storage=storage, directions=spec.directions)
+    try:
+        study = optuna.create_study(study_name=name, storage=storage, directions=spec.directions)
+    except optuna.exceptions.DuplicatedStudyError:  # another `study create` of this name won the race
+        _await_definition(storage, name, url)
+        if _same_definition(storage, name, spec):
+            return name, False
+        raise ConfigError(f"study {name!r} was created in {redact(absolute_url(url))} at the same moment by another "
+                          "process, with a different definition; pass --force to replace it (its trials are "
+                          "deleted) or choose --name") from None
     name_objectives(study, spec)
     stored = spec.model_dump(mode="json")
     stored["storage"] = redact(stored["storage"]) if stored["storage"] else None
@@ -81,6 +93,17 @@ def create(path: Path, name: str | None, url: str, force: bool) -> tuple[str, bo
     if spec.references.ddp:
         study.enqueue_trial({}, user_attrs={REFERENCE_ATTR: DDP, ATTEMPT_ATTR: 0})
     return name, True
+
+
+def _await_definition(storage: BaseStorage, name: str, url: str) -> None:
+    """Wait until the process that created `name` has recorded its definition (its next write)."""
+    deadline = time.monotonic() + WINNER_WAIT_S
+    while SPEC_ATTR not in storage.get_study_user_attrs(storage.get_study_id_from_name(name)):
+        if time.monotonic() > deadline:
+            raise ConfigError(f"study {name!r} in {redact(absolute_url(url))} was created by another process that "
+                              f"recorded no definition within {WINNER_WAIT_S} s; if that process was stopped, "
+                              f"replace the study with --force")
+        time.sleep(0.1)
 
 
 def _exists(storage: BaseStorage, name: str) -> bool:

@@ -15,13 +15,15 @@ may hold a password) is never written to a file.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
 from optuna.storages import BaseStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
-from abtune.databases import missing_driver, with_installed_driver
+from abtune.databases import check_url_shape, missing_driver, with_installed_driver
 from abtune.errors import ConfigError
 from abtune.redact import redact
 
@@ -30,6 +32,11 @@ STORAGE_VARIABLE = "ABTUNE_STORAGE"
 JOURNAL_PREFIX = "journal:"
 SQLITE_PREFIX = "sqlite:///"
 SQLITE_TIMEOUT_S = 60  # several trial processes report into one SQLite file
+# Processes opening a fresh database at once race to create Optuna's tables and version row: the losers
+# see the winners' work as an error, and succeed when they open it again.
+SCHEMA_RACE_MARKERS = ("already exists", "UNIQUE constraint failed: alembic_version", "duplicate key value")
+SCHEMA_RACE_ATTEMPTS = 5
+CORRUPT_SQLITE_MARKERS = ("file is not a database", "database disk image is malformed")
 
 
 def resolve_storage_url(flag: str | None, from_study_file: str | None = None) -> str:
@@ -75,6 +82,7 @@ def open_storage(url: str, create: bool = False) -> BaseStorage:
     should not leave an empty database behind a typo.
     """
     url = absolute_url(url)
+    check_storage_url(url)
     path = storage_file(url)
     if path is not None and not path.parent.is_dir():
         raise ConfigError(f"storage {redact(url)} is unreachable: folder {path.parent} does not exist")
@@ -83,18 +91,47 @@ def open_storage(url: str, create: bool = False) -> BaseStorage:
             f"no studies at {redact(url)} (no such file); create one with `abtune study create STUDY.yaml`"
             " or pass --storage / set ABTUNE_STORAGE"
         )
+    if url.startswith(JOURNAL_PREFIX):
+        return _opened(url, lambda: JournalStorage(JournalFileBackend(str(path))), retry=False)
+    # A server's pool keeps one idle connection (SQLAlchemy keeps up to five; Optuna's start-up alone
+    # left two open): every worker and trial rank holds its own.
+    kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else {"pool_size": 1}
     engine_url = with_installed_driver(url)
+    for attempt in range(SCHEMA_RACE_ATTEMPTS):
+        try:
+            return _opened(url, lambda: RDBStorage(engine_url, engine_kwargs=kwargs))
+        except _SchemaRace:  # another process created the tables between Optuna's check and its CREATE
+            time.sleep(0.05 * (attempt + 1))
+    return _opened(url, lambda: RDBStorage(engine_url, engine_kwargs=kwargs), retry=False)
+
+
+class _SchemaRace(Exception):
+    pass
+
+
+def _opened(url: str, opener: Callable[[], BaseStorage], retry: bool = True) -> BaseStorage:
+    """`opener()`, its failures as one line (password masked) that names the cause."""
     try:
-        if url.startswith(JOURNAL_PREFIX):
-            return JournalStorage(JournalFileBackend(str(path)))
-        # A server's pool keeps one idle connection (SQLAlchemy keeps up to five; Optuna's start-up alone
-        # left two open): every worker and trial rank holds its own.
-        kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else {"pool_size": 1}
-        return RDBStorage(engine_url, engine_kwargs=kwargs)
+        return opener()
     except ImportError as error:  # Optuna's "Failed to import DB access module", from the driver's
         raise missing_driver(url, error) from None
     except Exception as error:  # SQLAlchemy, drivers and Optuna raise many kinds; all mean "cannot use it"
+        text = str(error)
+        if retry and any(marker in text for marker in SCHEMA_RACE_MARKERS):
+            raise _SchemaRace from error
+        if url.startswith(SQLITE_PREFIX) and any(marker in text for marker in CORRUPT_SQLITE_MARKERS):
+            raise ConfigError(f"storage {redact(url)} is corrupt, not a SQLite database Optuna can read "
+                              f"({_first_line(error)}); move the file aside and create the study again, or pass "
+                              "--storage") from None
         raise ConfigError(f"storage {redact(url)} is unreachable: {_first_line(error)}") from None
+
+
+def check_storage_url(url: str) -> None:
+    """A ConfigError naming the expected shapes for a URL no storage can be opened from (password masked)."""
+    check_url_shape(url, "storage")
+    if not url.startswith(JOURNAL_PREFIX) and "://" not in url:
+        raise ConfigError(f"storage {redact(url)} is not a storage URL: write {SQLITE_PREFIX}FILE, "
+                          f"{JOURNAL_PREFIX}FILE or a database URL (postgresql://, mysql://)")
 
 
 def _first_line(error: BaseException) -> str:

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from abtune.databases import with_installed_driver
+from abtune.databases import check_url_shape, with_installed_driver
 from abtune.redact import redact
 
 DEFAULT_DB = "mlflow.db"
@@ -28,6 +28,7 @@ PASSWORD_VARIABLE = "MLFLOW_TRACKING_PASSWORD"  # noqa: S105 - a variable name, 
 def resolve_tracking_uri(explicit: str | None = None, workdir: Path | None = None) -> str:
     """The tracking URI to use, with a relative SQLite path made absolute and a PostgreSQL driver named."""
     uri = explicit or os.environ.get(URI_VARIABLE) or f"sqlite:///{DEFAULT_DB}"
+    check_url_shape(uri, "tracking URI")
     return with_installed_driver(_absolute_sqlite(uri, workdir or Path.cwd()))
 
 

@@ -18,7 +18,7 @@ import torch
 from abtune.comm import CommGroup, CommMeter
 from abtune.errors import TrainingFailed
 from abtune.phases import Phase
-from abtune.runfiles import CHECKPOINTS_DIR, COMPLETE_MARK, complete_checkpoints
+from abtune.runfiles import CHECKPOINTS_DIR, COMPLETE_MARK, complete_checkpoints, write_checkpoint_layout
 
 STEP_DIGITS = 8
 
@@ -39,9 +39,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 class Checkpointer:
-    def __init__(self, run_dir: Path, rank: int, keep: int, meter: CommMeter, world: CommGroup) -> None:
+    def __init__(self, run_dir: Path, rank: int, keep: int, meter: CommMeter, world: CommGroup,
+                 layout: tuple[int, int]) -> None:
         self.root = run_dir / CHECKPOINTS_DIR
         self.rank = rank
+        self.layout = layout  # nodes, ranks per node: what `--resume` must run on
         self.keep = keep
         self.meter = meter
         self.world = world
@@ -59,6 +61,7 @@ class Checkpointer:
         self.meter.phase = Phase.CHECKPOINT
         self.meter.barrier(self.world)  # every rank's file is on disk
         if self.rank == 0:
+            write_checkpoint_layout(folder, *self.layout)
             (folder / COMPLETE_MARK).touch()
             self._prune()
         self.meter.barrier(self.world)  # nobody starts the next save before the marker exists

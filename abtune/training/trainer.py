@@ -98,7 +98,8 @@ class Trainer:
             MethodContext(env, self.meter, config.train.steps, _make_optimizer(config), self._new_model,
                           note=self.progress.note),
         )
-        self.checkpointer = Checkpointer(run_dir, env.rank, config.train.keep_checkpoints, self.meter, self.world)
+        self.checkpointer = Checkpointer(run_dir, env.rank, config.train.keep_checkpoints, self.meter, self.world,
+                                         (self.topology.num_nodes, self.topology.ranks_per_node))
         self.hook_specs = configured_hook_specs(run_dir)  # every rank reads them: stopping is collective
         self.hooks_may_stop = any(spec.get("may_stop", True) for spec in self.hook_specs)
         self.hooks: list[TrainingHook] = []

@@ -18,7 +18,7 @@ from abtune.study import curves, importance, results
 from abtune.study.definition import stored_spec
 from abtune.study.ranking import Rule, directions_of, rank_front
 from abtune.study.report.importances import print_importances
-from abtune.study.report.rerun import rerun_command
+from abtune.study.report.rerun import repeated_faults_note, rerun_command
 from abtune.study.report.tables import print_front, print_trials
 from abtune.study.spec import StudySpec
 
@@ -40,6 +40,8 @@ def print_best(storage: BaseStorage, name: str, rule: Rule, *, wide: bool = Fals
         console.print(trade(chosen, best, spec))
     print_trials(console, "recommended configuration", [chosen], trials, spec, wide=wide)
     console.print(f"run it again: {rerun_command(chosen, spec)}", soft_wrap=True)
+    if note := repeated_faults_note(chosen):
+        console.print(note, soft_wrap=True)
     print_front(console, name, metrics, front, trials, spec, wide=wide)
     early = curves.describe(curves.early_vs_final(results.search_trials(trials)))
     if early:
