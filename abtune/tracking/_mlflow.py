@@ -114,9 +114,9 @@ class MlflowTracking(Tracking):
         if self.outage is not None:
             return
         self.outage = _first_line(error)
-        _warn(f"MLflow at {self.describe()} failed ({self.outage}); training goes on and every run keeps its "
-              "metrics in its folder (metrics.jsonl, summary.json); what MLflow lacks is logged again when it "
-              "works (later tracking failures are not reported)")
+        _warn(f"MLflow at {self.describe()} failed ({self.outage}); training goes on, every run keeps its "
+              "metrics in its folder (metrics.jsonl, summary.json) and MLflow may lack some; later tracking "
+              "failures are not reported")
 
     # --- runs -----------------------------------------------------------------------------
     def start_run(self, config: RunConfig, *, experiment: str, run_name: str, parent_run_id: str | None = None,
