@@ -4,6 +4,7 @@ SIGINT alike (they leave it to their launcher, which stops them)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from abtune.launch.base import Layout
 from abtune.launch.launchers import load_launcher
 from abtune.launch.local import free_port, rank_environment
 from abtune.training.hooks import read_metrics
-from tests.conftest import wait_for, write_config
+from tests.conftest import abtune_command, wait_for, with_checkout_on_path, write_config
 
 pytestmark = pytest.mark.slow  # trains
 
@@ -73,3 +74,21 @@ def test_warm_and_cold_ranks_leave_sigint_to_their_launcher(tmp_path: Path) -> N
         for rank in ranks.values():
             rank.terminate()
             rank.wait(60)
+
+
+def test_a_command_started_with_sigint_ignored_stops_on_sigint(tmp_path: Path) -> None:
+    """`kill -INT` (or a Ctrl-C that reaches it) stops `abtune train` as in a terminal, with the hint to continue."""
+    run_dir = tmp_path / "run"
+    config = write_config(tmp_path / "run.yaml", train={"steps": 100_000, "log_every": 10})
+    with started_in_the_background():
+        process = subprocess.Popen([*abtune_command(), "train", str(config), "--run-dir", str(run_dir), "--no-tracking"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                   env=with_checkout_on_path(os.environ))
+    try:
+        wait_for(lambda: read_metrics(run_dir) if run_dir.is_dir() else None, 300, "the run to train")
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1].startswith("abtune: interrupted"), stderr
