@@ -31,7 +31,7 @@ from abtune.launch.base import (
     SubmissionFailed,
     exported,
 )
-from abtune.launch.outcome import RunOutcome
+from abtune.launch.outcome import RunOutcome, disk_full
 from abtune.launch.pids import process_alive, process_start
 from abtune.launch.profiles import (
     FabricProfile,
@@ -102,7 +102,7 @@ class LocalJob(Job):
         if not self._job.paths.result_pickle.exists():
             # The controller has ended, so its task has written all it will: submitit would wait 15 s
             # for a result that a cancelled or killed job never writes.
-            return _without_result(self.job_id)
+            return _without_result(self.job_id, self.run_dir, self._job.paths)
         return _result(self._job)
 
     def cancel(self) -> None:
@@ -151,7 +151,7 @@ class LocalJobHere(Job):
         if not self.ended():
             return None
         if not self.has_result():  # submitit would wait for a result that a killed controller never writes
-            return _without_result(self.job_id)
+            return _without_result(self.job_id, self.run_dir, self._job.paths)
         return _result(self._job)
 
     def cancel(self) -> None:
@@ -542,7 +542,11 @@ def _result(job: submitit.Job[RunOutcome]) -> RunOutcome:
         return RunOutcome(False, f"job {job.job_id} ended abnormally: {_last_line(str(error))}", 1)
 
 
-def _without_result(job_id: str) -> RunOutcome:
+def _without_result(job_id: str, run_dir: Path, paths: submitit.core.utils.JobPaths) -> RunOutcome:
+    """A job that wrote no result was cancelled or killed, or could not write it: its file system is full."""
+    full = disk_full(run_dir, [paths.stderr, paths.stdout])
+    if full:
+        return RunOutcome(False, f"local job {job_id} failed: {full}", 1)
     return RunOutcome(False, f"local job {job_id} ended without a result (cancelled or killed)", 1)
 
 

@@ -54,7 +54,7 @@ from abtune.config import RunConfig, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.launch.base import Job, Launcher, SubmissionFailed
 from abtune.launch.launchers import default_launcher
-from abtune.launch.outcome import RunOutcome
+from abtune.launch.outcome import RunOutcome, is_disk_full
 from abtune.launch.profiles import check_fits
 from abtune.redact import redact
 from abtune.rundir import UnwritableFolder, check_writable
@@ -305,7 +305,7 @@ class StudyRunner:
 
     def _refused(self, active: Active, reason: str) -> None:
         """The cluster refused the trial's job or its folder (sbatch, a job that can never start, a folder
-        that cannot be written): every trial would meet the same, so the trial runs again later and the
+        that cannot be written, a full disk): every trial would meet the same, so the trial runs again later and the
         runner stops with the reason."""
         self._fail(active, reason, kind=retries.INTERRUPTED)
         self.error, self.stopping = ConfigError(reason), True
@@ -367,7 +367,7 @@ class StudyRunner:
         if self.stopping and not outcome.ok and not _outlives(active):  # our Ctrl-C stopped it
             self._fail(active, INTERRUPTED, kind=retries.INTERRUPTED)
             return
-        if outcome.never_started:
+        if outcome.never_started or is_disk_full(outcome.reason):  # every trial would meet the same
             self._refused(active, outcome.reason or "its job could never start")
             return
         if not outcome.ok:
