@@ -12,7 +12,9 @@ import functools
 import os
 import shlex
 import shutil
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, NoReturn
@@ -495,6 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     sys.excepthook = redacting_excepthook  # a traceback abtune did not expect must not show a password either
     args = build_parser().parse_args(argv)
+    interruptible()
     try:
         with owned_server():  # ranks this command starts locally fork from one warm server
             return int(args.func(args))
@@ -505,6 +508,14 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `abtune ... | head -1`: the reader left; what was done stays done, no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit would fail too
         return BROKEN_PIPE_EXIT
+
+
+def interruptible() -> None:
+    """Ctrl-C (SIGINT) stops every command as its help says, even one started in the background, which inherits
+    SIGINT ignored (`nohup abtune ... &`, a script's `&`): `kill -INT` stops it too, and what it starts does not
+    inherit the ignore."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 if __name__ == "__main__":

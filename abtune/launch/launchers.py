@@ -31,7 +31,7 @@ from abtune.launch.base import (
     SubmissionFailed,
     exported,
 )
-from abtune.launch.outcome import RunOutcome
+from abtune.launch.outcome import RunOutcome, disk_full
 from abtune.launch.pids import process_alive, process_start
 from abtune.launch.profiles import (
     FabricProfile,
@@ -61,6 +61,19 @@ def default_launcher() -> Launcher:
 
 
 # --- local processes -------------------------------------------------------------------------------
+def run_local_job(run_dir: str, nproc: int, ranks_per_node: int, resume: bool,
+                  fabric: FabricProfile | None = None) -> RunOutcome:
+    """The body of a local job, in its controller's task: SIGTERM (how abtune cancels it) and SIGINT stop the
+    ranks, whatever this process inherited (submitit's own SIGTERM handler would ignore it)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
+    return run_local_ranks(run_dir, nproc, ranks_per_node, resume, fabric)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def run_local_ranks(run_dir: str, nproc: int, ranks_per_node: int, resume: bool,
                     fabric: FabricProfile | None = None) -> RunOutcome:
     """The body of a local job: start the ranks as processes on this machine and wait for them."""
@@ -89,11 +102,12 @@ class LocalJob(Job):
         if not self._job.paths.result_pickle.exists():
             # The controller has ended, so its task has written all it will: submitit would wait 15 s
             # for a result that a cancelled or killed job never writes.
-            return _without_result(self.job_id)
+            return _without_result(self.job_id, self.run_dir, self._job.paths)
         return _result(self._job)
 
     def cancel(self) -> None:
-        self._job.cancel()
+        if not self._job.done():
+            cancel_controller(int(self.job_id))
 
     def record(self) -> dict[str, Any]:
         """The controller's pid (submitit's job id) with its start time (a reused pid is not the job),
@@ -137,16 +151,23 @@ class LocalJobHere(Job):
         if not self.ended():
             return None
         if not self.has_result():  # submitit would wait for a result that a killed controller never writes
-            return _without_result(self.job_id)
+            return _without_result(self.job_id, self.run_dir, self._job.paths)
         return _result(self._job)
 
     def cancel(self) -> None:
-        """As submitit cancels its own local jobs: SIGINT to the controller, which stops its task and ranks."""
         if not self.ended():
-            os.kill(int(self._record["pid"]), signal.SIGINT)
+            cancel_controller(int(self._record["pid"]))
 
     def record(self) -> dict[str, Any]:
         return self._record
+
+
+def cancel_controller(pid: int) -> None:
+    """SIGTERM to a local job's controller, which passes it to its task (run_local_job): that stops the ranks,
+    and the controller ends with them. Not SIGINT, as submitit cancels: a process started in the background
+    (`nohup ... &`, a script's `&`) passes SIGINT on ignored to every process it starts, controllers included."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
 
 
 class LocalLauncher(Launcher):
@@ -185,7 +206,7 @@ class LocalLauncher(Launcher):
         executor = submitit.LocalExecutor(folder=run_dir / JOBS_DIR)
         executor.update_parameters(timeout_min=timeout_min, tasks_per_node=1, nodes=1)
         with exported(env), _stderr_to(run_dir / JOBS_DIR / CONTROLLER_ERRORS):
-            job = executor.submit(run_local_ranks, str(run_dir), layout.world_size, layout.ranks_per_node, resume,
+            job = executor.submit(run_local_job, str(run_dir), layout.world_size, layout.ranks_per_node, resume,
                                   self.profile.fabric)
         return LocalJob(job, run_dir)
 
@@ -521,7 +542,11 @@ def _result(job: submitit.Job[RunOutcome]) -> RunOutcome:
         return RunOutcome(False, f"job {job.job_id} ended abnormally: {_last_line(str(error))}", 1)
 
 
-def _without_result(job_id: str) -> RunOutcome:
+def _without_result(job_id: str, run_dir: Path, paths: submitit.core.utils.JobPaths) -> RunOutcome:
+    """A job that wrote no result was cancelled or killed, or could not write it: its file system is full."""
+    full = disk_full(run_dir, [paths.stderr, paths.stdout])
+    if full:
+        return RunOutcome(False, f"local job {job_id} failed: {full}", 1)
     return RunOutcome(False, f"local job {job_id} ended without a result (cancelled or killed)", 1)
 
 

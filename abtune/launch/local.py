@@ -21,6 +21,7 @@ from typing import Protocol
 from abtune.errors import ConfigError, TrainingFailed
 from abtune.launch import netns, warm
 from abtune.launch.fabric import NodeNetwork, node_network
+from abtune.launch.outcome import disk_full, first_lines
 from abtune.launch.profiles import FabricProfile
 from abtune.runfiles import FAILURES_DIR
 from abtune.training.worker import QUIET_VARIABLE
@@ -133,14 +134,17 @@ def _failure_message(run_dir: Path, codes: list[int | None]) -> str:
     """The cause, not its echoes: an abtune error first (NaN loss, bad value), then a rank killed by
     a signal (its peers crash in their next collective), then any crash."""
     folder = run_dir / FAILURES_DIR
-    errors = sorted(folder.glob("error_rank_*.txt"))
+    errors = first_lines(sorted(folder.glob("error_rank_*.txt")))
     if errors:
-        return errors[0].read_text().splitlines()[0]
+        return errors[0]
     for rank, code in enumerate(codes):
         if code is not None and code < 0:
             return f"rank {rank} was killed by {signal.Signals(-code).name}"
-    crashes = sorted(folder.glob("crash_rank_*.txt"))
+    crashes = first_lines(sorted(folder.glob("crash_rank_*.txt")))
     if crashes:
-        return crashes[0].read_text().splitlines()[0]
+        return crashes[0]
+    full = disk_full(run_dir)  # the ranks could not even record why they failed
+    if full:
+        return full
     rank, code = next((r, c) for r, c in enumerate(codes) if c not in (None, 0))
     return f"rank {rank} exited with code {code}"

@@ -418,7 +418,7 @@ class Server:
             signal.set_wakeup_fd(-1)
             for sig in (signal.SIGCHLD, signal.SIGTERM):
                 signal.signal(sig, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # as worker.main sets it: a Ctrl-C is for the launcher
             for sock in (self.listener, self.wakeup_read, self.wakeup_write, conn, *self.children.values()):
                 sock.close()
             os.close(self.owner)

@@ -332,7 +332,8 @@ class _SeedStarter:
                 config, experiment=runner.study.study_name, run_name=f"trial-{number}-seed-{seed_run.seed}",
                 parent_run_id=self.run_id, tags={"optuna.study": runner.study.study_name,
                                                  "optuna.trial_number": number, "abtune.seed": seed_run.seed},
-                launch_info=LaunchInfo(runner.launcher.kind, runner.layout.world_size, runner.layout.ranks_per_node))
+                launch_info=LaunchInfo(runner.launcher.kind, runner.layout.world_size, runner.layout.ranks_per_node),
+                required=False)
         run = runner.prepare_run(config, seed_run.run_dir, hooks, child_run_id, continues_checkpoint=seed_run.resume)
         submit_trial(run, runner.spec, trial_job_name(runner.study.study_name, f"{number}-seed{seed_run.seed}"),
                      runner.trial_env)

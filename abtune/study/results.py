@@ -56,11 +56,18 @@ def replaced(trial: FrozenTrial) -> bool:
 
 def budget_used(trials: Sequence[FrozenTrial]) -> int:
     """Trials that count against the study's budget: every trial but the replaced ones (waiting included)."""
-    return sum(1 for t in trials if not replaced(t))
+    return sum(1 for t in counted(trials))
 
 
 def finished_count(trials: Sequence[FrozenTrial]) -> int:
-    return sum(1 for t in trials if t.state in FINISHED and not replaced(t))
+    return sum(1 for t in counted(trials) if t.state in FINISHED)
+
+
+def counted(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    """The trials that count against the budget: not replaced, and no failed trial that a later one retries
+    (a reference enqueued again by a later `study run`, when the failed trial could no longer be marked)."""
+    retried = {t.user_attrs.get(RETRY_OF_ATTR) for t in trials} - {None}
+    return [t for t in trials if not replaced(t) and not (t.state == TrialState.FAIL and t.number in retried)]
 
 
 def reference(trials: Sequence[FrozenTrial], kind: str) -> FrozenTrial | None:

@@ -6,21 +6,34 @@ progress, abtune/training/hang.py: a dead link or a frozen node, likely gone on 
 `interrupted` (Ctrl-C; always, and not counted as an attempt). The
 failed trial keeps its FAIL state and `fail_reason`, gets `retried: true` and leaves the budget
 to its retry, whose `retry_of` names it (the runner resumes from its checkpoint).
+
+Every comparison reads the reference trials (DDP, paper defaults): a failed reference run is retried at
+least once whatever `retries.failed` says, and one whose last attempt failed anyway is enqueued again by
+the next `abtune study run` (`lost_references`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from abtune.attrs import ATTEMPT_ATTR, FAIL_REASON_ATTR, REFERENCE_ATTR, RETRIED_ATTR, RETRY_OF_ATTR
+from abtune.attrs import (
+    ATTEMPT_ATTR,
+    FAIL_REASON_ATTR,
+    OVER_BUDGET_ATTR,
+    REFERENCE_ATTR,
+    RETRIED_ATTR,
+    RETRY_OF_ATTR,
+)
 from abtune.study import workers
 from abtune.study.spec import StudySpec
 from abtune.training.hang import is_hang
 
 STALE, HUNG, FAILED, INTERRUPTED = "stale", "hung", "failed", "interrupted"
+REFERENCE_FAILED_RETRIES = 1  # at least, for a reference trial's failed run
 
 
 def failure_kind(reason: str | None) -> str:
@@ -33,6 +46,8 @@ def allowed(spec: StudySpec, trial: FrozenTrial, kind: str | None) -> bool:
     if kind not in limits:
         return False
     limit = limits[kind]
+    if kind == FAILED and trial.user_attrs.get(REFERENCE_ATTR):
+        limit = max(limit, REFERENCE_FAILED_RETRIES)
     return limit is None or int(trial.user_attrs.get(ATTEMPT_ATTR, 0)) < limit
 
 
@@ -42,6 +57,16 @@ def enqueue(study: optuna.Study, trial: FrozenTrial, kind: str | None) -> None:
     if trial.user_attrs.get(REFERENCE_ATTR):
         user_attrs[REFERENCE_ATTR] = trial.user_attrs[REFERENCE_ATTR]
     study.enqueue_trial(params=dict(trial.params), user_attrs=user_attrs)
+
+
+def lost_references(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    """Reference trials whose latest attempt failed with no retry (failed more often than retried, or in
+    a study run before references were retried): `abtune study run` enqueues each again."""
+    latest: dict[str, FrozenTrial] = {}
+    for trial in sorted(trials, key=lambda t: t.number):
+        if trial.user_attrs.get(REFERENCE_ATTR) and not trial.user_attrs.get(OVER_BUDGET_ATTR):  # never run
+            latest[trial.user_attrs[REFERENCE_ATTR]] = trial
+    return [t for t in latest.values() if t.state == TrialState.FAIL and not t.user_attrs.get(RETRIED_ATTR)]
 
 
 def fail_stale(study: optuna.Study, spec: StudySpec, trial: FrozenTrial) -> str | None:

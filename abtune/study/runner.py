@@ -42,6 +42,7 @@ from abtune.attrs import (
     OVER_BUDGET_ATTR,
     REFERENCE_ATTR,
     RETRIED_ATTR,
+    RETRY_OF_ATTR,
     RUN_DIR_ATTR,
     RUN_ID_ATTR,
     SEEDS_ATTR,
@@ -53,7 +54,7 @@ from abtune.config import RunConfig, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.launch.base import Job, Launcher, SubmissionFailed
 from abtune.launch.launchers import default_launcher
-from abtune.launch.outcome import RunOutcome
+from abtune.launch.outcome import RunOutcome, is_disk_full
 from abtune.launch.profiles import check_fits
 from abtune.redact import redact
 from abtune.rundir import UnwritableFolder, check_writable
@@ -169,6 +170,7 @@ class StudyRunner:
         try:
             with self.display:
                 self.recover_stale()
+                self._enqueue_lost_references()
                 self.display.refresh(self.all_trials())
                 while self._step():
                     time.sleep(self.launcher.poll_s)
@@ -183,6 +185,16 @@ class StudyRunner:
         if self.error is not None:
             raise self.error
         return not self.stopping
+
+    def _enqueue_lost_references(self) -> None:
+        """A reference trial whose last attempt failed runs again (every comparison reads it), unless
+        `study stop --fail` failed it."""
+        for trial in retries.lost_references(self.all_trials()):
+            if trial.user_attrs.get(FAIL_REASON_ATTR) == stop.STOPPED:
+                continue
+            retries.enqueue(self.study, trial, retries.FAILED)
+            self.display.note(f"trial {trial.number} ({results.label(trial)}) failed: enqueued again, "
+                              "every comparison reads it")
 
     def _update_study_artifacts(self, final: bool = False) -> None:
         if self.parent_run is None:  # tracking off: no run to put the plots on, nothing to compute
@@ -259,7 +271,7 @@ class StudyRunner:
     # --- starting a trial ---------------------------------------------------------------------
     def _start(self) -> None:
         trial = self.study.ask()
-        if self._over_budget(trial):
+        if self._over_budget(trial) or self._enqueued_twice(trial):
             return
         active = Active(trial)
         self.active.append(active)
@@ -282,6 +294,10 @@ class StudyRunner:
             self.active.remove(active)
             self._fail(active, str(error), kind=None)
             return
+        except BaseException as error:  # no trial left RUNNING without a job: it runs again, the runner stops
+            self.active.remove(active)
+            self._fail(active, f"not started: {type(error).__name__}: {error}", kind=retries.INTERRUPTED)
+            raise
         assert active.job is not None
         reattach.record_job(trial, active.job, run_id)  # followed by the next runner if this one dies
         trial.set_user_attr("prepare_seconds", time.time() - active.started)  # ask -> submitted
@@ -289,7 +305,7 @@ class StudyRunner:
 
     def _refused(self, active: Active, reason: str) -> None:
         """The cluster refused the trial's job or its folder (sbatch, a job that can never start, a folder
-        that cannot be written): every trial would meet the same, so the trial runs again later and the
+        that cannot be written, a full disk): every trial would meet the same, so the trial runs again later and the
         runner stops with the reason."""
         self._fail(active, reason, kind=retries.INTERRUPTED)
         self.error, self.stopping = ConfigError(reason), True
@@ -308,6 +324,18 @@ class StudyRunner:
         trial.set_user_attr(FAIL_REASON_ATTR, "not run: other workers took the last trials of the budget")
         self.study.tell(trial, state=TrialState.FAIL)
         self.display.note(f"trial {trial.number} not run: other workers took the last trials of the budget")
+        return True
+
+    def _enqueued_twice(self, trial: optuna.Trial) -> bool:
+        """Two workers that started at once both enqueued a lost reference again (`_enqueue_lost_references`):
+        only the earlier copy runs; this one is failed, never run, not counted."""
+        retry_of = trial.user_attrs.get(RETRY_OF_ATTR)
+        if retry_of is None or not any(t.user_attrs.get(RETRY_OF_ATTR) == retry_of and t.number < trial.number
+                                       for t in self.all_trials()):
+            return False
+        trial.set_user_attr(OVER_BUDGET_ATTR, True)
+        trial.set_user_attr(FAIL_REASON_ATTR, f"not run: trial {retry_of} was enqueued again by another worker too")
+        self.study.tell(trial, state=TrialState.FAIL)
         return True
 
     def _submit(self, trial: optuna.Trial, config: RunConfig, run_id: str | None) -> Run:
@@ -339,7 +367,7 @@ class StudyRunner:
         if self.stopping and not outcome.ok and not _outlives(active):  # our Ctrl-C stopped it
             self._fail(active, INTERRUPTED, kind=retries.INTERRUPTED)
             return
-        if outcome.never_started:
+        if outcome.never_started or is_disk_full(outcome.reason):  # every trial would meet the same
             self._refused(active, outcome.reason or "its job could never start")
             return
         if not outcome.ok:

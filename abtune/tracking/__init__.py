@@ -31,11 +31,12 @@ def open_tracking(uri: str | None = None, enabled: bool = True) -> Tracking:
 
 
 def _quiet_store_setup() -> None:
-    """A new SQLite store announces its schema migrations on stderr; abtune's own output says enough."""
+    """A new SQLite store announces its schema migrations on stderr; abtune's own output says enough. MLflow
+    also logs every SQL error of its store with a traceback before raising it: abtune words each itself."""
     import logging
 
-    for name in ("mlflow.store.db.utils", "alembic"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 __all__ = ["LaunchInfo", "Tracking", "open_tracking", "resolve_tracking_uri"]

@@ -48,17 +48,21 @@ class Tracking:
         return "off"
 
     def start_run(self, config: RunConfig, *, experiment: str, run_name: str, parent_run_id: str | None = None,
-                  tags: dict[str, Any] | None = None, launch_info: LaunchInfo | None = None) -> str | None:
-        """Create the run and log its params; return its id (goes into hooks.yaml via `hook_spec`)."""
+                  tags: dict[str, Any] | None = None, launch_info: LaunchInfo | None = None,
+                  required: bool = True) -> str | None:
+        """Create the run and log its params; return its id (goes into hooks.yaml via `hook_spec`). A store
+        that fails raises TrackingUnavailable, or with `required` False (a study's trials, once it runs)
+        warns once per process and returns None: the run goes on untracked."""
         return None
 
     def start_trial_run(self, config: RunConfig, trial: Any, *, study_name: str, parent_run_id: str | None,
                         launch_info: LaunchInfo | None = None) -> str | None:
         """A trial's child run under the study's parent, linked both ways: tags `optuna.study` and
-        `optuna.trial_number` on the run, user attr `mlflow_run_id` on the Optuna trial."""
+        `optuna.trial_number` on the run, user attr `mlflow_run_id` on the Optuna trial. None when the store
+        fails: the study goes on, the trial untracked."""
         run_name = trial_run_name(trial.number, trial.user_attrs.get("reference"))
         run_id = self.start_run(config, experiment=study_name, run_name=run_name,
-                                parent_run_id=parent_run_id, launch_info=launch_info,
+                                parent_run_id=parent_run_id, launch_info=launch_info, required=False,
                                 tags={"optuna.study": study_name, "optuna.trial_number": trial.number})
         if run_id is not None:
             trial.set_user_attr(RUN_ID_ATTR, run_id)

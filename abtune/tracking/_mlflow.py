@@ -80,6 +80,7 @@ class MlflowTracking(Tracking):
         from mlflow import MlflowClient
 
         quiet_secrets_in_mlflow_logs()
+        self.outage: str | None = None  # the store's first failure once work started (`_lost`)
         try:
             check_database(self.uri)
             with _sqlite_setup_lock(self.uri):  # the client creates a new SQLite store's tables
@@ -107,9 +108,20 @@ class MlflowTracking(Tracking):
         return TrackingUnavailable(f"cannot reach MLflow at {self.describe()}: {_first_line(error)}; start or "
                                    "fix the tracking server (--tracking-uri), or pass --no-tracking")
 
+    def _lost(self, error: BaseException) -> None:
+        """A store that fails once work has started costs records, never the work, and is reported once per
+        process however many calls fail: every number is in the runs' folders (metrics.jsonl, summary.json)."""
+        if self.outage is not None:
+            return
+        self.outage = _first_line(error)
+        _warn(f"MLflow at {self.describe()} failed ({self.outage}); training goes on, every run keeps its "
+              "metrics in its folder (metrics.jsonl, summary.json) and MLflow may lack some; later tracking "
+              "failures are not reported")
+
     # --- runs -----------------------------------------------------------------------------
     def start_run(self, config: RunConfig, *, experiment: str, run_name: str, parent_run_id: str | None = None,
-                  tags: dict[str, Any] | None = None, launch_info: LaunchInfo | None = None) -> str:
+                  tags: dict[str, Any] | None = None, launch_info: LaunchInfo | None = None,
+                  required: bool = True) -> str | None:
         launch = launch_info or LaunchInfo()
         all_tags = {"abtune.role": "trial" if parent_run_id else "run", "abtune.launcher": launch.launcher,
                     **({"mlflow.parentRunId": parent_run_id} if parent_run_id else {}), **(tags or {})}
@@ -121,6 +133,9 @@ class MlflowTracking(Tracking):
         except AbtuneError:
             raise
         except Exception as error:
+            if not required:
+                self._lost(error)
+                return None
             raise TrackingUnavailable(f"MLflow at {self.describe()} refused the run: {_first_line(error)}; "
                                       "start or fix the tracking server, or pass --no-tracking") from None
         return str(run.info.run_id)
@@ -144,8 +159,10 @@ class MlflowTracking(Tracking):
             self.client.set_terminated(run_id, status)
             return state
         except Exception as error:
-            kept = f"; every metric is kept in {run_dir}/{METRICS_FILE} and {SUMMARY_FILE}" if run_dir else ""
-            _warn(f"MLflow run {run_id} at {self.describe()} is incompletely logged ({_first_line(error)}){kept}")
+            if self.outage is None:
+                kept = f"; every metric is kept in {run_dir}/{METRICS_FILE} and {SUMMARY_FILE}" if run_dir else ""
+                _warn(f"MLflow run {run_id} at {self.describe()} is incompletely logged ({_first_line(error)}){kept}")
+            self._lost(error)
             _try(lambda: self.client.set_tag(run_id, "abtune.logging", "incomplete"))
             _try(lambda: self.client.set_terminated(run_id, status))
             return "incomplete"
@@ -178,7 +195,7 @@ class MlflowTracking(Tracking):
         try:
             self._log_points(run_id, [Point(key, value, 0) for key, value in metrics.items()])
         except Exception as error:  # the values are in the study's storage; the record is a convenience
-            _warn(f"could not log metrics to MLflow run {run_id} at {self.describe()}: {_first_line(error)}")
+            self._lost(error)
 
     def _experiment_id(self, name: str) -> str:
         from mlflow.exceptions import MlflowException
@@ -244,8 +261,18 @@ class MlflowTracking(Tracking):
             self.client.log_artifacts(run_id, str(staging))
 
     # --- studies ----------------------------------------------------------------------------
-    def study_parent_run(self, study_name: str, storage: str) -> str:
-        """The study's parent run in the experiment named after it: found again when a study resumes."""
+    def study_parent_run(self, study_name: str, storage: str) -> str | None:
+        """The study's parent run in the experiment named after it: found again when a study resumes; None
+        when the store fails (the study runs untracked)."""
+        try:
+            return self._study_parent_run(study_name, storage)
+        except AbtuneError:
+            raise
+        except Exception as error:
+            self._lost(error)
+            return None
+
+    def _study_parent_run(self, study_name: str, storage: str) -> str:
         experiment_id = self._experiment_id(study_name)
         query = f"tags.`abtune.role` = 'study' and tags.`optuna.study` = '{study_name}'"
         found = self.client.search_runs([experiment_id], filter_string=query, max_results=1)
@@ -255,12 +282,16 @@ class MlflowTracking(Tracking):
         return str(self.client.create_run(experiment_id, run_name=f"{study_name}-study", tags=tags).info.run_id)
 
     def close_study_parent_run(self, study_name: str, status: str) -> None:
-        experiment = self.client.get_experiment_by_name(study_name)
-        if experiment is None:
-            return
-        query = f"tags.`abtune.role` = 'study' and tags.`optuna.study` = '{study_name}' and attributes.status = 'RUNNING'"
-        for run in self.client.search_runs([experiment.experiment_id], filter_string=query):
-            self.client.set_terminated(run.info.run_id, status)
+        try:
+            experiment = self.client.get_experiment_by_name(study_name)
+            if experiment is None:
+                return
+            query = (f"tags.`abtune.role` = 'study' and tags.`optuna.study` = '{study_name}' "
+                     "and attributes.status = 'RUNNING'")
+            for run in self.client.search_runs([experiment.experiment_id], filter_string=query):
+                self.client.set_terminated(run.info.run_id, status)
+        except Exception as error:  # the study's own state is in its storage
+            self._lost(error)
 
     def log_report(self, experiment: str, run_name: str, files: list[Path], tags: dict[str, str]) -> str | None:
         try:
@@ -289,8 +320,10 @@ class MlflowTracking(Tracking):
                 self.client.log_artifact(run_id, str(path), folder)
             self.client.set_terminated(run_id, status)
         except Exception as error:  # the files are on disk; the record is a convenience
-            _warn(f"MLflow run {run_id} at {self.describe()} is incompletely logged ({_first_line(error)}); "
-                  f"the files are in {files[0].parent if files else 'their folder'}")
+            if self.outage is None:
+                _warn(f"MLflow run {run_id} at {self.describe()} is incompletely logged ({_first_line(error)}); "
+                      f"the files are in {files[0].parent if files else 'their folder'}")
+            self._lost(error)
             _try(lambda: self.client.set_terminated(run_id, status))
 
     def update_study_artifacts(self, parent_run_id: str | None, trials: Sequence[FrozenTrial],
@@ -308,7 +341,7 @@ class MlflowTracking(Tracking):
                 self.client.log_artifacts(parent_run_id, folder, "study")
                 self.client.log_batch(parent_run_id, tags=_study_tags(written))
         except Exception as error:  # a dashboard must not stop a study
-            _warn(f"could not update the study plots on MLflow run {parent_run_id}: {_first_line(error)}")
+            self._lost(error)
 
 
 def run_params(config: RunConfig, launch: LaunchInfo) -> dict[str, Any]:

@@ -11,6 +11,7 @@ username/password variables), never from hooks.yaml.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -38,7 +39,12 @@ def make_hook(run_dir: Path, run_id: str, flush_seconds: float = 2.0,
     if not uri:
         _warn(f"{URI_VARIABLE} is not set on rank 0; MLflow metrics are replayed from metrics.jsonl at the end")
         return TrainingHook()
-    return MlflowHook(uri, run_id, flush_seconds, system_metrics_seconds)
+    try:
+        return MlflowHook(uri, run_id, flush_seconds, system_metrics_seconds)
+    except Exception as error:  # a store that fails as the run starts (a deleted SQLite file) must not stop it
+        _warn(f"MLflow is unreachable ({type(error).__name__}: {_first_line(error)}); metrics stay in "
+              "metrics.jsonl and are replayed at the end of the run")
+        return TrainingHook()
 
 
 class MlflowHook(TrainingHook):
@@ -47,8 +53,10 @@ class MlflowHook(TrainingHook):
         from mlflow import MlflowClient  # imported on rank 0 only, when tracking is on
 
         quiet_secrets_in_mlflow_logs()
-        for chatty in ("mlflow.system_metrics", "mlflow.store.db.utils"):  # start/stop and connection-pool notes
-            logging.getLogger(chatty).setLevel(logging.WARNING)
+        # Start/stop and connection-pool notes, a traceback for every failing SQL request, a note when the
+        # store fails: the sender's one warning says it.
+        for chatty in ("mlflow.system_metrics", "mlflow.store.db.utils"):
+            logging.getLogger(chatty).setLevel(logging.CRITICAL)
         self.stream = MetricStream()
         self.sender = _Sender(MlflowClient(uri), run_id, flush_seconds)
         self.sender.describe_rank0()
@@ -63,7 +71,8 @@ class MlflowHook(TrainingHook):
 
     def close(self) -> None:
         if self.monitor is not None:
-            self.monitor.finish()
+            with contextlib.suppress(Exception):  # the store is down: the sender warned
+                self.monitor.finish()
         self.sender.close()
 
 

@@ -18,6 +18,7 @@ import argparse
 import faulthandler
 import logging
 import os
+import signal
 import sys
 import time
 import traceback
@@ -106,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args(argv)
+    # A Ctrl-C is for the launcher, which stops the ranks (SIGTERM): cold and warm ranks alike, whatever
+    # disposition they inherited (a command started with `nohup ... &` passes SIGINT on ignored).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     faulthandler.enable()  # a crash inside torch's C++ (SIGSEGV, SIGABRT) still shows the Python stack
     try:
         run_rank(args.run_dir, args.resume)
