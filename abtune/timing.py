@@ -536,3 +536,8 @@ def break_even_gbit(ab: dict[str, Any], ddp: dict[str, Any], cluster: Cluster) -
         else:
             high = middle
     return 10 ** ((low + high) / 2)
+
+
+def spec_sheet_for(device_name: str) -> Cluster | None:
+    """The shipped spec-sheet description (clusters/spec-*.yaml) whose device this GPU name matches, or None."""
+    return None
