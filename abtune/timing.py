@@ -538,6 +538,79 @@ def break_even_gbit(ab: dict[str, Any], ddp: dict[str, Any], cluster: Cluster) -
     return 10 ** ((low + high) / 2)
 
 
+
+# --- a run before it starts ---------------------------------------------------------------------------
+GRADIENT_BYTES_PER_PARAM = 4  # fp32 gradients, also under bf16 autocast
+DDP_BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """What a run's training time depends on, known before it starts (its model counted, not trained)."""
+    arch: str
+    forward_flops_per_sample: int
+    params: int
+    precision: str
+    local_batch_size: int
+    steps: int
+    nodes: int
+    ranks_per_node: int
+
+
+@dataclass(frozen=True)
+class RunEstimate:
+    step_seconds: float
+    seconds: float
+    compute_source: ComputeSource
+    all_reduce_seconds: float  # a step's gradient all-reduce, link time
+
+
+def estimate_run(run: PlannedRun, cluster: Cluster, ranks_per_core: float = 1.0) -> RunEstimate:
+    """A run's training seconds on `cluster` before it runs, as DDP trains it (AB's phases compute and send
+    less, so this bounds an AB run from above): a step's compute (`step_compute`, times `ranks_per_core` when
+    ranks share cores) and the ring all-reduce of its fp32 gradients in DDP's buckets, overlapped as `predict`
+    does. Evaluation and set-up are left out, as in `predict`."""
+    if cluster.compute.from_run:
+        raise ConfigError(f"cluster {cluster.name} takes its compute from a finished run's step times; name a "
+                          "description with measured, published or spec-sheet compute for an estimate before a run")
+    check_fits(run.nodes, run.ranks_per_node, cluster)
+    summary = {"config": {"model.arch": run.arch, "train.precision": run.precision},
+               "timing": {"forward_flops_per_sample": run.forward_flops_per_sample}}
+    compute = step_compute(summary, cluster)
+    compute_s = compute.seconds(run.local_batch_size) * max(1.0, ranks_per_core)
+    gradient_bytes = run.params * GRADIENT_BYTES_PER_PARAM
+    link_s = ring_all_reduce_seconds(gradient_bytes, run.nodes, run.ranks_per_node, cluster)
+    buckets = max(1, math.ceil(gradient_bytes / DDP_BUCKET_BYTES))
+    step = overlapped_step(compute_s, link_s, buckets, cluster.compute.backward_overlap)
+    return RunEstimate(step, step * run.steps, compute.source, link_s)
+
+
+def ring_all_reduce_seconds(nbytes: int, nodes: int, ranks_per_node: int, cluster: Cluster) -> float:
+    """A ring all-reduce of `nbytes` over nodes x ranks_per_node ranks (a node's ranks adjacent in the ring):
+    each rank, and each node's link, sends 2(n-1)/n of the bytes; 2(n-1) rounds of latency."""
+    size = nodes * ranks_per_node
+    if size == 1:
+        return 0.0
+    sent = 2 * (size - 1) / size * nbytes * 8
+    link = cluster.inter_node if nodes > 1 else cluster.intra_node
+    seconds = sent / (link.gbit_per_s * link.efficiency * GIGA)
+    if nodes > 1:  # the ring's hops inside a node run beside the ones that leave it
+        intra = cluster.intra_node
+        seconds = max(seconds, sent / (intra.gbit_per_s * intra.efficiency * GIGA))
+    return seconds + 2 * (size - 1) * link.latency_us * 1e-6
+
+
+def measured_here(arch: str, forward_flops_per_sample: int, precision: str, seconds_per_sample: float,
+                  ranks: int, how: str) -> Cluster:
+    """A description of this machine from a probe of one model: `ranks` local processes, compute measured."""
+    step = MeasuredStep(arch=arch, forward_flops_per_sample=forward_flops_per_sample, precision=precision,
+                        full_seconds_per_sample=seconds_per_sample, lowrank_seconds_per_sample=seconds_per_sample,
+                        lowrank_params_ratio=1.0, device="this machine")
+    loopback = Link(gbit_per_s=20.0)
+    return Cluster(name="this machine", nodes=1, accelerators_per_node=max(1, ranks), inter_node=loopback,
+                   intra_node=loopback, compute=Compute(measured=[step], source=how))
+
+
 def spec_sheet_for(device_name: str) -> Cluster | None:
     """The shipped spec-sheet description (clusters/spec-*.yaml) whose device this GPU name matches, or None."""
     return None
