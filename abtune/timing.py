@@ -127,11 +127,29 @@ class PublishedRate(_Strict):
     note: str = ""
 
 
+class SpecSheet(_Strict):
+    """A card without published training rates, from its spec sheet: predicted as a roofline with per-family
+    efficiencies (`FAMILY_ROOFLINES`) taken from the A100's published rows."""
+    device: str = Field(min_length=1)
+    match: str = Field("", description="a part of torch.cuda.get_device_name() that names this card")
+    tflops: dict[Literal["fp32", "tf32", "bf16", "fp16"], float] = Field(
+        description="dense peaks (no sparsity): fp32 on CUDA cores, tf32/bf16/fp16 on tensor cores")
+    memory_gb_per_s: float = Field(gt=0.0, description="memory bandwidth, GB/s")
+    source: str = Field(min_length=1, description="where the figures are published (a link)")
+
+    @model_validator(mode="after")
+    def _positive(self) -> SpecSheet:
+        if not self.tflops or any(peak <= 0 for peak in self.tflops.values()):
+            raise ValueError(f"spec_sheet.tflops needs positive peaks, got {self.tflops}")
+        return self
+
+
 class Compute(_Strict):
     from_run: bool = Field(False, description="the run's own step times (a description of the machine it ran on)")
     measured: list[MeasuredStep] = Field(default_factory=list)
     published: list[PublishedRate] = Field(default_factory=list)
     throughput: Throughput | None = None
+    spec_sheet: SpecSheet | None = None
     step_floor_ms: float = Field(0.0, ge=0.0, description="a step's fixed cost (kernel launches, optimizer), "
                                                          "added to every step that is not from_run")
     step_floor_source: str = Field("", description="where the floor comes from: measured, published or assumed")
@@ -142,14 +160,15 @@ class Compute(_Strict):
     @model_validator(mode="after")
     def _one_way(self) -> Compute:
         others = [name for name, given in (("measured", self.measured), ("published", self.published),
-                                           ("throughput", self.throughput), ("step_floor_ms", self.step_floor_ms))
+                                           ("throughput", self.throughput), ("spec_sheet", self.spec_sheet),
+                                           ("step_floor_ms", self.step_floor_ms))
                   if given]
         if self.from_run and others:
             raise ValueError(f"from_run takes the run's own step times, so {', '.join(others)} would be ignored; "
                              f"remove {'them' if len(others) > 1 else 'it'} or from_run")
-        if not self.from_run and not (self.measured or self.published or self.throughput):
+        if not self.from_run and not (self.measured or self.published or self.throughput or self.spec_sheet):
             raise ValueError("compute needs from_run: true, measured steps, published rates or a throughput "
-                             "(tflops, efficiency)")
+                             "(tflops, efficiency), or a spec_sheet (tflops, memory_gb_per_s, source)")
         if self.step_floor_ms and floor_kind(self.step_floor_source) not in FLOOR_KINDS:
             raise ValueError("step_floor_ms needs a step_floor_source that begins with measured (how), published "
                              f"(a link) or assumed (why), got {self.step_floor_source!r}")
@@ -274,7 +293,7 @@ def _group_rows(per_rank: list[list[dict[str, Any]]]) -> dict[tuple[str, str, st
 
 
 # --- compute ----------------------------------------------------------------------------------------
-GUESSES = ("scaled", "assumed")  # compute kinds that a prediction flags as not measured
+GUESSES = ("scaled", "spec sheet", "assumed")  # compute kinds that a prediction flags as not measured
 FLOPS_MATCH = 0.01  # a rate is for the run's model when their forward FLOPs a sample agree this closely
 
 
@@ -353,6 +372,8 @@ def step_compute(summary: dict[str, Any], cluster: Cluster) -> StepCompute:
     if kin:
         nearest = min(kin, key=lambda r: abs(math.log(flops / r.flops)))
         return _scaled(nearest, flops)
+    if compute.spec_sheet is not None and precision in compute.spec_sheet.tflops:
+        return _from_spec_sheet(compute, arch, precision, flops)
     peak = compute.throughput.peak(precision) if compute.throughput is not None else None
     if peak is None:
         raise ConfigError(f"cluster {cluster.name} has no measured or published rate for {arch} "
@@ -390,6 +411,71 @@ def _assumed(compute: Compute, peak: float, precision: str, flops: int) -> StepC
     seconds = flops * (1 + BACKWARD_FLOPS_PER_FORWARD) / (peak * 1e12 * throughput.efficiency)
     detail = f"{throughput.efficiency:.0%} of {peak:g} TFLOP/s ({precision}) for 3 x the forward FLOPs a sample"
     return StepCompute(compute.step_floor_ms / 1e3, seconds, ComputeSource("assumed", detail))
+
+
+@dataclass(frozen=True)
+class FamilyRoofline:
+    """How a family of models uses a card: the share of the tensor-core peak its step reaches, and the share
+    of its step that waits on memory (elementwise work, normalisation: scales with bandwidth, not the peak),
+    both measured on the reference card (A100-SXM4-40GB) from published rates."""
+    efficiency: dict[str, float]  # by precision, of the reference's peak for that precision and family
+    memory_share: float
+    source: str
+
+
+REFERENCE_CARD = SpecSheet(device="A100-SXM4-40GB", tflops={"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
+                           memory_gb_per_s=1555.0,
+                           source="https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+                                  "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf")
+_RN50_A100 = ("https://github.com/NVIDIA/DeepLearningExamples/blob/9061083098da527671529366315f5bc0e16493c4/"
+              "PyTorch/Classification/ConvNets/resnet50v1.5/README.md")
+_VIT_A100 = ("https://github.com/FlagOpen/FlagPerf/blob/c87aa312b9a4c64371d601fe712bb2e57acab98a/training/nvidia/"
+             "vit-pytorch/README.md")
+FAMILY_ROOFLINES = {
+    # ResNet-50 8.178 GFLOP a sample: AMP 1240.81 images/s = 30.4 TFLOP/s of 312; TF32 680.15 = 16.7 of 156.
+    # memory share 0.95: fitted to the same README's V100-16GB rows (AMP 856.52, FP32 373.21), within 20%
+    "conv": FamilyRoofline({"bf16": 0.0976, "fp16": 0.0976, "fp32": 0.1070}, 0.95,
+                           f"ResNet-50 on A100 ({_RN50_A100}); memory share fitted to its V100 rows"),
+    # ViT-B/16 35.13 GFLOP a sample: AMP 680.125 images/s = 71.7 TFLOP/s of 312; fp32 unpublished (assumed
+    # the same share of fp32's peak); memory share 0.1 assumed (its step is matrix products)
+    "transformer": FamilyRoofline({"bf16": 0.2297, "fp16": 0.2297, "fp32": 0.2297}, 0.10,
+                                  f"ViT-B/16 on A100 ({_VIT_A100}); memory share assumed"),
+}
+CONV_ARCHS = ("resnet", "vgg", "small")  # _arch_family's names; everything else is a transformer (vit)
+
+
+def model_family(arch: str) -> str:
+    return "conv" if _arch_family(arch) in CONV_ARCHS else "transformer"
+
+
+def _peak(sheet: SpecSheet, family: str, precision: str) -> float:
+    """The peak a family's fp32 step runs at: convolutions in TF32 where the card has it (PyTorch's default),
+    matrix products in IEEE fp32 (allow_tf32 is off for them since PyTorch 1.12)."""
+    if precision == "fp32" and family == "conv" and "tf32" in sheet.tflops:
+        return sheet.tflops["tf32"]
+    return sheet.tflops[precision]
+
+
+def roofline_seconds_per_sample(sheet: SpecSheet, arch: str, precision: str, flops: int) -> float:
+    """3 x forward FLOPs a sample over the card's peak at the family's efficiency, the family's memory share of
+    that time scaled by the reference card's bandwidth over this card's instead of by the peaks."""
+    family = model_family(arch)
+    roofline = FAMILY_ROOFLINES[family]
+    at_reference = flops * (1 + BACKWARD_FLOPS_PER_FORWARD) / (
+        _peak(REFERENCE_CARD, family, precision) * 1e12 * roofline.efficiency[precision])
+    compute = (1 - roofline.memory_share) * _peak(REFERENCE_CARD, family, precision) / _peak(sheet, family, precision)
+    memory = roofline.memory_share * REFERENCE_CARD.memory_gb_per_s / sheet.memory_gb_per_s
+    return at_reference * (compute + memory)
+
+
+def _from_spec_sheet(compute: Compute, arch: str, precision: str, flops: int) -> StepCompute:
+    sheet = compute.spec_sheet
+    assert sheet is not None
+    family = model_family(arch)
+    seconds = roofline_seconds_per_sample(sheet, arch, precision, flops)
+    detail = (f"{sheet.device} {_peak(sheet, family, precision):g} TFLOP/s ({precision}), {sheet.memory_gb_per_s:g} GB/s "
+              f"({sheet.source}); {family} roofline: {FAMILY_ROOFLINES[family].source}")
+    return StepCompute(compute.step_floor_ms / 1e3, seconds, ComputeSource("spec sheet", detail))
 
 
 def _arch_family(arch: str) -> str:
@@ -612,5 +698,10 @@ def measured_here(arch: str, forward_flops_per_sample: int, precision: str, seco
 
 
 def spec_sheet_for(device_name: str) -> Cluster | None:
-    """The shipped spec-sheet description (clusters/spec-*.yaml) whose device this GPU name matches, or None."""
+    """The description (a project's or a shipped one) whose spec sheet names this GPU (`match`), or None."""
+    for name in cluster_names():
+        cluster = load_cluster(name)
+        sheet = cluster.compute.spec_sheet
+        if sheet is not None and sheet.match and sheet.match.lower() in device_name.lower():
+            return cluster
     return None
