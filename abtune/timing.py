@@ -705,3 +705,42 @@ def spec_sheet_for(device_name: str) -> Cluster | None:
         if sheet is not None and sheet.match and sheet.match.lower() in device_name.lower():
             return cluster
     return None
+
+
+# --- how sure a comparison is -------------------------------------------------------------------------
+# The model's stated relative uncertainty of a predicted training time, by its compute's source: measured and
+# published compute put images/s within 3.2% of published multi-GPU figures and the all-reduce 10-13% above
+# NCCL's bus bandwidth (BENCHMARKS.md, "Predicted time beside published figures"): 15%; a spec sheet put V100's
+# ResNet-50 within 20% (its fit) and a scaled rate carries the FLOPs ratio's error: 30%; an assumed share of
+# the peak is off by 2-3x between ResNet-50 and ViT-B/16 on the A100: 50%.
+UNCERTAINTY = {"measured": 0.15, "published": 0.15, "scaled": 0.30, "spec sheet": 0.30, "assumed": 0.50}
+RATE_GRID = tuple(10 ** (exponent / 4) for exponent in range(-8, 17))  # 0.01 to 10,000 Gbit/s, 4 a decade
+
+
+@dataclass(frozen=True)
+class Separation:
+    """Where two runs' predicted times differ by more than the model's uncertainty, over inter-node rates."""
+    uncertainty: float  # relative, of the less certain prediction
+    break_even_gbit: float | None
+    ab_faster: tuple[float, float] | None  # the lowest and highest grid rate where ab is faster beyond it
+    ddp_faster: tuple[float, float] | None
+
+
+def uncertainty_of(*predictions: Prediction) -> float:
+    return max(UNCERTAINTY[p.compute_source.kind] for p in predictions)
+
+
+def separation(ab: dict[str, Any], ddp: dict[str, Any], cluster: Cluster) -> Separation:
+    """ab against ddp at each rate of RATE_GRID: faster only where the gap exceeds the uncertainty of the
+    slower prediction (a difference below it is not a difference the model can tell)."""
+    ab_rates, ddp_rates, uncertainty = [], [], 0.0
+    for rate in RATE_GRID:
+        linked = with_link_rate(cluster, rate)
+        ab_at, ddp_at = predict(ab, linked), predict(ddp, linked)
+        share = uncertainty_of(ab_at, ddp_at)
+        uncertainty = max(uncertainty, share)
+        gap = ab_at.train_seconds - ddp_at.train_seconds
+        if abs(gap) > share * max(ab_at.train_seconds, ddp_at.train_seconds):
+            (ab_rates if gap < 0 else ddp_rates).append(rate)
+    span = lambda rates: (min(rates), max(rates)) if rates else None  # noqa: E731
+    return Separation(uncertainty, break_even_gbit(ab, ddp, cluster), span(ab_rates), span(ddp_rates))
