@@ -47,6 +47,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -155,6 +156,9 @@ class Compute(_Strict):
     step_floor_source: str = Field("", description="where the floor comes from: measured, published or assumed")
     backward_overlap: float = Field(2 / 3, ge=0.0, le=1.0,
                                     description="the share of a step's compute gradient all-reduces can hide behind")
+    straggler_cv: float = Field(0.0, ge=0.0, le=1.0, description="one rank's step-time spread (standard deviation "
+                                "over mean): a synchronous step waits for the slowest of its ranks")
+    straggler_source: str = ""
     source: str = ""
 
     @model_validator(mode="after")
@@ -392,7 +396,7 @@ def _rates(cluster: Cluster) -> list[_Rate]:
         for m in compute.measured]
     floor = compute.step_floor_ms / 1e3
     published = [_Rate(p.arch, p.forward_flops_per_sample, tuple(p.precisions), StepCompute(
-        floor, 1 / p.images_per_s_per_gpu - floor / p.batch_per_gpu, ComputeSource(
+        floor, 1 / p.images_per_s_per_gpu / straggling(compute, p.gpus) - floor / p.batch_per_gpu, ComputeSource(
             "published", f"{p.arch} {p.images_per_s_per_gpu:g} images/s per GPU ({p.as_published}, batch "
                          f"{p.batch_per_gpu}, {p.gpus} GPU{'s' if p.gpus > 1 else ''}, {p.device}), {p.source}")))
         for p in compute.published]
@@ -476,6 +480,16 @@ def _from_spec_sheet(compute: Compute, arch: str, precision: str, flops: int) ->
     detail = (f"{sheet.device} {_peak(sheet, family, precision):g} TFLOP/s ({precision}), {sheet.memory_gb_per_s:g} GB/s "
               f"({sheet.source}); {family} roofline: {FAMILY_ROOFLINES[family].source}")
     return StepCompute(compute.step_floor_ms / 1e3, seconds, ComputeSource("spec sheet", detail))
+
+
+def expected_slowest(ranks: int) -> float:
+    """The expected largest of `ranks` independent standard normal draws (Blom's approximation; 0 for one)."""
+    return NormalDist().inv_cdf((ranks - 0.375) / (ranks + 0.25)) if ranks > 1 else 0.0
+
+
+def straggling(compute: Compute, ranks: int) -> float:
+    """A synchronous step of `ranks` ranks over one rank's mean: mean + cv x mean x the expected slowest of N."""
+    return 1.0 + compute.straggler_cv * expected_slowest(ranks)
 
 
 def _arch_family(arch: str) -> str:
@@ -569,6 +583,8 @@ def predict(summary: dict[str, Any], cluster: Cluster) -> Prediction:
     for phase, measured in timing["by_phase"].items():
         steps = measured["steps"]
         compute_s = _phase_compute_seconds(summary, phase, compute)
+        if compute.source is not FROM_RUN:  # a run's own steps already waited for its slowest rank
+            compute_s *= straggling(cluster.compute, summary["world_size"])
         overlapped, blocking = (seconds / steps for seconds in comm.get(phase, [0.0, 0.0]))
         phases[phase] = PhaseTime(steps, compute_s, overlapped, blocking)
         per_step = max(1, round(buckets.get(phase, steps) / steps))
@@ -663,7 +679,8 @@ def estimate_run(run: PlannedRun, cluster: Cluster, ranks_per_core: float = 1.0)
     summary = {"config": {"model.arch": run.arch, "train.precision": run.precision},
                "timing": {"forward_flops_per_sample": run.forward_flops_per_sample}}
     compute = step_compute(summary, cluster)
-    compute_s = compute.seconds(run.local_batch_size) * max(1.0, ranks_per_core)
+    ranks = run.nodes * run.ranks_per_node
+    compute_s = compute.seconds(run.local_batch_size) * max(1.0, ranks_per_core) * straggling(cluster.compute, ranks)
     gradient_bytes = run.params * GRADIENT_BYTES_PER_PARAM
     link_s = ring_all_reduce_seconds(gradient_bytes, run.nodes, run.ranks_per_node, cluster)
     buckets = max(1, math.ceil(gradient_bytes / DDP_BUCKET_BYTES))
