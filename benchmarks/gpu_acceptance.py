@@ -60,7 +60,8 @@ STEPS = 24
 AB_SCHEDULE = {"warmup_frac": 0.2, "ab_frac": 0.125, "rebound_frac": 1.0, "lr_rebound_frac": 0.5, "rank_cap": None}
 TINY_VIT = {"arch": "vit", "patch_size": 4, "num_layers": 2, "num_heads": 2, "hidden_dim": 32, "mlp_dim": 64,
             "init": "trunc_normal", "init_std": 0.004}
-CELL_TIMEOUT_S = {"cuda": 180, "cpu": 120}
+CELL_TIMEOUT_S = {"cuda": 90, "cpu": 180}  # a cell (or the ranks' start) without progress this long is stopped
+METHODS_BUDGET_S = {"cuda": 330, "cpu": 900}  # cells not started by then are reported as not run
 PG_TIMEOUT_S = 60
 
 
@@ -151,17 +152,22 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def run_layout(layout: dict[str, Any], device: str, work: Path, steps: int) -> list[dict[str, Any]]:
-    """Every cell of the layout; ranks restarted after a failing cell, which is recorded with its error."""
+def run_layout(layout: dict[str, Any], device: str, work: Path, steps: int, until: float) -> list[dict[str, Any]]:
+    """Every cell of the layout; ranks restarted after a failing cell, which is recorded with its error. Cells
+    left when the methods' time budget (`until`, a monotonic time) is spent are recorded as not run."""
     results, remaining = [], list(layout["cells"])
     tag = f"{layout['backend']}-{layout['world']}"
     while remaining:
+        if time.monotonic() > until:
+            results += [{"method": m, "precision": p, "backend": layout["backend"], "world": layout["world"],
+                         "ok": False, "error": "not run: the methods' time budget was spent"} for m, p in remaining]
+            break
         out = work / f"{tag}-{len(results)}"
         out.mkdir(parents=True)
         spec = {"device": "cuda:0" if device == "cuda" else "cpu", "backend": layout["backend"],
                 "per_node": layout["per_node"], "cells": remaining, "out": str(out), "steps": steps}
         (out / "spec.json").write_text(json.dumps(spec))
-        errors = start_ranks(out, layout["world"], CELL_TIMEOUT_S[device] * len(remaining))
+        errors = start_ranks(out, layout["world"], CELL_TIMEOUT_S[device])
         for method, precision in list(remaining):
             name = f"{method}-{precision}"
             row = {"method": method, "precision": precision, "backend": layout["backend"], "world": layout["world"]}
@@ -185,7 +191,8 @@ def run_layout(layout: dict[str, Any], device: str, work: Path, steps: int) -> l
 
 
 def start_ranks(out: Path, world: int, timeout_s: float) -> str:
-    """Start `world` ranks of this script on `out`/spec.json; the first error line of a failed rank, or ''."""
+    """Start `world` ranks of this script on `out`/spec.json; the first error line of a failed rank, or ''.
+    Stopped when no cell starts or finishes for `timeout_s` (a hung collective)."""
     port = free_port()
     procs = []
     for rank in range(world):
@@ -195,8 +202,11 @@ def start_ranks(out: Path, world: int, timeout_s: float) -> str:
         log = open(out / f"rank{rank}.log", "w")  # noqa: SIM115 - closed below
         procs.append((subprocess.Popen([sys.executable, __file__, "--rank-worker", str(out / "spec.json")],
                                        env=env, stdout=log, stderr=subprocess.STDOUT), log))
-    deadline = time.monotonic() + timeout_s
+    deadline, seen = time.monotonic() + timeout_s, 0
     while any(p.poll() is None for p, _ in procs) and time.monotonic() < deadline:
+        progress = len(list(out.glob("started-*"))) + len(list(out.glob("done-*")))
+        if progress > seen:
+            deadline, seen = time.monotonic() + timeout_s, progress
         if any(p.poll() not in (None, 0) for p, _ in procs):  # one failed: give its peers a moment, then stop
             deadline = min(deadline, time.monotonic() + 10)
         time.sleep(0.2)
@@ -367,11 +377,12 @@ def main() -> None:
               "or --device cpu for the CPU path", file=sys.stderr)
         sys.exit(2)
     began = time.perf_counter()
+    methods_until = time.monotonic() + METHODS_BUDGET_S[args.device]
     tiny = args.device == "cpu"
     device = torch.device("cuda:0" if args.device == "cuda" else "cpu")
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu_acceptance-"))
     methods = [cell for layout in layouts(args.device, args.quick)
-               for cell in run_layout(layout, args.device, work, STEPS)]
+               for cell in run_layout(layout, args.device, work, STEPS, methods_until)]
     for cell in methods:
         print(f"methods: {cell['method']} {cell['precision']} {cell['backend']} x{cell['world']}: "
               f"{'passed' if cell['ok'] else 'FAILED ' + cell['error']}", flush=True)
