@@ -306,6 +306,8 @@ def cmd_promote(args: argparse.Namespace) -> int:
                                       study=args.study)
     check_writable(args.campaign_dir or DEFAULT_RUNS_DIR, "--campaign-dir" if args.campaign_dir else "runs folder")
     print_campaign(campaign, "dry run (nothing written): " if args.dry_run else "", args.wide)
+    from abtune.promote.cost import gpu_hours_lines
+    print("\n".join(gpu_hours_lines(campaign, configs, args.cluster)))
     if args.dry_run:
         _print_campaign_scripts(campaign, launcher, args.campaign_dir or DEFAULT_RUNS_DIR / "CAMPAIGN")
         return 0
@@ -466,6 +468,8 @@ def build_parser() -> argparse.ArgumentParser:
     promote.add_argument("--data-root", type=Path, default=None, help="the data folder (overrides the target's run.data.root)")
     promote.add_argument("--ranks-per-node", type=int, default=None, help="override the target's ranks per node (local tests)")
     promote.add_argument("--dry-run", action="store_true", help="print the campaign and change nothing")
+    promote.add_argument("--cluster", default=None, metavar="NAME|PATH",
+                         help="estimate GPU-hours on this cluster description (default: paper-a100-hdr200)")
     add_tracking_arguments(promote)
     promote.set_defaults(func=cmd_promote)
 

@@ -27,7 +27,7 @@ from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.methods import METHOD_NAMES
 from abtune.runfiles import RunSummary, read_summary
-from abtune.timing import Cluster, Prediction, break_even_gbit, predict
+from abtune.timing import RATE_GRID, Cluster, Prediction, Separation, predict, separation
 
 MEGA = 1e6
 CSV_FILE, JSON_FILE, PLOT_FILE = "compare.csv", "compare.json", "compare.png"
@@ -153,13 +153,25 @@ def break_even_line(out_dir: Path, rows: list[ComparisonRow], cluster: Cluster) 
     ab_at, ddp_at = predict(ab, cluster), predict(ddp, cluster)
     kinds = sorted({ab_at.compute_source.kind, ddp_at.compute_source.kind})
     compute = f"with {' and '.join(kinds)} compute"
-    rate = break_even_gbit(ab, ddp, cluster)
-    if rate is None:
-        faster = "ab" if ab_at.train_seconds < ddp_at.train_seconds else "ddp"
-        return (f"on {cluster.name} {compute}, {faster} is predicted faster at every inter-node rate from "
-                "0.01 to 10,000 Gbit/s")
-    return (f"on {cluster.name} ({cluster.inter_node.gbit_per_s:g} Gbit/s) {compute}, ab's predicted training "
-            f"time equals ddp's at {rate:.3g} Gbit/s per node: ab is faster on slower links, ddp on faster ones")
+    return separation_words(cluster, compute, separation(ab, ddp, cluster))
+
+
+def separation_words(cluster: Cluster, compute: str, seen: Separation) -> str:
+    """A faster method or a break-even only where the gap exceeds the model's uncertainty (timing.UNCERTAINTY)."""
+    within = f"within the model's uncertainty (±{seen.uncertainty:.0%})"
+    where = f"on {cluster.name} ({cluster.inter_node.gbit_per_s:g} Gbit/s) {compute}"
+    if seen.ab_faster is None and seen.ddp_faster is None:
+        return (f"{where}, ab's and ddp's predicted training times are {within} at every inter-node rate from "
+                "0.01 to 10,000 Gbit/s: neither is predicted faster, and no break-even is claimed")
+    sides = [f"{name} is predicted faster from {low:.3g} to {high:.3g} Gbit/s" for name, span in
+             (("ab", seen.ab_faster), ("ddp", seen.ddp_faster)) if span is not None for low, high in [span]]
+    if seen.break_even_gbit is not None and seen.ab_faster is not None and seen.ddp_faster is not None:
+        return (f"{where}, ab's predicted training time equals ddp's at {seen.break_even_gbit:.3g} Gbit/s per node: "
+                f"{'; '.join(sides)}; in between they are {within}")
+    if (seen.ab_faster or seen.ddp_faster) == (RATE_GRID[0], RATE_GRID[-1]):
+        faster = "ab" if seen.ab_faster else "ddp"
+        return f"{where}, {faster} is predicted faster at every inter-node rate from 0.01 to 10,000 Gbit/s"
+    return f"{where}, {'; '.join(sides)}; at other rates the two are {within}"
 
 
 def _measured_mb(summary: RunSummary) -> float | None:

@@ -47,6 +47,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -127,29 +128,51 @@ class PublishedRate(_Strict):
     note: str = ""
 
 
+class SpecSheet(_Strict):
+    """A card without published training rates, from its spec sheet: predicted as a roofline with per-family
+    efficiencies (`FAMILY_ROOFLINES`) taken from the A100's published rows."""
+    device: str = Field(min_length=1)
+    match: str = Field("", description="a part of torch.cuda.get_device_name() that names this card")
+    tflops: dict[Literal["fp32", "tf32", "bf16", "fp16"], float] = Field(
+        description="dense peaks (no sparsity): fp32 on CUDA cores, tf32/bf16/fp16 on tensor cores")
+    memory_gb_per_s: float = Field(gt=0.0, description="memory bandwidth, GB/s")
+    source: str = Field(min_length=1, description="where the figures are published (a link)")
+
+    @model_validator(mode="after")
+    def _positive(self) -> SpecSheet:
+        if not self.tflops or any(peak <= 0 for peak in self.tflops.values()):
+            raise ValueError(f"spec_sheet.tflops needs positive peaks, got {self.tflops}")
+        return self
+
+
 class Compute(_Strict):
     from_run: bool = Field(False, description="the run's own step times (a description of the machine it ran on)")
     measured: list[MeasuredStep] = Field(default_factory=list)
     published: list[PublishedRate] = Field(default_factory=list)
     throughput: Throughput | None = None
+    spec_sheet: SpecSheet | None = None
     step_floor_ms: float = Field(0.0, ge=0.0, description="a step's fixed cost (kernel launches, optimizer), "
                                                          "added to every step that is not from_run")
     step_floor_source: str = Field("", description="where the floor comes from: measured, published or assumed")
     backward_overlap: float = Field(2 / 3, ge=0.0, le=1.0,
                                     description="the share of a step's compute gradient all-reduces can hide behind")
+    straggler_cv: float = Field(0.0, ge=0.0, le=1.0, description="one rank's step-time spread (standard deviation "
+                                "over mean): a synchronous step waits for the slowest of its ranks")
+    straggler_source: str = ""
     source: str = ""
 
     @model_validator(mode="after")
     def _one_way(self) -> Compute:
         others = [name for name, given in (("measured", self.measured), ("published", self.published),
-                                           ("throughput", self.throughput), ("step_floor_ms", self.step_floor_ms))
+                                           ("throughput", self.throughput), ("spec_sheet", self.spec_sheet),
+                                           ("step_floor_ms", self.step_floor_ms))
                   if given]
         if self.from_run and others:
             raise ValueError(f"from_run takes the run's own step times, so {', '.join(others)} would be ignored; "
                              f"remove {'them' if len(others) > 1 else 'it'} or from_run")
-        if not self.from_run and not (self.measured or self.published or self.throughput):
+        if not self.from_run and not (self.measured or self.published or self.throughput or self.spec_sheet):
             raise ValueError("compute needs from_run: true, measured steps, published rates or a throughput "
-                             "(tflops, efficiency)")
+                             "(tflops, efficiency), or a spec_sheet (tflops, memory_gb_per_s, source)")
         if self.step_floor_ms and floor_kind(self.step_floor_source) not in FLOOR_KINDS:
             raise ValueError("step_floor_ms needs a step_floor_source that begins with measured (how), published "
                              f"(a link) or assumed (why), got {self.step_floor_source!r}")
@@ -274,7 +297,7 @@ def _group_rows(per_rank: list[list[dict[str, Any]]]) -> dict[tuple[str, str, st
 
 
 # --- compute ----------------------------------------------------------------------------------------
-GUESSES = ("scaled", "assumed")  # compute kinds that a prediction flags as not measured
+GUESSES = ("scaled", "spec sheet", "assumed")  # compute kinds that a prediction flags as not measured
 FLOPS_MATCH = 0.01  # a rate is for the run's model when their forward FLOPs a sample agree this closely
 
 
@@ -353,6 +376,8 @@ def step_compute(summary: dict[str, Any], cluster: Cluster) -> StepCompute:
     if kin:
         nearest = min(kin, key=lambda r: abs(math.log(flops / r.flops)))
         return _scaled(nearest, flops)
+    if compute.spec_sheet is not None and precision in compute.spec_sheet.tflops:
+        return _from_spec_sheet(compute, arch, precision, flops)
     peak = compute.throughput.peak(precision) if compute.throughput is not None else None
     if peak is None:
         raise ConfigError(f"cluster {cluster.name} has no measured or published rate for {arch} "
@@ -371,7 +396,7 @@ def _rates(cluster: Cluster) -> list[_Rate]:
         for m in compute.measured]
     floor = compute.step_floor_ms / 1e3
     published = [_Rate(p.arch, p.forward_flops_per_sample, tuple(p.precisions), StepCompute(
-        floor, 1 / p.images_per_s_per_gpu - floor / p.batch_per_gpu, ComputeSource(
+        floor, 1 / p.images_per_s_per_gpu / straggling(compute, p.gpus) - floor / p.batch_per_gpu, ComputeSource(
             "published", f"{p.arch} {p.images_per_s_per_gpu:g} images/s per GPU ({p.as_published}, batch "
                          f"{p.batch_per_gpu}, {p.gpus} GPU{'s' if p.gpus > 1 else ''}, {p.device}), {p.source}")))
         for p in compute.published]
@@ -390,6 +415,81 @@ def _assumed(compute: Compute, peak: float, precision: str, flops: int) -> StepC
     seconds = flops * (1 + BACKWARD_FLOPS_PER_FORWARD) / (peak * 1e12 * throughput.efficiency)
     detail = f"{throughput.efficiency:.0%} of {peak:g} TFLOP/s ({precision}) for 3 x the forward FLOPs a sample"
     return StepCompute(compute.step_floor_ms / 1e3, seconds, ComputeSource("assumed", detail))
+
+
+@dataclass(frozen=True)
+class FamilyRoofline:
+    """How a family of models uses a card: the share of the tensor-core peak its step reaches, and the share
+    of its step that waits on memory (elementwise work, normalisation: scales with bandwidth, not the peak),
+    both measured on the reference card (A100-SXM4-40GB) from published rates."""
+    efficiency: dict[str, float]  # by precision, of the reference's peak for that precision and family
+    memory_share: float
+    source: str
+
+
+REFERENCE_CARD = SpecSheet(device="A100-SXM4-40GB", tflops={"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
+                           memory_gb_per_s=1555.0,
+                           source="https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+                                  "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf")
+_RN50_A100 = ("https://github.com/NVIDIA/DeepLearningExamples/blob/9061083098da527671529366315f5bc0e16493c4/"
+              "PyTorch/Classification/ConvNets/resnet50v1.5/README.md")
+_VIT_A100 = ("https://github.com/FlagOpen/FlagPerf/blob/c87aa312b9a4c64371d601fe712bb2e57acab98a/training/nvidia/"
+             "vit-pytorch/README.md")
+FAMILY_ROOFLINES = {
+    # ResNet-50 8.178 GFLOP a sample: AMP 1240.81 images/s = 30.4 TFLOP/s of 312; TF32 680.15 = 16.7 of 156.
+    # memory share 0.95: fitted to the same README's V100-16GB rows (AMP 856.52, FP32 373.21), within 20%
+    "conv": FamilyRoofline({"bf16": 0.0976, "fp16": 0.0976, "fp32": 0.1070}, 0.95,
+                           f"ResNet-50 on A100 ({_RN50_A100}); memory share fitted to its V100 rows"),
+    # ViT-B/16 35.13 GFLOP a sample: AMP 680.125 images/s = 71.7 TFLOP/s of 312; fp32 unpublished (assumed
+    # the same share of fp32's peak); memory share 0.1 assumed (its step is matrix products)
+    "transformer": FamilyRoofline({"bf16": 0.2297, "fp16": 0.2297, "fp32": 0.2297}, 0.10,
+                                  f"ViT-B/16 on A100 ({_VIT_A100}); memory share assumed"),
+}
+CONV_ARCHS = ("resnet", "vgg", "small")  # _arch_family's names; everything else is a transformer (vit)
+
+
+def model_family(arch: str) -> str:
+    return "conv" if _arch_family(arch) in CONV_ARCHS else "transformer"
+
+
+def _peak(sheet: SpecSheet, family: str, precision: str) -> float:
+    """The peak a family's fp32 step runs at: convolutions in TF32 where the card has it (PyTorch's default),
+    matrix products in IEEE fp32 (allow_tf32 is off for them since PyTorch 1.12)."""
+    if precision == "fp32" and family == "conv" and "tf32" in sheet.tflops:
+        return sheet.tflops["tf32"]
+    return sheet.tflops[precision]
+
+
+def roofline_seconds_per_sample(sheet: SpecSheet, arch: str, precision: str, flops: int) -> float:
+    """3 x forward FLOPs a sample over the card's peak at the family's efficiency, the family's memory share of
+    that time scaled by the reference card's bandwidth over this card's instead of by the peaks."""
+    family = model_family(arch)
+    roofline = FAMILY_ROOFLINES[family]
+    at_reference = flops * (1 + BACKWARD_FLOPS_PER_FORWARD) / (
+        _peak(REFERENCE_CARD, family, precision) * 1e12 * roofline.efficiency[precision])
+    compute = (1 - roofline.memory_share) * _peak(REFERENCE_CARD, family, precision) / _peak(sheet, family, precision)
+    memory = roofline.memory_share * REFERENCE_CARD.memory_gb_per_s / sheet.memory_gb_per_s
+    return at_reference * (compute + memory)
+
+
+def _from_spec_sheet(compute: Compute, arch: str, precision: str, flops: int) -> StepCompute:
+    sheet = compute.spec_sheet
+    assert sheet is not None
+    family = model_family(arch)
+    seconds = roofline_seconds_per_sample(sheet, arch, precision, flops)
+    detail = (f"{sheet.device} {_peak(sheet, family, precision):g} TFLOP/s ({precision}), {sheet.memory_gb_per_s:g} GB/s "
+              f"({sheet.source}); {family} roofline: {FAMILY_ROOFLINES[family].source}")
+    return StepCompute(compute.step_floor_ms / 1e3, seconds, ComputeSource("spec sheet", detail))
+
+
+def expected_slowest(ranks: int) -> float:
+    """The expected largest of `ranks` independent standard normal draws (Blom's approximation; 0 for one)."""
+    return NormalDist().inv_cdf((ranks - 0.375) / (ranks + 0.25)) if ranks > 1 else 0.0
+
+
+def straggling(compute: Compute, ranks: int) -> float:
+    """A synchronous step of `ranks` ranks over one rank's mean: mean + cv x mean x the expected slowest of N."""
+    return 1.0 + compute.straggler_cv * expected_slowest(ranks)
 
 
 def _arch_family(arch: str) -> str:
@@ -483,6 +583,8 @@ def predict(summary: dict[str, Any], cluster: Cluster) -> Prediction:
     for phase, measured in timing["by_phase"].items():
         steps = measured["steps"]
         compute_s = _phase_compute_seconds(summary, phase, compute)
+        if compute.source is not FROM_RUN:  # a run's own steps already waited for its slowest rank
+            compute_s *= straggling(cluster.compute, summary["world_size"])
         overlapped, blocking = (seconds / steps for seconds in comm.get(phase, [0.0, 0.0]))
         phases[phase] = PhaseTime(steps, compute_s, overlapped, blocking)
         per_step = max(1, round(buckets.get(phase, steps) / steps))
@@ -536,3 +638,126 @@ def break_even_gbit(ab: dict[str, Any], ddp: dict[str, Any], cluster: Cluster) -
         else:
             high = middle
     return 10 ** ((low + high) / 2)
+
+
+
+# --- a run before it starts ---------------------------------------------------------------------------
+GRADIENT_BYTES_PER_PARAM = 4  # fp32 gradients, also under bf16 autocast
+DDP_BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """What a run's training time depends on, known before it starts (its model counted, not trained)."""
+    arch: str
+    forward_flops_per_sample: int
+    params: int
+    precision: str
+    local_batch_size: int
+    steps: int
+    nodes: int
+    ranks_per_node: int
+
+
+@dataclass(frozen=True)
+class RunEstimate:
+    step_seconds: float
+    seconds: float
+    compute_source: ComputeSource
+    all_reduce_seconds: float  # a step's gradient all-reduce, link time
+
+
+def estimate_run(run: PlannedRun, cluster: Cluster, ranks_per_core: float = 1.0) -> RunEstimate:
+    """A run's training seconds on `cluster` before it runs, as DDP trains it (AB's phases compute and send
+    less, so this bounds an AB run from above): a step's compute (`step_compute`, times `ranks_per_core` when
+    ranks share cores) and the ring all-reduce of its fp32 gradients in DDP's buckets, overlapped as `predict`
+    does. Evaluation and set-up are left out, as in `predict`."""
+    if cluster.compute.from_run:
+        raise ConfigError(f"cluster {cluster.name} takes its compute from a finished run's step times; name a "
+                          "description with measured, published or spec-sheet compute for an estimate before a run")
+    check_fits(run.nodes, run.ranks_per_node, cluster)
+    summary = {"config": {"model.arch": run.arch, "train.precision": run.precision},
+               "timing": {"forward_flops_per_sample": run.forward_flops_per_sample}}
+    compute = step_compute(summary, cluster)
+    ranks = run.nodes * run.ranks_per_node
+    compute_s = compute.seconds(run.local_batch_size) * max(1.0, ranks_per_core) * straggling(cluster.compute, ranks)
+    gradient_bytes = run.params * GRADIENT_BYTES_PER_PARAM
+    link_s = ring_all_reduce_seconds(gradient_bytes, run.nodes, run.ranks_per_node, cluster)
+    buckets = max(1, math.ceil(gradient_bytes / DDP_BUCKET_BYTES))
+    step = overlapped_step(compute_s, link_s, buckets, cluster.compute.backward_overlap)
+    return RunEstimate(step, step * run.steps, compute.source, link_s)
+
+
+def ring_all_reduce_seconds(nbytes: int, nodes: int, ranks_per_node: int, cluster: Cluster) -> float:
+    """A ring all-reduce of `nbytes` over nodes x ranks_per_node ranks (a node's ranks adjacent in the ring):
+    each rank, and each node's link, sends 2(n-1)/n of the bytes; 2(n-1) rounds of latency."""
+    size = nodes * ranks_per_node
+    if size == 1:
+        return 0.0
+    sent = 2 * (size - 1) / size * nbytes * 8
+    link = cluster.inter_node if nodes > 1 else cluster.intra_node
+    seconds = sent / (link.gbit_per_s * link.efficiency * GIGA)
+    if nodes > 1:  # the ring's hops inside a node run beside the ones that leave it
+        intra = cluster.intra_node
+        seconds = max(seconds, sent / (intra.gbit_per_s * intra.efficiency * GIGA))
+    return seconds + 2 * (size - 1) * link.latency_us * 1e-6
+
+
+def measured_here(arch: str, forward_flops_per_sample: int, precision: str, seconds_per_sample: float,
+                  ranks: int, how: str) -> Cluster:
+    """A description of this machine from a probe of one model: `ranks` local processes, compute measured."""
+    step = MeasuredStep(arch=arch, forward_flops_per_sample=forward_flops_per_sample, precision=precision,
+                        full_seconds_per_sample=seconds_per_sample, lowrank_seconds_per_sample=seconds_per_sample,
+                        lowrank_params_ratio=1.0, device="this machine")
+    loopback = Link(gbit_per_s=20.0)
+    return Cluster(name="this machine", nodes=1, accelerators_per_node=max(1, ranks), inter_node=loopback,
+                   intra_node=loopback, compute=Compute(measured=[step], source=how))
+
+
+def spec_sheet_for(device_name: str) -> Cluster | None:
+    """The description (a project's or a shipped one) whose spec sheet names this GPU (`match`), or None."""
+    for name in cluster_names():
+        cluster = load_cluster(name)
+        sheet = cluster.compute.spec_sheet
+        if sheet is not None and sheet.match and sheet.match.lower() in device_name.lower():
+            return cluster
+    return None
+
+
+# --- how sure a comparison is -------------------------------------------------------------------------
+# The model's stated relative uncertainty of a predicted training time, by its compute's source: measured and
+# published compute put images/s within 3.2% of published multi-GPU figures and the all-reduce 10-13% above
+# NCCL's bus bandwidth (BENCHMARKS.md, "Predicted time beside published figures"): 15%; a spec sheet put V100's
+# ResNet-50 within 20% (its fit) and a scaled rate carries the FLOPs ratio's error: 30%; an assumed share of
+# the peak is off by 2-3x between ResNet-50 and ViT-B/16 on the A100: 50%.
+UNCERTAINTY = {"measured": 0.15, "published": 0.15, "scaled": 0.30, "spec sheet": 0.30, "assumed": 0.50}
+RATE_GRID = tuple(10 ** (exponent / 4) for exponent in range(-8, 17))  # 0.01 to 10,000 Gbit/s, 4 a decade
+
+
+@dataclass(frozen=True)
+class Separation:
+    """Where two runs' predicted times differ by more than the model's uncertainty, over inter-node rates."""
+    uncertainty: float  # relative, of the less certain prediction
+    break_even_gbit: float | None
+    ab_faster: tuple[float, float] | None  # the lowest and highest grid rate where ab is faster beyond it
+    ddp_faster: tuple[float, float] | None
+
+
+def uncertainty_of(*predictions: Prediction) -> float:
+    return max(UNCERTAINTY[p.compute_source.kind] for p in predictions)
+
+
+def separation(ab: dict[str, Any], ddp: dict[str, Any], cluster: Cluster) -> Separation:
+    """ab against ddp at each rate of RATE_GRID: faster only where the gap exceeds the uncertainty of the
+    slower prediction (a difference below it is not a difference the model can tell)."""
+    ab_rates, ddp_rates, uncertainty = [], [], 0.0
+    for rate in RATE_GRID:
+        linked = with_link_rate(cluster, rate)
+        ab_at, ddp_at = predict(ab, linked), predict(ddp, linked)
+        share = uncertainty_of(ab_at, ddp_at)
+        uncertainty = max(uncertainty, share)
+        gap = ab_at.train_seconds - ddp_at.train_seconds
+        if abs(gap) > share * max(ab_at.train_seconds, ddp_at.train_seconds):
+            (ab_rates if gap < 0 else ddp_rates).append(rate)
+    span = lambda rates: (min(rates), max(rates)) if rates else None  # noqa: E731
+    return Separation(uncertainty, break_even_gbit(ab, ddp, cluster), span(ab_rates), span(ddp_rates))

@@ -122,6 +122,46 @@ def calibrate(model: torch.nn.Module, info: DatasetInfo, precision: str, batches
     return fit_line(batches, [step_seconds(model, info, precision, b, steps, device) for b in batches])
 
 
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{platform.processor() or 'CPU'} ({torch.get_num_threads()} threads)"
+
+
+def measure(model_names: list[str], precisions: list[str], batches: list[int], steps: int,
+            device: torch.device) -> list[dict[str, object]]:
+    """A `compute.measured` entry per (model, precision): dense and factored step lines."""
+    name = device_name(device)
+    measured = []
+    for model_name in model_names:
+        cfg, info = MODELS[model_name]
+        dense = build_model(cfg, info)
+        low = factored(build_model(cfg, info))
+        for precision in precisions:
+            full_floor, full_s = calibrate(dense, info, precision, batches, steps, device)
+            low_floor, low_s = calibrate(low, info, precision, batches, steps, device)
+            entry = {"arch": cfg.arch, "forward_flops_per_sample": forward_flops_per_sample(cfg, info),
+                     "precision": precision, "full_seconds_per_sample": full_s, "lowrank_seconds_per_sample": low_s,
+                     "lowrank_params_ratio": parameter_count(low) / parameter_count(dense),
+                     "step_floor_seconds": full_floor, "lowrank_step_floor_seconds": low_floor, "device": name}
+            measured.append(entry)
+            print(f"{model_name} {precision}: dense {full_floor * 1e3:.3f} ms + {full_s * 1e3:.3f} ms a sample, "
+                  f"factored ({entry['lowrank_params_ratio']:.2f} of the parameters) {low_floor * 1e3:.3f} ms + "
+                  f"{low_s * 1e3:.3f} ms a sample", flush=True)
+    return measured
+
+
+def describe(cluster_name: str, device: str, measured: list[dict[str, object]], batches: list[int], steps: int,
+             links: dict[str, object]) -> dict[str, object]:
+    """A whole cluster description (abtune/timing.py's Cluster): the measured compute and the links given."""
+    how = f"benchmarks/calibrate_cluster.py on {device}, batches {batches}, {steps} steps, {time.strftime('%Y-%m-%d')}"
+    floor_ms = min(float(m["step_floor_seconds"]) for m in measured) * 1e3  # type: ignore[arg-type]
+    return {"name": cluster_name, "description": f"calibrated on {device}", **links,
+            "compute": {"measured": measured, "step_floor_ms": floor_ms,
+                        "step_floor_source": f"measured: the smallest dense intercept of step time against batch, {how}",
+                        "backward_overlap": 0.667, "source": how}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -145,35 +185,13 @@ def main() -> None:
     if len(set(batches)) < 2:
         parser.error(f"--batches {args.batches}: give at least two different batch sizes")
     steps = args.steps or (10 if cuda else 2)
-    name = torch.cuda.get_device_name() if cuda else f"{platform.processor() or 'CPU'} ({torch.get_num_threads()} threads)"
-    measured = []
-    for model_name in args.models.split(","):
-        cfg, info = MODELS[model_name]
-        dense = build_model(cfg, info)
-        low = factored(build_model(cfg, info))
-        for precision in precisions:
-            full_floor, full_s = calibrate(dense, info, precision, batches, steps, device)
-            low_floor, low_s = calibrate(low, info, precision, batches, steps, device)
-            entry = {"arch": cfg.arch, "forward_flops_per_sample": forward_flops_per_sample(cfg, info),
-                     "precision": precision, "full_seconds_per_sample": full_s, "lowrank_seconds_per_sample": low_s,
-                     "lowrank_params_ratio": parameter_count(low) / parameter_count(dense),
-                     "step_floor_seconds": full_floor, "lowrank_step_floor_seconds": low_floor, "device": name}
-            measured.append(entry)
-            print(f"{model_name} {precision}: dense {full_floor * 1e3:.3f} ms + {full_s * 1e3:.3f} ms a sample, "
-                  f"factored ({entry['lowrank_params_ratio']:.2f} of the parameters) {low_floor * 1e3:.3f} ms + "
-                  f"{low_s * 1e3:.3f} ms a sample", flush=True)
-    how = f"benchmarks/calibrate_cluster.py on {name}, batches {batches}, {steps} steps, {time.strftime('%Y-%m-%d')}"
-    floor_ms = min(m["step_floor_seconds"] for m in measured) * 1e3
-    description = {
-        "name": args.name, "description": f"calibrated on {name}", "nodes": args.nodes,
-        "accelerators_per_node": args.accelerators_per_node,
-        "inter_node": {"gbit_per_s": args.inter_gbit, "efficiency": args.inter_efficiency,
-                       "latency_us": args.inter_latency_us},
-        "intra_node": {"gbit_per_s": args.intra_gbit, "latency_us": 1.0},
-        "compute": {"measured": measured, "step_floor_ms": floor_ms,
-                    "step_floor_source": f"measured: the smallest dense intercept of step time against batch, {how}",
-                    "backward_overlap": 0.667, "source": how},
-    }
+    name = device_name(device)
+    measured = measure(args.models.split(","), precisions, batches, steps, device)
+    links = {"nodes": args.nodes, "accelerators_per_node": args.accelerators_per_node,
+             "inter_node": {"gbit_per_s": args.inter_gbit, "efficiency": args.inter_efficiency,
+                            "latency_us": args.inter_latency_us},
+             "intra_node": {"gbit_per_s": args.intra_gbit, "latency_us": 1.0}}
+    description = describe(args.name, name, measured, batches, steps, links)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(yaml.safe_dump(description, sort_keys=False))
     print(f"wrote {args.out}")

@@ -14,9 +14,16 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 from mlflow import MlflowClient
 
-from abtune.compare import ComparisonRow, comparison_figure, plot_comparison, plot_points, prediction_lines
+from abtune.compare import (
+    ComparisonRow,
+    comparison_figure,
+    plot_comparison,
+    plot_points,
+    prediction_lines,
+    separation_words,
+)
 from abtune.runfiles import read_summary
-from abtune.timing import break_even_gbit, load_cluster, predict
+from abtune.timing import load_cluster, predict, separation
 from tests.conftest import CliResult, run_cli, write_config
 from tests.terminal import run_in_terminal, tables_in, too_wide
 
@@ -67,13 +74,8 @@ def test_compare_runs_every_method_on_the_same_budget(tmp_path: Path) -> None:
     assert {row["predicted_compute_source"] for row in rows.values()} == {"assumed"}
     assert "note: compute on ethernet-25g is not measured (assumed)" in result.stdout, result.stdout
     assert re.search(r"on ethernet-25g (\(25 Gbit/s\) )?with assumed compute", result.stdout), result.stdout
-    rate = break_even_gbit(ab, ddp, cluster)
-    if rate is None:  # the tiny model computes in microseconds at the cluster's FLOP/s: bytes and latency decide
-        faster = "ab" if predict(ab, cluster).train_seconds < predict(ddp, cluster).train_seconds else "ddp"
-        assert f"{faster} is predicted faster at every inter-node rate" in result.stdout, result.stdout
-    else:
-        said = re.search(r"ab's predicted training time equals ddp's at ([0-9.e+]+) Gbit/s", result.stdout)
-        assert said is not None and float(said.group(1)) == pytest.approx(rate, rel=1e-2), result.stdout
+    # a faster method or a break-even only where the gap exceeds the model's uncertainty (assumed compute: 50%)
+    assert separation_words(cluster, "with assumed compute", separation(ab, ddp, cluster)) in result.stdout
 
 
 @pytest.mark.parametrize(

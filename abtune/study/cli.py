@@ -16,6 +16,8 @@ from abtune.study.ranking import DEFAULT_MARGIN, DEFAULT_RULE, RULES, Rule
 from abtune.tracking.uri import add_tracking_arguments, tracking_arguments
 from abtune.words import plural
 
+COST_HELP = "estimate the study's time on this cluster description (clusters/NAME.yaml) instead of here"
+
 if TYPE_CHECKING:
     from abtune.tracking import Tracking
 
@@ -69,6 +71,8 @@ def cmd_create(args: argparse.Namespace) -> int:
     print(f"created study {name} in {where}")
     storage_flag = f" --storage '{where}'" if args.storage else ""
     print(f"run it: abtune study run {name}{storage_flag}")
+    from abtune.study import cost
+    cost.announce(load_study_spec(args.study_file), name, args.cluster)
     return 0
 
 
@@ -83,6 +87,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     require_study(storage, args.name, url)
     if args.parallel < 1 or (args.trials is not None and args.trials < 1):
         raise ConfigError("--parallel and --trials must be at least 1")
+    from abtune.study import cost
+    cost.check_local_run(cost.stored_spec_of(storage, args.name), args.name, launcher.kind, args.cluster,
+                         args.parallel, args.yes)
     from abtune.tracking import open_tracking
 
     tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
@@ -303,12 +310,15 @@ def register_study_commands(commands: argparse._SubParsersAction) -> None:
     create.add_argument("study_file", type=Path, help="study YAML (see studies/quickstart.yaml)")
     create.add_argument("--name", default=None, help="study name (default: the file's name: or its stem)")
     create.add_argument("--force", action="store_true", help="replace a study of that name with a different definition")
+    create.add_argument("--cluster", default=None, metavar="NAME|PATH", help=COST_HELP)
     run = add("run", cmd_run, "run trials until the study's budget is spent")
     run.add_argument("--trials", type=int, default=None, help="at most this many trials in this invocation")
     run.add_argument("--parallel", type=int, default=1, help="trials at a time (each starts layout.nproc ranks)")
     add_tracking_arguments(run)
     run.add_argument("--launcher", default="local", metavar="NAME|PATH",
                      help="local (default: layout.nproc processes here) or a slurm profile (a job per trial)")
+    run.add_argument("--cluster", default=None, metavar="NAME|PATH", help=COST_HELP)
+    run.add_argument("--yes", action="store_true", help="run a local study estimated beyond a few hours without asking")
     launch = add("launch", cmd_launch, "submit W SLURM workers (one job array) that run the study; returns at once")
     launch.add_argument("--workers", type=int, default=1, help="worker jobs, each running one trial at a time")
     launch.add_argument("--launcher", default="slurm", metavar="NAME|PATH", help="slurm profile (default: slurm)")

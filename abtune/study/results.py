@@ -43,6 +43,7 @@ def result_attrs(summary: RunSummary, wall_seconds: float) -> dict[str, Any]:
         "wall_seconds": wall_seconds,
         "first_ranks": summary.first_decomposition_ranks,
         "schedule_steps": summary.schedule,
+        "predicted_compute_source": summary.raw.get("predicted", {}).get("compute_source"),
     }
 
 

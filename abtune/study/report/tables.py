@@ -48,12 +48,18 @@ def print_trials(console: Console, title: str, trials: Sequence[FrozenTrial], al
                      _delta(a["top1"], paper, "top1", ratio=False),
                      with_spread(f"{a['inter_node_bytes'] / MEGA:.2f}", a, "inter_node_bytes", MEGA),
                      _delta(a["inter_node_bytes"], ddp, "inter_node_bytes", True),
-                     f"{a['compression']:.2f}", *(o.show(a.get(o.name)) for o in more), *params, results.label(trial)])
+                     f"{a['compression']:.2f}", *(with_source(o.name, o.show(a.get(o.name)), a) for o in more), *params, results.label(trial)])
     if labelled:  # the note names each row: beside the trial number, never in a continuation
         columns.insert(1, columns.pop())
         rows = [[row[0], row[-1], *row[1:-1]] for row in rows]
     tables.print_table(console, title, columns, rows, wide=wide, elsewhere=f"abtune study export {spec.name} has "
                        "every trial's values")
+
+
+def with_source(name: str, shown: str, attrs: dict[str, Any]) -> str:
+    """A predicted figure with where its compute came from, as `compare` prints it: `412.3 (published)`."""
+    source = attrs.get("predicted_compute_source")
+    return f"{shown} ({source})" if name.startswith("predicted") and source else shown
 
 
 def _format(value: Any) -> str:
@@ -81,7 +87,7 @@ def print_front(console: Console, name: str, metrics: Sequence[str], front: Sequ
 def objective_values(trial: FrozenTrial, spec: StudySpec) -> str:
     """`top-1 0.9528, inter-node MB 47.14`; a repeated trial's means, each with its spread over the seeds."""
     attrs = trial.user_attrs
-    shown = [f"{o.label} {with_spread(o.show(attrs.get(o.name)), attrs, o.name, o.scale)}"
+    shown = [f"{o.label} {with_source(o.name, with_spread(o.show(attrs.get(o.name)), attrs, o.name, o.scale), attrs)}"
              for o in (OBJECTIVES[m] for m in importance.shown_objectives(spec))]
     seeds = attrs.get("top1_seeds")
     return (f"mean over {len(seeds)} seeds: " if seeds else "") + ", ".join(shown)
