@@ -51,6 +51,9 @@ HEARTBEAT_ATTR = PREFIX + "heartbeat"  # when that worker last said it is alive 
 SPEC_ATTR = PREFIX + "spec"  # the study file's definition as created
 STUDY_DIR_ATTR = PREFIX + "study_dir"  # where the trials' run folders live
 CONFIRMATION_ATTR = PREFIX + "confirmation"  # written by `abtune study confirm`, one record per trial
+# The study's answer (study/recommendation.py): trial, rule, margin, evidence, the DDP figure it was held
+# against; a user attribute, so optuna-dashboard and a user's own Optuna code read it too
+RECOMMENDATION_ATTR = PREFIX + "recommendation"
 ARTIFACTS_AT_ATTR = PREFIX + "study_artifacts_at"  # when a runner last rebuilt the study's plots (time.time())
 ARTIFACTS_COST_ATTR = PREFIX + "study_artifacts_cost_s"  # how long that rebuild took (wall seconds)
 STOP_ATTR = PREFIX + "stop"  # {id, mode, at}: the latest `abtune study stop`

@@ -36,10 +36,10 @@ from abtune.objectives import OBJECTIVES
 from abtune.rundir import check_writable
 from abtune.runfiles import read_summary, summary_path
 from abtune.runs import Run
-from abtune.study import results, stats
+from abtune.study import recommendation, results, stats
 from abtune.study.definition import stored_spec, stored_study_dir
 from abtune.study.pool import JobPool
-from abtune.study.ranking import Rule, chosen_trials
+from abtune.study.ranking import Rule
 from abtune.study.repeats import repeat_seed, seed_dir
 from abtune.study.space import ddp_reference_config
 from abtune.study.spec import StudySpec
@@ -75,11 +75,21 @@ def subjects(study: optuna.Study, top: int, rule: Rule) -> list[Subject]:
         raise ConfigError(f"study {study.study_name} has no finished reference trial (paper defaults, DDP) to "
                           "compare with; run it with references enabled")
     chosen: dict[int, Subject] = {}
-    for trial, role in [(t, "candidate") for t in chosen_trials(study, top, rule)] + [(paper, PAPER_DEFAULTS),
-                                                                                       (ddp, DDP)]:
+    for trial, role in [(t, "candidate") for t in _candidates(study, top, rule)] + [(paper, PAPER_DEFAULTS),
+                                                                                     (ddp, DDP)]:
         if trial is not None:
             chosen.setdefault(trial.number, Subject(trial)).roles.append(role)
     return list(chosen.values())
+
+
+def _candidates(study: optuna.Study, top: int, rule: Rule) -> list[FrozenTrial]:
+    """The first K of the search's recommendation (the search's values, whatever was confirmed before)."""
+    answer = recommendation.decide(study, rule, search_only=True)
+    if answer is None:
+        recommendation.require(study, rule)  # says why there is none
+    assert answer is not None
+    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+    return [by_number[n] for n in recommendation.top(study, answer, top)]
 
 
 def confirmation_seeds(spec: StudySpec, count: int) -> list[int]:

@@ -59,7 +59,7 @@ from abtune.redact import redact
 from abtune.rundir import UnwritableFolder, check_writable
 from abtune.runfiles import CONFIG_FILE
 from abtune.runs import FAILED, FINISHED, KILLED, Run
-from abtune.study import importance, reattach, repeats, results, retries, stop, workers
+from abtune.study import importance, reattach, recommendation, repeats, results, retries, stop, workers
 from abtune.study.definition import open_search_study, stored_study_dir
 from abtune.study.display import RunDisplay
 from abtune.study.space import build_distributions
@@ -178,6 +178,7 @@ class StudyRunner:
         finally:
             signal.signal(signal.SIGINT, previous)
             self._close_ended_runs()
+            recommendation.publish(self.study, recommendation.current(self.study), self.tracking, self.parent_run)
             self._update_study_artifacts(final=True)
             self.tracking.finish_run(self.parent_run, None, "KILLED" if self.stopping else "FINISHED")
         if self.error is not None:
