@@ -17,6 +17,8 @@ from abtune.tracking.uri import add_tracking_arguments, tracking_arguments
 from abtune.words import plural
 
 if TYPE_CHECKING:
+    from optuna.storages import BaseStorage
+
     from abtune.tracking import Tracking
 
 
@@ -54,15 +56,34 @@ def cmd_create(args: argparse.Namespace) -> int:
 
     quiet_optuna()
     url = resolve_storage_url(args.storage, load_study_spec(args.study_file).storage)
+    storage_before = _budget_if_exists(args, url)
     name, created = lifecycle.create(args.study_file, args.name, url, args.force)
     where = _shown(url)
     if not created:
-        print(f"study {name} already exists in {where} with this definition; nothing to do")
+        old = storage_before.get(name)
+        new = lifecycle.budget(_storage(args)[0], name)
+        if old is not None and old != new:
+            print(f"study {name} in {where}: budget set to {plural(new, 'trial')} (was {old}); its trials are kept")
+        else:
+            print(f"study {name} already exists in {where} with this definition; nothing to do")
         return 0
     print(f"created study {name} in {where}")
     storage_flag = f" --storage '{where}'" if args.storage else ""
     print(f"run it: abtune study run {name}{storage_flag}")
     return 0
+
+
+def _budget_if_exists(args: argparse.Namespace, url: str) -> dict[str, int]:
+    """{name: budget} of the study a `study create` would meet in the storage (none when there is none)."""
+    from abtune.study import lifecycle
+    from abtune.study.spec import load_study_spec
+    from abtune.study.storage import open_storage
+
+    name = args.name or load_study_spec(args.study_file).name or args.study_file.stem
+    try:
+        return {name: lifecycle.budget(open_storage(url), name)}
+    except (KeyError, ConfigError):  # no such study (or no storage yet): nothing to compare with
+        return {}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -73,9 +94,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     launcher = load_launcher(args.launcher)
     storage, url = _storage(args)
-    require_study(storage, args.name, url)
+    study_id = require_study(storage, args.name, url)
     if args.parallel < 1 or (args.trials is not None and args.trials < 1):
         raise ConfigError("--parallel and --trials must be at least 1")
+    if args.add_trials is not None:
+        from abtune.study import lifecycle
+
+        old, new = lifecycle.add_trials(storage, args.name, args.add_trials)
+        print(f"study {args.name}: budget raised from {old} to {new} trials; every trial so far is kept")
+    if _spent(storage, study_id):
+        print(f"study {args.name}: budget spent, nothing ran; add trials with `{_run_command(args, url)} "
+              "--add-trials N`")
+        print_best(storage, args.name, DEFAULT_RULE)
+        return 0
     from abtune.tracking import open_tracking
 
     tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
@@ -97,6 +128,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         return INTERRUPTED_EXIT
     print_best(storage, args.name, DEFAULT_RULE)
     return 0
+
+
+def _spent(storage: BaseStorage, study_id: int) -> bool:
+    """Nothing for a runner to do: no waiting trial, no trial to re-attach, no budget left."""
+    from abtune.study.definition import stored_spec
+    from abtune.study.launch import work_left
+
+    return not work_left(storage.get_all_trials(study_id, deepcopy=False), stored_spec(storage, study_id).trials)
 
 
 def _run_command(args: argparse.Namespace, url: str) -> str:
@@ -229,7 +268,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_confirm(args: argparse.Namespace) -> int:
     from abtune.launch.launchers import load_launcher
-    from abtune.study.confirm import confirm
+    from abtune.study.confirm import confirm, print_confirmation
     from abtune.study.storage import require_study
     from abtune.tracking import open_tracking
 
@@ -241,15 +280,31 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     require_study(storage, args.name, url)
     tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
     try:
-        table, _ = confirm(storage, args.name, args.top, args.seeds, rule, launcher, args.parallel, tracking)
+        _, records = confirm(storage, args.name, args.top, args.seeds, rule, launcher, args.parallel, tracking)
     except KeyboardInterrupt:
         print(f"abtune: interrupted; finished seeds are kept. Continue with: abtune study confirm {args.name} "
               f"--top {args.top} --seeds {args.seeds}", file=sys.stderr)
         return INTERRUPTED_EXIT
-    print(table)
-    print(f"stored in study {args.name} (user attrs abtune.confirmation.*); `abtune promote {args.name}` now "
-          "chooses among these configurations")
+    print_confirmation(args.name, records)
+    _print_confirmed_recommendation(args.name, storage, url, tracking)
     return 0
+
+
+def _print_confirmed_recommendation(name: str, storage: BaseStorage, url: str, tracking: Tracking) -> None:
+    """The study's recommendation after a confirmation, as every command now reads it, and where it is shown."""
+    import optuna
+
+    from abtune.study import recommendation
+    from abtune.study.report.best import print_recommendation
+    from abtune.tables import console
+
+    study = optuna.load_study(study_name=name, storage=storage)
+    answer = recommendation.current(study)
+    if answer is not None:
+        print_recommendation(console(), answer, DEFAULT_RULE)
+        recommendation.publish(study, answer, tracking, tracking.study_parent_run(name, _shown(url)))
+    print(f"stored in study {name} (user attrs abtune.confirmation.*, abtune.recommendation); `abtune study best`, "
+          f"`study status`, `study export` and `abtune promote {name}` now name the confirmed choice")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -298,6 +353,8 @@ def register_study_commands(commands: argparse._SubParsersAction) -> None:
     create.add_argument("--force", action="store_true", help="replace a study of that name with a different definition")
     run = add("run", cmd_run, "run trials until the study's budget is spent")
     run.add_argument("--trials", type=int, default=None, help="at most this many trials in this invocation")
+    run.add_argument("--add-trials", type=int, default=None, metavar="N",
+                     help="raise the study's budget by N trials first, keeping every trial (a spent study grows)")
     run.add_argument("--parallel", type=int, default=1, help="trials at a time (each starts layout.nproc ranks)")
     add_tracking_arguments(run)
     run.add_argument("--launcher", default="local", metavar="NAME|PATH",
