@@ -8,65 +8,36 @@ import csv
 import io
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
-import yaml
 from optuna.trial import TrialState, create_trial
 
-from abtune.attrs import RECOMMENDATION_ATTR, RUN_DIR_ATTR
-from abtune.cli import main
-from abtune.study import confirm, lifecycle, recommendation
-from tests.quickstart_fixture import DDP_TRIAL, STUDIES, quickstart_trials
+from abtune.attrs import RECOMMENDATION_ATTR
+from abtune.study import confirm, recommendation
+from tests import cli_fixture
+from tests.cli_fixture import Result
+from tests.quickstart_fixture import DDP_TRIAL, STUDIES, quickstart_study, quickstart_trials
 
 VIT_TARGET = STUDIES / "imagenet_vit_b16.yaml"
 
-
-@dataclass(frozen=True)
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
-    """`abtune ARGS` in this process, at 200 columns."""
-    monkeypatch.setenv("COLUMNS", "200")
-    for forcing in ("FORCE_COLOR", "TTY_COMPATIBLE"):
-        monkeypatch.delenv(forcing, raising=False)
-
-    def run(*args: str) -> Result:
-        code = main(list(args))
-        captured = capsys.readouterr()
-        return Result(code, captured.out, captured.err)
-    return run
+cli = cli_fixture.cli  # the in-process `abtune` fixture
 
 
 def quickstart_with_ddp_at(folder: Path, ddp_top1: float | None) -> str:
-    """The quickstart's eight stored trials (tests/quickstart_fixture.py), DDP's top-1 set to `ddp_top1`
-    (None: the DDP trial failed, so the study has no DDP figure)."""
-    spec = yaml.safe_load((STUDIES / "quickstart.yaml").read_text())
-    spec.update(base=str(STUDIES / spec["base"]), study_dir=str(folder / "trials"),
-                references={"paper_defaults": False, "ddp": False})  # the stored trials carry them
-    path = folder / "quickstart.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    url = f"sqlite:///{folder / 'optuna.db'}"
-    lifecycle.create(path, None, url, force=False)
-    study = optuna.load_study(study_name="quickstart", storage=url)
-    for number, trial in enumerate(quickstart_trials()):
-        trial.user_attrs[RUN_DIR_ATTR] = str(folder / "trials" / str(number))
+    """The quickstart's eight stored trials (tests/quickstart_fixture.py) scored on 360 validation images, DDP's
+    top-1 set to `ddp_top1` (None: the DDP trial failed, so the study has no DDP figure)."""
+    trials = quickstart_trials()
+    for trial in trials:
         trial.user_attrs["validation_images"] = 360
-        if number == DDP_TRIAL and ddp_top1 is None:
-            trial = create_trial(state=TrialState.FAIL, user_attrs={"reference": "ddp"})
-        elif number == DDP_TRIAL:
-            trial.values = [ddp_top1, trial.values[1]]
-            trial.user_attrs["top1"] = ddp_top1
-        study.add_trial(trial)
-    return url
+    if ddp_top1 is None:
+        trials[DDP_TRIAL] = create_trial(state=TrialState.FAIL, user_attrs={"reference": "ddp"})
+    else:
+        trials[DDP_TRIAL].values = [ddp_top1, trials[DDP_TRIAL].values[1]]
+        trials[DDP_TRIAL].user_attrs["top1"] = ddp_top1
+    return quickstart_study(folder, trials)
 
 
 def _promote(url: str) -> tuple[str, ...]:

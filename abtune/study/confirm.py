@@ -229,7 +229,8 @@ def _interval(metric: str, m: dict[str, Any]) -> str:
         return "exact (same every seed)"
     if not (math.isfinite(m["low"]) and math.isfinite(m["high"])):
         return f"- ({len(m['values'])} seeds; an interval needs {stats.MIN_SEEDS})"
-    return f"[{_number(metric, m['low'])}, {_number(metric, m['high'])}]"
+    shown = f"[{_number(metric, m['low'])}, {_number(metric, m['high'])}]"
+    return shown + (" (validation images only)" if len(m["values"]) < stats.MIN_SEEDS else "")
 
 
 def _versus(metric: str, test: dict[str, Any] | None, margin: float) -> str:
