@@ -148,9 +148,11 @@ def _stored_study(tmp_path: Path, trials: list[FrozenTrial]) -> str:
 def test_study_best_shows_importances_and_warns_of_the_inert_cutoff(tmp_path: Path) -> None:
     url = _stored_study(tmp_path, INERT_CUTOFF)
     out = run_cli("study", "best", "tiny", "--storage", url, cwd=tmp_path).stdout
-    title = "parameter importances (Optuna's default evaluator, per objective, over 4 search trials)"
+    title = ("parameter importances (Optuna's default evaluator, per objective, over 4 search trials; p: against 19 "
+             "shufflings of the objective's values)")
     assert title in " ".join(out.split())  # rich wraps a title to its table's width
-    rows = re.findall(r"^│ (method\.\w+(?: \(changed nothing\))?) +│ ([\d.]+) +│ ([\d.]+) +│$", out, re.MULTILINE)
+    rows = re.findall(r"^│ (method\.\w+(?: \(changed nothing\))?) +│ ([\d.]+) \(p [\d.]+\) +│ ([\d.]+) \(p [\d.]+\) +│$",
+                      out, re.MULTILINE)
     assert sorted(r[0] for r in rows) == ["method.sigma_cutoff (changed nothing)", "method.warmup_frac"], out
     for column in (1, 2):
         assert sum(float(r[column]) for r in rows) == pytest.approx(1.0, abs=0.002)
