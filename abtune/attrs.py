@@ -19,6 +19,7 @@ PREFIX = "abtune."
 REFERENCE_ATTR = "reference"  # a reference trial's role: PAPER_DEFAULTS or DDP
 PAPER_DEFAULTS = "paper-defaults"  # the paper's guideline configuration, inside the search space
 DDP = "ddp"  # plain DDP in the search's layout, outside the search space: the traffic reference
+WARM_START_ATTR = "warm_start_of"  # `OLD #N`: the trial of another study this enqueued trial starts from
 ATTEMPT_ATTR = "attempt"  # how many times this configuration was tried before (0: first)
 RETRY_OF_ATTR = "retry_of"  # the number of the failed trial this one repeats
 RETRIED_ATTR = "retried"  # a failed trial whose retry was enqueued: it does not count against the budget

@@ -57,7 +57,8 @@ def cmd_create(args: argparse.Namespace) -> int:
     quiet_optuna()
     url = resolve_storage_url(args.storage, load_study_spec(args.study_file).storage)
     storage_before = _budget_if_exists(args, url)
-    name, created = lifecycle.create(args.study_file, args.name, url, args.force)
+    old = _warm_start_study(args, url)
+    name, created = lifecycle.create(args.study_file, args.name, url, args.force, old)
     where = _shown(url)
     if not created:
         old = storage_before.get(name)
@@ -68,9 +69,32 @@ def cmd_create(args: argparse.Namespace) -> int:
             print(f"study {name} already exists in {where} with this definition; nothing to do")
         return 0
     print(f"created study {name} in {where}")
+    if old is not None:
+        from abtune.attrs import WARM_START_ATTR
+        from abtune.study.storage import open_storage
+
+        storage = open_storage(url)
+        warm = [t.user_attrs[WARM_START_ATTR] for t in storage.get_all_trials(storage.get_study_id_from_name(name))
+                if WARM_START_ATTR in t.user_attrs]
+        print(f"warm start: {plural(len(warm), 'trial')} of study {old.study_name} enqueued first ({', '.join(warm)}: "
+              "its confirmed picks, then its Pareto front)")
     storage_flag = f" --storage '{where}'" if args.storage else ""
     print(f"run it: abtune study run {name}{storage_flag}")
     return 0
+
+
+def _warm_start_study(args: argparse.Namespace, url: str):  # noqa: ANN202 - optuna.Study | None
+    """The finished study `--warm-start OLD` names, in --warm-start-storage (default: the new study's storage)."""
+    if args.warm_start is None:
+        return None
+    import optuna
+
+    from abtune.study.storage import open_storage, require_study, resolve_storage_url
+
+    old_url = resolve_storage_url(args.warm_start_storage, None) if args.warm_start_storage else url
+    storage = open_storage(old_url)
+    require_study(storage, args.warm_start, old_url)
+    return optuna.load_study(study_name=args.warm_start, storage=storage)
 
 
 def _budget_if_exists(args: argparse.Namespace, url: str) -> dict[str, int]:
@@ -351,6 +375,10 @@ def register_study_commands(commands: argparse._SubParsersAction) -> None:
     create.add_argument("study_file", type=Path, help="study YAML (see studies/quickstart.yaml)")
     create.add_argument("--name", default=None, help="study name (default: the file's name: or its stem)")
     create.add_argument("--force", action="store_true", help="replace a study of that name with a different definition")
+    create.add_argument("--warm-start", default=None, metavar="OLD",
+                        help="enqueue the finished study OLD's confirmed picks and Pareto front first (e.g. at more nodes)")
+    create.add_argument("--warm-start-storage", default=None, metavar="URL",
+                        help="storage of the --warm-start study (default: the new study's)")
     run = add("run", cmd_run, "run trials until the study's budget is spent")
     run.add_argument("--trials", type=int, default=None, help="at most this many trials in this invocation")
     run.add_argument("--add-trials", type=int, default=None, metavar="N",

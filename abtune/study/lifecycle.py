@@ -55,8 +55,10 @@ def validate(spec: StudySpec, source: str) -> dict[str, Any] | None:
     return paper_default_params(spec, distributions, source)
 
 
-def create(path: Path, name: str | None, url: str, force: bool) -> tuple[str, bool]:
-    """Create the study from a study file; returns (name, created). An identical study is left as is."""
+def create(path: Path, name: str | None, url: str, force: bool,
+           warm_start: optuna.Study | None = None) -> tuple[str, bool]:
+    """Create the study from a study file; returns (name, created). An identical study is left as is.
+    `warm_start`: a finished study whose picks and front are enqueued first (study/warm.py)."""
     spec = load_study_spec(path)
     name = name or spec.name or path.stem
     spec = parse_study_spec({**spec.model_dump(mode="json"), "name": name}, str(path))
@@ -79,6 +81,10 @@ def create(path: Path, name: str | None, url: str, force: bool) -> tuple[str, bo
     stored["storage"] = redact(stored["storage"]) if stored["storage"] else None
     study.set_user_attr(SPEC_ATTR, stored)
     study.set_user_attr(STUDY_DIR_ATTR, str(study_dir))
+    if warm_start is not None:
+        from abtune.study import warm
+
+        warm.enqueue(study, warm_start, build_distributions(spec, str(path)))
     if paper_params is not None:
         study.enqueue_trial(paper_params, user_attrs={REFERENCE_ATTR: PAPER_DEFAULTS, ATTEMPT_ATTR: 0})
     if spec.references.ddp:
