@@ -135,3 +135,37 @@ def test_every_command_names_the_same_trial_before_and_after_confirm(
     assert after["promote"].startswith("promoting trial 7 of study quickstart (their confirmed means)"), after["promote"]
     assert "held against DDP: top-1 0.0020 below DDP's 0.9500 (trial 1, its confirmed mean)" in after["best"]
     assert [r["number"] for r in _exported(cli, url) if r["recommended"] == "True"] == ["7"]
+
+
+class _Tags:
+    """A tracker that keeps the tags it is given."""
+
+    def __init__(self) -> None:
+        self.tags: dict[str, dict[str, str]] = {}
+
+    def set_tags(self, run_id: str | None, tags: dict[str, str]) -> None:
+        self.tags.setdefault(str(run_id), {}).update(tags)
+
+
+def test_the_study_run_and_the_dashboard_note_show_the_stored_recommendation(tmp_path: Path) -> None:
+    from optuna_dashboard._note import get_note_from_system_attrs
+
+    url = quickstart_with_ddp_at(tmp_path, 0.95)
+    study = optuna.load_study(study_name="quickstart", storage=url)
+    tracker = _Tags()
+    recommendation.publish(study, recommendation.current(study), tracker, "run-1")
+    tags = tracker.tags["run-1"]
+    assert (tags["abtune.recommended_trial"], tags["abtune.recommendation.held"],
+            tags["abtune.recommendation.top1_vs_ddp"]) == ("2", "within", "-0.0028")
+    description = tags["mlflow.note.content"]
+    assert description.startswith("## Recommendation\n\nrecommended: trial 2 (top-1 0.9472, inter-node MB 46.88)")
+    note = get_note_from_system_attrs(study._storage.get_study_system_attrs(study._study_id), None)
+    assert note["body"] == description
+
+
+def test_a_margin_finer_than_one_image_is_warned_of(tmp_path: Path, cli: Callable[..., Result]) -> None:
+    url = quickstart_with_ddp_at(tmp_path, 0.95)
+    out = " ".join(cli("study", "best", "quickstart", "--storage", url, "--margin", "0.002").stdout.split())
+    assert ("warning: the margin 0.002 is below the top-1 of one validation image (0.0028): trials within it cannot "
+            "be told apart; raise --margin or confirm with more seeds") in out
+    assert "the study's stored recommendation uses the default rule" in out

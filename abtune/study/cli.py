@@ -121,11 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     study_id = require_study(storage, args.name, url)
     if args.parallel < 1 or (args.trials is not None and args.trials < 1):
         raise ConfigError("--parallel and --trials must be at least 1")
-    if args.add_trials is not None:
-        from abtune.study import lifecycle
-
-        old, new = lifecycle.add_trials(storage, args.name, args.add_trials)
-        print(f"study {args.name}: budget raised from {old} to {new} trials; every trial so far is kept")
+    _grow(args, storage)
     if _spent(storage, study_id):
         print(f"study {args.name}: budget spent, nothing ran; add trials with `{_run_command(args, url)} "
               "--add-trials N`")
@@ -152,6 +148,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         return INTERRUPTED_EXIT
     print_best(storage, args.name, DEFAULT_RULE)
     return 0
+
+
+def _grow(args: argparse.Namespace, storage: BaseStorage) -> None:
+    """--add-trials N: the budget grows by N first, every trial kept."""
+    if args.add_trials is None:
+        return
+    from abtune.study import lifecycle
+
+    old, new = lifecycle.add_trials(storage, args.name, args.add_trials)
+    print(f"study {args.name}: budget raised from {old} to {new} trials; every trial so far is kept")
 
 
 def _spent(storage: BaseStorage, study_id: int) -> bool:
@@ -186,6 +192,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
         raise ConfigError("--workers and --trials must be at least 1")
     storage, url = _storage(args)
     study_id = require_study(storage, args.name, url)
+    if args.dry_run and args.add_trials is not None:
+        raise ConfigError("--add-trials changes the study's budget; a --dry-run changes nothing: drop one of them")
+    _grow(args, storage)
     spec, study_dir = stored_spec(storage, study_id), stored_study_dir(storage, study_id)
     check_writable(study_dir, "study_dir")  # the workers write their logs and the trials' folders there
     layout = launch.check_study_fits(spec, launcher, args.name)
@@ -197,8 +206,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if unchecked is not None and args.dry_run:  # a real launch asks the cluster itself, and fails there if it must
         print(f"abtune: note: {unchecked}", file=sys.stderr)
     if not launch.work_left(storage.get_all_trials(study_id, deepcopy=False), spec.trials):
-        print(f"study {args.name} has spent its budget of {plural(spec.trials, 'trial')}; nothing to launch "
-              f"(see abtune study best {args.name})")
+        print(f"study {args.name}: budget spent ({plural(spec.trials, 'trial')}), nothing launched; add trials with "
+              f"`abtune study launch {args.name} --add-trials N` (see abtune study best {args.name})")
         return 0
     if args.dry_run:
         print(launch.dry_run(study_dir, args.name, launcher, args.workers, layout), end="")
@@ -392,6 +401,8 @@ def register_study_commands(commands: argparse._SubParsersAction) -> None:
     launch.add_argument("--launcher", default="slurm", metavar="NAME|PATH", help="slurm profile (default: slurm)")
     launch.add_argument("--trials", type=int, default=None, help="at most this many trials per worker")
     launch.add_argument("--dry-run", action="store_true", help="print the sbatch scripts; submit nothing")
+    launch.add_argument("--add-trials", type=int, default=None, metavar="N",
+                        help="raise the study's budget by N trials first, keeping every trial")
     add_tracking_arguments(launch)
     stop = add("stop", cmd_stop, "stop the study's workers, then its trials (re-enqueued); nothing left RUNNING")
     stop.add_argument("--let-trials-finish", action="store_true",
