@@ -175,10 +175,11 @@ class StudyRunner:
                 if self.stopping:
                     self._detach_surviving_jobs()
                     self._cancel_all()
+            # the study's answer as the trials left it, on its MLflow run and dashboard note (study/recommendation.py)
+            recommendation.publish(self.study, recommendation.current(self.study), self.tracking, self.parent_run)
         finally:
             signal.signal(signal.SIGINT, previous)
             self._close_ended_runs()
-            recommendation.publish(self.study, recommendation.current(self.study), self.tracking, self.parent_run)
             self._update_study_artifacts(final=True)
             self.tracking.finish_run(self.parent_run, None, "KILLED" if self.stopping else "FINISHED")
         if self.error is not None:
