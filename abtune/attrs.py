@@ -19,6 +19,7 @@ PREFIX = "abtune."
 REFERENCE_ATTR = "reference"  # a reference trial's role: PAPER_DEFAULTS or DDP
 PAPER_DEFAULTS = "paper-defaults"  # the paper's guideline configuration, inside the search space
 DDP = "ddp"  # plain DDP in the search's layout, outside the search space: the traffic reference
+WARM_START_ATTR = "warm_start_of"  # `OLD #N`: the trial of another study this enqueued trial starts from
 ATTEMPT_ATTR = "attempt"  # how many times this configuration was tried before (0: first)
 RETRY_OF_ATTR = "retry_of"  # the number of the failed trial this one repeats
 RETRIED_ATTR = "retried"  # a failed trial whose retry was enqueued: it does not count against the budget
@@ -51,6 +52,9 @@ HEARTBEAT_ATTR = PREFIX + "heartbeat"  # when that worker last said it is alive 
 SPEC_ATTR = PREFIX + "spec"  # the study file's definition as created
 STUDY_DIR_ATTR = PREFIX + "study_dir"  # where the trials' run folders live
 CONFIRMATION_ATTR = PREFIX + "confirmation"  # written by `abtune study confirm`, one record per trial
+# The study's answer (study/recommendation.py): trial, rule, margin, evidence, the DDP figure it was held
+# against; a user attribute, so optuna-dashboard and a user's own Optuna code read it too
+RECOMMENDATION_ATTR = PREFIX + "recommendation"
 ARTIFACTS_AT_ATTR = PREFIX + "study_artifacts_at"  # when a runner last rebuilt the study's plots (time.time())
 ARTIFACTS_COST_ATTR = PREFIX + "study_artifacts_cost_s"  # how long that rebuild took (wall seconds)
 STOP_ATTR = PREFIX + "stop"  # {id, mode, at}: the latest `abtune study stop`

@@ -150,6 +150,12 @@ class RunSummary:
     def best_top1(self) -> float | None:
         return self.raw["best_top1"]
 
+    @property
+    def validation_images(self) -> int | None:
+        """Images the last evaluation scored: one of them is 1 / this of top-1."""
+        history = self.raw.get("history") or []
+        return int(history[-1]["val_samples"]) if history and history[-1].get("val_samples") else None
+
     # --- compression ---
     @property
     def compression(self) -> float:

@@ -54,8 +54,8 @@ def _trial(params: tuple[float, ...] | None, reference: str | None, top1: float,
                         user_attrs=attrs)
 
 
-def quickstart_study(folder: Path) -> str:
-    """studies/quickstart.yaml created in `folder`'s own storage, with the eight trials stored; its URL."""
+def quickstart_study(folder: Path, trials: list[optuna.trial.FrozenTrial] | None = None) -> str:
+    """studies/quickstart.yaml created in `folder`'s own storage, with the eight trials (or `trials`) stored; its URL."""
     spec = yaml.safe_load((STUDIES / "quickstart.yaml").read_text())
     spec.update(base=str(STUDIES / spec["base"]), study_dir=str(folder / "trials"),
                 references={"paper_defaults": False, "ddp": False})  # the stored trials carry them
@@ -64,7 +64,7 @@ def quickstart_study(folder: Path) -> str:
     url = f"sqlite:///{folder / 'optuna.db'}"
     lifecycle.create(path, None, url, force=False)
     study = optuna.load_study(study_name="quickstart", storage=url)
-    for number, trial in enumerate(quickstart_trials()):
+    for number, trial in enumerate(quickstart_trials() if trials is None else trials):
         trial.user_attrs[RUN_DIR_ATTR] = str(folder / "trials" / str(number))
         study.add_trial(trial)
     return url

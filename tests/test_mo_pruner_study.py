@@ -11,8 +11,8 @@ from optuna.trial import TrialState
 
 from abtune.attrs import DDP, EVALUATIONS_ATTR, PAPER_DEFAULTS, REFERENCE_ATTR
 from abtune.runfiles import complete_checkpoints, read_summary
+from abtune.study import recommendation
 from abtune.study.definition import open_search_study
-from abtune.study.ranking import chosen_trials
 from abtune.study.storage import open_storage
 from tests.conftest import run_cli
 from tests.study_helpers import trials_of, write_study
@@ -54,7 +54,7 @@ def test_pruned_trials_are_marked_everywhere_and_keep_their_checkpoint(tmp_path:
             assert final["inter_node_bytes"] == pytest.approx(trial.values[1], rel=1e-9)
             assert final["top1"] == trial.values[0]
     front = {t.number for t in study_obj.best_trials}  # what `study confirm --top K` picks from
-    assert front and not {t.number for t in pruned} & (front | {t.number for t in chosen_trials(study_obj, len(front))})
+    assert front and not {t.number for t in pruned} & (front | set(recommendation.require(study_obj).ranked))
 
     status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert f"pruned {len(pruned)}" in status, status

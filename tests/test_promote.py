@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from abtune.cli import main
 from abtune.errors import ConfigError
 from abtune.promote.plan import plan_campaign
 from abtune.promote.select import promoted_from_study
 from abtune.promote.target import load_target
 from abtune.study.ranking import Rule
+from tests import cli_fixture
+from tests.cli_fixture import Result
 from tests.conftest import run_cli
 from tests.promote_fixtures import (
     BEST,
@@ -34,31 +34,12 @@ CARRIED = ("method.name", "method.warmup_frac", "method.ab_frac", "method.reboun
            "method.sigma_cutoff")
 IMAGENET_TRAIN = 1_281_167
 
-
-@dataclass(frozen=True)
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
+cli = cli_fixture.cli  # the in-process `abtune` fixture
 
 
 @pytest.fixture
 def storage(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'studies.db'}"
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
-    """`abtune ARGS` in this process (importing torch once); the entry point itself is tested by the dry run.
-    At run_cli's 200 columns, whatever an earlier test in this process left in the environment."""
-    monkeypatch.setenv("COLUMNS", "200")
-    for forcing in ("FORCE_COLOR", "TTY_COMPATIBLE"):
-        monkeypatch.delenv(forcing, raising=False)
-    def run(*args: str) -> Result:
-        code = main(list(args))
-        captured = capsys.readouterr()
-        return Result(code, captured.out, captured.err)
-    return run
 
 
 def test_single_objective_takes_the_best_finished_trials_but_never_the_ddp_reference(storage: str) -> None:

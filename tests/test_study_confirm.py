@@ -35,8 +35,10 @@ def test_confirm_reruns_the_best_and_both_references_with_fresh_seeds(tmp_path: 
     before = run_cli(*promote, cwd=tmp_path)
     assert "rests on a single run per configuration" in before.stderr and "abtune study confirm tiny" in before.stderr
 
-    table = run_cli("study", "confirm", "tiny", "--top", "1", "--seeds", "3", "--parallel", "2", "--storage", url,
+    shown = run_cli("study", "confirm", "tiny", "--top", "1", "--seeds", "3", "--parallel", "2", "--storage", url,
                     "--tracking-uri", tracking, cwd=tmp_path).stdout
+    table = (Path(study_attrs(url)["abtune.study_dir"]) / "confirm" / "confirmation.md").read_text()
+    assert "recommended: trial" in shown or "not recommended:" in shown
     trials = trials_of(url)
     best = max((t for t in trials if t.user_attrs.get("reference") != DDP), key=lambda t: (t.values[0], -t.number))
     paper, ddp = results.reference(trials, PAPER_DEFAULTS), results.reference(trials, DDP)
@@ -68,7 +70,7 @@ def test_confirm_reruns_the_best_and_both_references_with_fresh_seeds(tmp_path: 
         t = d_mean / (d_std / math.sqrt(3))
         assert versus["t"] == pytest.approx(t, rel=1e-9)
         paper_name = attrs[f"abtune.confirmation.trial_{paper.number}"]["name"]
-        assert f"{d_mean:+.4f} (t {t:.2f}, p {versus['p']:.3f})" in _row(table, paper_name)
+        assert f"{d_mean:+.4f}: {versus['verdict']} (t {t:.2f}, p {versus['p']:.3f})" in _row(table, paper_name)
     assert "paired t-test over shared seeds (scipy.stats.ttest_rel" in table
     traffic = {n: [read_summary(confirm_dir / f"trial_{n}" / f"seed_{s}").raw["traffic"]
                    ["training_inter_node_bytes"] for s in seeds] for n in (paper.number, ddp.number)}

@@ -149,10 +149,12 @@ def _stored_study(tmp_path: Path, trials: list[FrozenTrial], abtune_main: Callab
 def test_study_best_shows_importances_and_warns_of_the_inert_cutoff(tmp_path: Path,
                                                                     abtune_main: Callable[..., CliResult]) -> None:
     url = _stored_study(tmp_path, INERT_CUTOFF, abtune_main)
-    out = abtune_main("study", "best", "tiny", "--storage", url).stdout
-    title = "parameter importances (Optuna's default evaluator, per objective, over 4 search trials)"
+    out = abtune_main("study", "best", "tiny", "--storage", url, cwd=tmp_path).stdout
+    title = ("parameter importances (Optuna's default evaluator, per objective, over 4 search trials; p: against 19 "
+             "shufflings of the objective's values)")
     assert title in " ".join(out.split())  # rich wraps a title to its table's width
-    rows = re.findall(r"^│ (method\.\w+(?: \(changed nothing\))?) +│ ([\d.]+) +│ ([\d.]+) +│$", out, re.MULTILINE)
+    rows = re.findall(r"^│ (method\.\w+(?: \(changed nothing\))?) +│ ([\d.]+) \(p [\d.]+\) +│ ([\d.]+) \(p [\d.]+\) +│$",
+                      out, re.MULTILINE)
     assert sorted(r[0] for r in rows) == ["method.sigma_cutoff (changed nothing)", "method.warmup_frac"], out
     for column in (1, 2):
         assert sum(float(r[column]) for r in rows) == pytest.approx(1.0, abs=0.002)

@@ -116,7 +116,7 @@ def _check_exports(tmp_path: Path, url: str, trials: list[FrozenTrial]) -> None:
     assert [r["reference"] for r in rows[:2]] == [PAPER_DEFAULTS, DDP]
     for row, trial in zip(rows, trials, strict=True):
         assert float(row["top1"]) == pytest.approx(trial.user_attrs["top1"], rel=1e-12)
-        assert float(row["inter_node_bytes"]) == pytest.approx(trial.user_attrs["inter_node_bytes"])
+        assert float(row["inter_node_mb"]) * 1e6 == pytest.approx(trial.user_attrs["inter_node_bytes"])
 
 
 def test_interrupt_kill_and_resume_complete_the_budget(tmp_path: Path) -> None:

@@ -36,7 +36,8 @@ def test_paired_t_statistic_by_hand() -> None:
 
 def test_differences_without_spread_are_exact() -> None:
     assert stats.paired([10.0, 10.0], [4.0, 4.0]) == stats.Paired(2, 6.0, math.inf, 0.0)
-    assert stats.paired([10.0, 10.0], [4.0, 4.0]).significant
+    assert not stats.paired([10.0, 10.0], [4.0, 4.0]).significant  # exact: a fact, not a significance test
+    assert stats.paired([10.0, 10.0], [4.0, 4.0]).verdict(maximize=False) == stats.WORSE
     assert stats.paired([3.0, 5.0], [3.0, 5.0]).p == 1.0
     with pytest.raises(ValueError):
         stats.paired([1.0], [2.0])

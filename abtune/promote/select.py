@@ -6,31 +6,24 @@ named by dotted run-config keys (`method.warmup_frac`). The `ddp` reference tria
 `reference: ddp`) and other non-AB trials are never promoted: the DDP baseline is planned for every
 node count anyway. The `paper-defaults` reference competes like any other trial.
 
-A study confirmed by `abtune study confirm` holds a record per re-run configuration (study user attr
-`abtune.confirmation.trial_N`, as Optuna cannot change a finished trial): promotion then chooses among
-those configurations only, by their confirmed means, and shows their intervals.
+What is promoted is the study's recommendation (study/recommendation.py), the record `study best` and
+`study status` print: after `abtune study confirm` it chooses among the confirmed configurations by their
+confirmed means, and promotion shows their intervals.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from abtune.attrs import CONFIRMATION_ATTR, RUN_ID_ATTR, SEEDS_ATTR
-from abtune.errors import ConfigError
+from abtune.study import recommendation
 from abtune.study.importance import inert_in_study
-from abtune.study.ranking import (
-    DEFAULT_RULE,
-    Rule,
-    chosen_trials,
-    pareto_front,
-    promotable,
-    rank_front,
-    top_single,
-)
+from abtune.study.ranking import DEFAULT_RULE, Rule
 
 PROMOTED_KEYS = ("method.name", "method.warmup_frac", "method.ab_frac", "method.rebound_frac",
                  "method.lr_rebound_frac", "method.sigma_cutoff", "method.sync_mode")
@@ -60,46 +53,25 @@ class Promoted:
 
 
 def promoted_from_study(study: optuna.Study, top: int, rule: Rule = DEFAULT_RULE) -> list[Promoted]:
-    """The adapter from a study: its confirmed configurations when `abtune study confirm` ran (ranked by
-    their confirmed means), else its finished trials; top K (one objective) or K of the Pareto front."""
-    confirmed = confirmed_trials(study)
-    if not confirmed:
-        return [promote_trial(study.study_name, t) for t in chosen_trials(study, top, rule)]
-    if top > len(confirmed):
-        raise ConfigError(f"--top {top}: study '{study.study_name}' has only {len(confirmed)} confirmed "
-                          "configuration(s) (ddp excluded); ask for fewer or confirm more with "
-                          f"`abtune study confirm {study.study_name} --top {top}`")
-    if len(study.directions) == 1:
-        chosen = top_single(confirmed, study.direction, top, study.study_name)
-    else:
-        front = pareto_front(confirmed, study.directions)
-        chosen = rank_front(front, list(study.directions), rule)[:top]
-        if len(chosen) < top:
-            raise ConfigError(f"--top {top}: the confirmed Pareto front of study '{study.study_name}' holds only "
-                              f"{len(chosen)} configuration(s); ask for fewer")
-    return [promote_trial(study.study_name, t, _interval_text(study, t.number)) for t in chosen]
+    """The adapter from a study: the first K of its recommendation (study/recommendation.py: its confirmed
+    configurations by their confirmed means after `abtune study confirm`, else its finished trials)."""
+    answer = recommendation.require(study, rule)
+    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+    if not answer.confirmed:
+        return [promote_trial(study.study_name, by_number[n]) for n in recommendation.top(study, answer, top)]
+    return [promote_trial(study.study_name, by_number[n], _interval_text(study, n),
+                          study.user_attrs[f"{CONFIRMATION_ATTR}.trial_{n}"]["values"])
+            for n in recommendation.top(study, answer, top)]
 
 
 def chosen_by(study: optuna.Study, promoted: list[Promoted], rule: Rule) -> str:
-    """One line: which trials are promoted and by which rule, as `abtune study best` says it."""
+    """Which trials are promoted, then the recommendation's lines as `abtune study best` prints them."""
+    answer = recommendation.require(study, rule)
     trials = ", ".join(f"trial {p.source.trial}" for p in promoted if p.source is not None)
-    basis = " (their confirmed means)" if confirmed_trials(study) else ""
-    if len(study.directions) == 1:
-        return f"promoting {trials} of study {study.study_name}{basis}: one objective, the best value first"
-    objectives = study.metric_names or ["top1", "inter_node_bytes"]
-    return f"promoting {trials} of study {study.study_name}{basis}, chosen by rule {rule.describe(objectives)}"
-
-
-def confirmed_trials(study: optuna.Study) -> list[FrozenTrial]:
-    """Promotable trials with a confirmation record, their values replaced by the confirmed means."""
-    attrs = study.user_attrs
-    chosen = []
-    for trial in study.get_trials(deepcopy=True, states=(TrialState.COMPLETE,)):
-        record = attrs.get(f"{CONFIRMATION_ATTR}.trial_{trial.number}")
-        if record is not None and promotable(trial):
-            trial.values = list(record["values"])
-            chosen.append(trial)
-    return chosen
+    basis = " (their confirmed means)" if answer.confirmed else ""
+    why = "one objective, the best value first" if not answer.multi_objective else f"chosen by rule {answer.rule_text}"
+    lines = answer.lines() if answer.held == recommendation.SHORT else answer.lines()[1:]
+    return "\n".join([f"promoting {trials} of study {study.study_name}{basis}, {why}", *lines])
 
 
 def selection_basis(study: optuna.Study) -> str | None:
@@ -118,11 +90,13 @@ def _interval_text(study: optuna.Study, number: int) -> str:
     return f"top-1 {top1['mean']:.4f} [{top1['low']:.4f}, {top1['high']:.4f}] over {len(top1['values'])} seeds"
 
 
-def promote_trial(study_name: str, trial: FrozenTrial, confirmed: str | None = None) -> Promoted:
+def promote_trial(study_name: str, trial: FrozenTrial, confirmed: str | None = None,
+                  values: Sequence[float] | None = None) -> Promoted:
+    """`trial` as a configuration to scale; `values`: its confirmed means, when confirmed."""
     carried = {k: v for k, v in trial.params.items() if k in PROMOTED_KEYS}
     dropped = tuple(sorted(k for k in trial.params if k not in PROMOTED_KEYS))
-    source = Source(study_name, trial.number, tuple(trial.values or ()), trial.user_attrs.get(RUN_ID_ATTR),
-                    confirmed)
+    source = Source(study_name, trial.number, tuple(trial.values or () if values is None else values),
+                    trial.user_attrs.get(RUN_ID_ATTR), confirmed)
     return Promoted(f"trial-{trial.number}", carried, source, dropped)
 
 

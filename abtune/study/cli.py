@@ -19,6 +19,8 @@ from abtune.words import plural
 COST_HELP = "estimate the study's time on this cluster description (clusters/NAME.yaml) instead of here"
 
 if TYPE_CHECKING:
+    from optuna.storages import BaseStorage
+
     from abtune.tracking import Tracking
 
 MARGIN_RULE = "within-margin"  # the one rule that reads --margin
@@ -63,17 +65,60 @@ def cmd_create(args: argparse.Namespace) -> int:
 
     quiet_optuna()
     url = resolve_storage_url(args.storage, load_study_spec(args.study_file).storage)
-    name, created = lifecycle.create(args.study_file, args.name, url, args.force)
+    storage_before = _budget_if_exists(args, url)
+    old = _warm_start_study(args, url)
+    name, created = lifecycle.create(args.study_file, args.name, url, args.force, old)
     where = _shown(url)
     if not created:
-        print(f"study {name} already exists in {where} with this definition; nothing to do")
+        old = storage_before.get(name)
+        new = lifecycle.budget(_storage(args)[0], name)
+        if old is not None and old != new:
+            print(f"study {name} in {where}: budget set to {plural(new, 'trial')} (was {old}); its trials are kept")
+        else:
+            print(f"study {name} already exists in {where} with this definition; nothing to do")
         return 0
     print(f"created study {name} in {where}")
+    if old is not None:
+        from abtune.attrs import WARM_START_ATTR
+        from abtune.study.storage import open_storage
+
+        storage = open_storage(url)
+        warm = [t.user_attrs[WARM_START_ATTR] for t in storage.get_all_trials(storage.get_study_id_from_name(name))
+                if WARM_START_ATTR in t.user_attrs]
+        print(f"warm start: {plural(len(warm), 'trial')} of study {old.study_name} enqueued first ({', '.join(warm)}: "
+              "its confirmed picks, then its Pareto front)")
     storage_flag = f" --storage '{where}'" if args.storage else ""
     print(f"run it: abtune study run {name}{storage_flag}")
     from abtune.study import cost
     cost.announce(load_study_spec(args.study_file), name, args.cluster)
     return 0
+
+
+def _warm_start_study(args: argparse.Namespace, url: str):  # noqa: ANN202 - optuna.Study | None
+    """The finished study `--warm-start OLD` names, in --warm-start-storage (default: the new study's storage)."""
+    if args.warm_start is None:
+        return None
+    import optuna
+
+    from abtune.study.storage import open_storage, require_study, resolve_storage_url
+
+    old_url = resolve_storage_url(args.warm_start_storage, None) if args.warm_start_storage else url
+    storage = open_storage(old_url)
+    require_study(storage, args.warm_start, old_url)
+    return optuna.load_study(study_name=args.warm_start, storage=storage)
+
+
+def _budget_if_exists(args: argparse.Namespace, url: str) -> dict[str, int]:
+    """{name: budget} of the study a `study create` would meet in the storage (none when there is none)."""
+    from abtune.study import lifecycle
+    from abtune.study.spec import load_study_spec
+    from abtune.study.storage import open_storage
+
+    name = args.name or load_study_spec(args.study_file).name or args.study_file.stem
+    try:
+        return {name: lifecycle.budget(open_storage(url), name)}
+    except (KeyError, ConfigError):  # no such study (or no storage yet): nothing to compare with
+        return {}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -84,9 +129,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     launcher = load_launcher(args.launcher)
     storage, url = _storage(args)
-    require_study(storage, args.name, url)
+    study_id = require_study(storage, args.name, url)
     if args.parallel < 1 or (args.trials is not None and args.trials < 1):
         raise ConfigError("--parallel and --trials must be at least 1")
+    _grow(args, storage)
+    if _spent(storage, study_id):
+        print(f"study {args.name}: budget spent, nothing ran; add trials with `{_run_command(args, url)} "
+              "--add-trials N`")
+        print_best(storage, args.name, DEFAULT_RULE)
+        return 0
     from abtune.study import cost
     cost.check_local_run(cost.stored_spec_of(storage, args.name), args.name, launcher.kind, args.cluster,
                          args.parallel, args.yes)
@@ -113,6 +164,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _grow(args: argparse.Namespace, storage: BaseStorage) -> None:
+    """--add-trials N: the budget grows by N first, every trial kept."""
+    if args.add_trials is None:
+        return
+    from abtune.study import lifecycle
+
+    old, new = lifecycle.add_trials(storage, args.name, args.add_trials)
+    print(f"study {args.name}: budget raised from {old} to {new} trials; every trial so far is kept")
+
+
+def _spent(storage: BaseStorage, study_id: int) -> bool:
+    """Nothing for a runner to do: no waiting trial, no trial to re-attach, no budget left."""
+    from abtune.study.definition import stored_spec
+    from abtune.study.launch import work_left
+
+    return not work_left(storage.get_all_trials(study_id, deepcopy=False), stored_spec(storage, study_id).trials)
+
+
 def _run_command(args: argparse.Namespace, url: str) -> str:
     """The `abtune study run` that carries on where this one stopped: its launcher, storage and tracking (a
     password masked), quoted for a shell."""
@@ -137,6 +206,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
         raise ConfigError("--workers and --trials must be at least 1")
     storage, url = _storage(args)
     study_id = require_study(storage, args.name, url)
+    if args.dry_run and args.add_trials is not None:
+        raise ConfigError("--add-trials changes the study's budget; a --dry-run changes nothing: drop one of them")
+    _grow(args, storage)
     spec, study_dir = stored_spec(storage, study_id), stored_study_dir(storage, study_id)
     check_writable(study_dir, "study_dir")  # the workers write their logs and the trials' folders there
     layout = launch.check_study_fits(spec, launcher, args.name)
@@ -148,8 +220,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if unchecked is not None and args.dry_run:  # a real launch asks the cluster itself, and fails there if it must
         print(f"abtune: note: {unchecked}", file=sys.stderr)
     if not launch.work_left(storage.get_all_trials(study_id, deepcopy=False), spec.trials):
-        print(f"study {args.name} has spent its budget of {plural(spec.trials, 'trial')}; nothing to launch "
-              f"(see abtune study best {args.name})")
+        print(f"study {args.name}: budget spent ({plural(spec.trials, 'trial')}), nothing launched; add trials with "
+              f"`abtune study launch {args.name} --add-trials N` (see abtune study best {args.name})")
         return 0
     if args.dry_run:
         print(launch.dry_run(study_dir, args.name, launcher, args.workers, layout), end="")
@@ -243,7 +315,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_confirm(args: argparse.Namespace) -> int:
     from abtune.launch.launchers import load_launcher
-    from abtune.study.confirm import confirm
+    from abtune.study.confirm import confirm, print_confirmation
     from abtune.study.storage import require_study
     from abtune.tracking import open_tracking
 
@@ -255,15 +327,31 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     require_study(storage, args.name, url)
     tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
     try:
-        table, _ = confirm(storage, args.name, args.top, args.seeds, rule, launcher, args.parallel, tracking)
+        _, records = confirm(storage, args.name, args.top, args.seeds, rule, launcher, args.parallel, tracking)
     except KeyboardInterrupt:
         print(f"abtune: interrupted; finished seeds are kept. Continue with: abtune study confirm {args.name} "
               f"--top {args.top} --seeds {args.seeds}", file=sys.stderr)
         return INTERRUPTED_EXIT
-    print(table)
-    print(f"stored in study {args.name} (user attrs abtune.confirmation.*); `abtune promote {args.name}` now "
-          "chooses among these configurations")
+    print_confirmation(args.name, records)
+    _print_confirmed_recommendation(args.name, storage, url, tracking)
     return 0
+
+
+def _print_confirmed_recommendation(name: str, storage: BaseStorage, url: str, tracking: Tracking) -> None:
+    """The study's recommendation after a confirmation, as every command now reads it, and where it is shown."""
+    import optuna
+
+    from abtune.study import recommendation
+    from abtune.study.report.best import print_recommendation
+    from abtune.tables import console
+
+    study = optuna.load_study(study_name=name, storage=storage)
+    answer = recommendation.current(study)
+    if answer is not None:
+        print_recommendation(console(), answer, DEFAULT_RULE)
+        recommendation.publish(study, answer, tracking, tracking.study_parent_run(name, _shown(url)))
+    print(f"stored in study {name} (user attrs abtune.confirmation.*, abtune.recommendation); `abtune study best`, "
+          f"`study status`, `study export` and `abtune promote {name}` now name the confirmed choice")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -311,8 +399,14 @@ def register_study_commands(commands: argparse._SubParsersAction) -> None:
     create.add_argument("--name", default=None, help="study name (default: the file's name: or its stem)")
     create.add_argument("--force", action="store_true", help="replace a study of that name with a different definition")
     create.add_argument("--cluster", default=None, metavar="NAME|PATH", help=COST_HELP)
+    create.add_argument("--warm-start", default=None, metavar="OLD",
+                        help="enqueue the finished study OLD's confirmed picks and Pareto front first (e.g. at more nodes)")
+    create.add_argument("--warm-start-storage", default=None, metavar="URL",
+                        help="storage of the --warm-start study (default: the new study's)")
     run = add("run", cmd_run, "run trials until the study's budget is spent")
     run.add_argument("--trials", type=int, default=None, help="at most this many trials in this invocation")
+    run.add_argument("--add-trials", type=int, default=None, metavar="N",
+                     help="raise the study's budget by N trials first, keeping every trial (a spent study grows)")
     run.add_argument("--parallel", type=int, default=1, help="trials at a time (each starts layout.nproc ranks)")
     add_tracking_arguments(run)
     run.add_argument("--launcher", default="local", metavar="NAME|PATH",
@@ -324,6 +418,8 @@ def register_study_commands(commands: argparse._SubParsersAction) -> None:
     launch.add_argument("--launcher", default="slurm", metavar="NAME|PATH", help="slurm profile (default: slurm)")
     launch.add_argument("--trials", type=int, default=None, help="at most this many trials per worker")
     launch.add_argument("--dry-run", action="store_true", help="print the sbatch scripts; submit nothing")
+    launch.add_argument("--add-trials", type=int, default=None, metavar="N",
+                        help="raise the study's budget by N trials first, keeping every trial")
     add_tracking_arguments(launch)
     stop = add("stop", cmd_stop, "stop the study's workers, then its trials (re-enqueued); nothing left RUNNING")
     stop.add_argument("--let-trials-finish", action="store_true",

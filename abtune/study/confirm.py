@@ -36,10 +36,10 @@ from abtune.objectives import OBJECTIVES
 from abtune.rundir import check_writable
 from abtune.runfiles import read_summary, summary_path
 from abtune.runs import Run
-from abtune.study import results, stats
+from abtune.study import recommendation, results, stats
 from abtune.study.definition import stored_spec, stored_study_dir
 from abtune.study.pool import JobPool
-from abtune.study.ranking import Rule, chosen_trials
+from abtune.study.ranking import Rule
 from abtune.study.repeats import repeat_seed, seed_dir
 from abtune.study.space import ddp_reference_config
 from abtune.study.spec import StudySpec
@@ -75,11 +75,21 @@ def subjects(study: optuna.Study, top: int, rule: Rule) -> list[Subject]:
         raise ConfigError(f"study {study.study_name} has no finished reference trial (paper defaults, DDP) to "
                           "compare with; run it with references enabled")
     chosen: dict[int, Subject] = {}
-    for trial, role in [(t, "candidate") for t in chosen_trials(study, top, rule)] + [(paper, PAPER_DEFAULTS),
-                                                                                       (ddp, DDP)]:
+    for trial, role in [(t, "candidate") for t in _candidates(study, top, rule)] + [(paper, PAPER_DEFAULTS),
+                                                                                     (ddp, DDP)]:
         if trial is not None:
             chosen.setdefault(trial.number, Subject(trial)).roles.append(role)
     return list(chosen.values())
+
+
+def _candidates(study: optuna.Study, top: int, rule: Rule) -> list[FrozenTrial]:
+    """The first K of the search's recommendation (the search's values, whatever was confirmed before)."""
+    answer = recommendation.decide(study, rule, search_only=True)
+    if answer is None:
+        recommendation.require(study, rule)  # says why there is none
+    assert answer is not None
+    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+    return [by_number[n] for n in recommendation.top(study, answer, top)]
 
 
 def confirmation_seeds(spec: StudySpec, count: int) -> list[int]:
@@ -137,28 +147,39 @@ def confirmation_metrics(spec: StudySpec) -> list[str]:
 
 def seed_values(folder: Path, seeds: list[int], metrics: list[str]) -> dict[str, list[float]]:
     attrs = [results.result_attrs(read_summary(seed_dir(folder, s)), 0.0) for s in seeds]
-    return {m: [float(a[m]) for a in attrs] for m in metrics}
+    values = {m: [float(a[m]) for a in attrs] for m in metrics}
+    images = attrs[0].get(results.VALIDATION_IMAGES)
+    if images:
+        values[results.VALIDATION_IMAGES] = [float(images)]
+    return values
 
 
 def record(subject: Subject, values: dict[str, list[float]], references: dict[str, dict[str, list[float]]],
-           spec: StudySpec, seeds: list[int], folder: Path) -> dict[str, Any]:
-    """What is stored for one configuration: per metric its seeds' values and spread, and the paired tests."""
+           spec: StudySpec, seeds: list[int], folder: Path, margin: float) -> dict[str, Any]:
+    """What is stored for one configuration: per metric its seeds' values, spread and interval (as the sample
+    allows: study/stats.py), and the paired tests with their verdicts in words."""
+    images = int(values[results.VALIDATION_IMAGES][0]) if results.VALIDATION_IMAGES in values else None
+    series_of = {m: v for m, v in values.items() if m != results.VALIDATION_IMAGES}
     metrics = {}
-    for metric, series in values.items():
+    for metric, series in series_of.items():
         spread = stats.spread(series)
-        metrics[metric] = {"values": series, "mean": spread.mean, "std": spread.std, "low": spread.low,
-                           "high": spread.high}
+        low, high = stats.interval(series, images if metric == "top1" else None)
+        metrics[metric] = {"values": series, "mean": spread.mean, "std": spread.std, "low": low, "high": high,
+                           "exact": len(series) > 1 and spread.std == 0}
     versus = {}
     for role, reference in references.items():
         if role in subject.roles:
             continue
         versus[role] = {}
-        for metric, series in values.items():
+        for metric, series in series_of.items():
             test = stats.paired(series, reference[metric])
-            versus[role][metric] = {"diff": test.diff, "t": test.t, "p": test.p, "significant": test.significant}
+            versus[role][metric] = {"diff": test.diff, "t": test.t, "p": test.p, "significant": test.significant,
+                                    "n": test.n, "verdict": test.verdict(OBJECTIVES[metric].maximize)}
+            if metric == "top1" and role == DDP:
+                versus[role][metric]["seeds_needed"] = stats.seeds_to_resolve(series, reference[metric], margin)
     return {"trial": subject.trial.number, "name": subject.name, "roles": subject.roles, "seeds": seeds,
-            "folder": str(folder), "metrics": metrics, "versus": versus,
-            "values": [metrics[m]["mean"] for m in spec.objectives], "test": stats.TEST_NAME}
+            "folder": str(folder), "metrics": metrics, "versus": versus, "validation_images": images,
+            "margin": margin, "values": [metrics[m]["mean"] for m in spec.objectives], "test": stats.TEST_NAME}
 
 
 def confirm(storage: Any, name: str, top: int, seeds_count: int, rule: Rule, launcher: Launcher, parallel: int,
@@ -174,7 +195,8 @@ def confirm(storage: Any, name: str, top: int, seeds_count: int, rule: Rule, lau
     metrics = confirmation_metrics(spec)
     values = {s.trial.number: seed_values(s.folder(study_dir), seeds, metrics) for s in chosen}
     references = {role: values[s.trial.number] for s in chosen for role in s.roles if role in LABELS}
-    records = [record(s, values[s.trial.number], references, spec, seeds, s.folder(study_dir)) for s in chosen]
+    records = [record(s, values[s.trial.number], references, spec, seeds, s.folder(study_dir), rule.margin)
+               for s in chosen]
     table = markdown_table(name, records, metrics, seeds)
     out = study_dir / CONFIRM_DIR
     files = write_files(out, table, records, metrics)
@@ -192,6 +214,9 @@ def confirm(storage: Any, name: str, top: int, seeds_count: int, rule: Rule, lau
 
 
 # --- showing it -------------------------------------------------------------------------------------
+HEADERS = ("configuration", "mean ± std", "95% interval", "vs paper defaults", "vs DDP")
+
+
 def _number(metric: str, value: float, signed: bool = False) -> str:
     objective = OBJECTIVES[metric]
     if not math.isfinite(value):
@@ -199,34 +224,82 @@ def _number(metric: str, value: float, signed: bool = False) -> str:
     return f"{value / objective.scale:{'+' if signed else ''}.{objective.digits}f}"
 
 
-def _versus(metric: str, test: dict[str, Any] | None) -> str:
+def _interval(metric: str, m: dict[str, Any]) -> str:
+    if m.get("exact"):
+        return "exact (same every seed)"
+    if not (math.isfinite(m["low"]) and math.isfinite(m["high"])):
+        return f"- ({len(m['values'])} seeds; an interval needs {stats.MIN_SEEDS})"
+    shown = f"[{_number(metric, m['low'])}, {_number(metric, m['high'])}]"
+    return shown + (" (validation images only)" if len(m["values"]) < stats.MIN_SEEDS else "")
+
+
+def _versus(metric: str, test: dict[str, Any] | None, margin: float) -> str:
     if test is None:
         return "-"
-    mark = " *" if test["significant"] else ""
+    n = test.get("n", stats.MIN_SEEDS)
+    text = f"{_number(metric, test['diff'], signed=True)}: {test.get('verdict', '')}"
     if not math.isfinite(test["t"]):  # every seed gave the same difference (traffic is deterministic)
-        return f"{_number(metric, test['diff'], signed=True)} (same every seed){mark}"
-    return f"{_number(metric, test['diff'], signed=True)} (t {test['t']:.2f}, p {test['p']:.3f}){mark}"
+        return text + " (same every seed)"
+    if n < stats.MIN_SEEDS:
+        text += f" ({n} seeds; a test needs {stats.MIN_SEEDS})"
+    else:
+        text += f" (t {test['t']:.2f}, p {test['p']:.3f})" + (" *" if test["significant"] else "")
+    needed = test.get("seeds_needed")
+    if needed is not None and test.get("verdict") == stats.CANNOT_TELL:
+        text += f"; about {needed} seeds would resolve {margin:g}"
+    return text
+
+
+def _rows(records: list[dict[str, Any]], metric: str) -> list[list[str]]:
+    rows = []
+    for entry in records:
+        m = entry["metrics"][metric]
+        margin = entry.get("margin", 0.01)
+        rows.append([entry["name"], f"{_number(metric, m['mean'])} ± {_number(metric, m['std'])}", _interval(metric, m),
+                     _versus(metric, entry["versus"].get(PAPER_DEFAULTS, {}).get(metric), margin),
+                     _versus(metric, entry["versus"].get(DDP, {}).get(metric), margin)])
+    return rows
+
+
+def _heading(name: str, records: list[dict[str, Any]], seeds: list[int]) -> list[str]:
+    images = records[0].get("validation_images") if records else None
+    scored = (f"top-1 intervals: Wilson over {images} validation images a seed, widened to the seeds' t-interval "
+              f"from {stats.MIN_SEEDS} seeds, within [0, 1]") if images else "top-1 intervals: the seeds' t-interval"
+    return [f"Confirmation of study {name}: {len(records)} configuration(s) x {plural(len(seeds), 'fresh seed')} "
+            f"({', '.join(map(str, seeds))})",
+            f"Test: {stats.TEST_NAME}; * = significant (p < {stats.ALPHA:.2f}, from {stats.MIN_SEEDS} seeds with a "
+            f"spread); difference = row - reference; {scored}."]
+
+
+def _title(metric: str) -> str:
+    objective = OBJECTIVES[metric]
+    unit = f" ({objective.unit})" if objective.unit else ""
+    return f"{metric}{unit}, {objective.direction}"
 
 
 def markdown_table(name: str, records: list[dict[str, Any]], metrics: list[str], seeds: list[int]) -> str:
-    lines = [f"Confirmation of study {name}: {len(records)} configuration(s) x {plural(len(seeds), 'fresh seed')} "
-             f"({', '.join(map(str, seeds))})",
-             f"Test: {stats.TEST_NAME}; * = significant (p < {stats.ALPHA:.2f}); difference = row - reference.", ""]
+    """The confirmation as markdown: the file beside the runs and the MLflow artifact."""
+    lines = [*_heading(name, records, seeds), ""]
     for metric in metrics:
-        objective = OBJECTIVES[metric]
-        unit = f" ({objective.unit})" if objective.unit else ""
-        lines += [f"### {metric}{unit}, {objective.direction}", "",
-                  "| configuration | mean ± std | 95% interval | vs paper defaults | vs DDP |",
-                  "| --- | --- | --- | --- | --- |"]
-        for entry in records:
-            m = entry["metrics"][metric]
-            interval = f"[{_number(metric, m['low'])}, {_number(metric, m['high'])}]"
-            cells = [entry["name"], f"{_number(metric, m['mean'])} ± {_number(metric, m['std'])}", interval,
-                     _versus(metric, entry["versus"].get(PAPER_DEFAULTS, {}).get(metric)),
-                     _versus(metric, entry["versus"].get(DDP, {}).get(metric))]
-            lines.append("| " + " | ".join(cells) + " |")
+        lines += [f"### {_title(metric)}", "", "| " + " | ".join(HEADERS) + " |", "| --- " * len(HEADERS) + "|"]
+        lines += ["| " + " | ".join(cells) + " |" for cells in _rows(records, metric)]
         lines.append("")
     return "\n".join(lines)
+
+
+def print_confirmation(name: str, records: list[dict[str, Any]]) -> None:
+    """The confirmation on the terminal, through the project's table helper."""
+    from abtune import tables
+
+    console = tables.console()
+    metrics = list(records[0]["metrics"]) if records else []
+    for line in _heading(name, records, records[0]["seeds"] if records else []):
+        console.print(line)
+    columns = [tables.Column(HEADERS[0], justify="left"), tables.Column(HEADERS[1]), tables.Column(HEADERS[2]),
+               tables.Column(HEADERS[3], tables.KEY, "left", wrap=True),
+               tables.Column(HEADERS[4], justify="left", wrap=True)]
+    for metric in metrics:
+        tables.print_table(console, _title(metric), columns, _rows(records, metric))
 
 
 def write_files(out: Path, table: str, records: list[dict[str, Any]], metrics: list[str]) -> list[Path]:

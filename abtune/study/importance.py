@@ -1,10 +1,12 @@
 """Which searched parameters mattered: Optuna's importances per objective, and parameters that changed nothing.
 
-Importances are Optuna's own (`optuna.importance.get_param_importances`, its default evaluator), one
-set per objective, over the completed search trials (the paper-defaults reference included, DDP not).
+Importances are Optuna's own (`optuna.importance.get_param_importances`, its default evaluator fANOVA,
+seeded), one set per objective, over the completed search trials (the paper-defaults reference included, DDP not).
 They need two such trials and a searched parameter that took two values; an objective that was the
 same in every trial (or finite in fewer than two) gets none: Optuna would share it out equally, as
-if every parameter mattered alike.
+if every parameter mattered alike. Each importance carries a p-value against a permutation baseline
+(`against_shuffled`): a few trials give every parameter about 1/P of the credit whatever drove the
+results, and such importances are indistinguishable from shuffled values, not a ranking.
 
 A searched parameter is **inert** when it took at least two distinct values among those trials and
 the quantity it drives was the same in every one of them:
@@ -22,6 +24,7 @@ carries an untested value to the scaling runs.
 from __future__ import annotations
 
 import math
+import random
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +39,7 @@ from abtune.study import results
 from abtune.study.spec import StudySpec, parse_study_spec
 
 RANK_PARAMS = ("method.sigma_cutoff", "method.rank_cap")
+PERMUTATIONS = 19  # shufflings of an objective's values: the baseline an importance must beat (p <= 0.05)
 SCHEDULE_PARAMS = ("method.warmup_frac", "method.ab_frac", "method.rebound_frac", "method.lr_rebound_frac")
 
 
@@ -108,22 +112,50 @@ def importances(trials: Sequence[FrozenTrial], objectives: Sequence[str]) -> dic
     if not any(len({_frozen(t.params[n]) for t in searched if n in t.params}) > 1 for n in names):
         raise ValueError(f"no searched parameter took two values in the {len(searched)} completed search trials")
     by_objective: dict[str, dict[str, float]] = {}
+    for objective in objectives:
+        if unranked(trials, objective) is not None:
+            continue
+        scored = [t for t in searched if _finite(t.user_attrs.get(objective))]
+        by_objective[objective] = _importances_of(scored, [float(t.user_attrs[objective]) for t in scored], objective)
+    return by_objective
+
+
+def _importances_of(trials: Sequence[FrozenTrial], values: Sequence[float], objective: str) -> dict[str, float]:
+    """Optuna's importances (fANOVA, seeded) of the trials' parameters for `values`, one per trial."""
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "new study created in memory" line per objective
     try:
-        for objective in objectives:
-            if unranked(trials, objective) is not None:
-                continue
-            scored = [t for t in searched if _finite(t.user_attrs.get(objective))]
-            copy = optuna.create_study(direction=OBJECTIVES[objective].direction)
-            copy.add_trials([optuna.trial.create_trial(params=t.params, distributions=t.distributions,
-                                                       value=float(t.user_attrs[objective])) for t in scored])
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # experimental-feature notes of the evaluator
-                by_objective[objective] = dict(optuna.importance.get_param_importances(copy))
+        copy = optuna.create_study(direction=OBJECTIVES[objective].direction)
+        copy.add_trials([optuna.trial.create_trial(params=t.params, distributions=t.distributions, value=v)
+                         for t, v in zip(trials, values, strict=True)])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # experimental-feature notes of the evaluator
+            evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
+            return dict(optuna.importance.get_param_importances(copy, evaluator=evaluator))
     finally:
         optuna.logging.set_verbosity(verbosity)
-    return by_objective
+
+
+def against_shuffled(trials: Sequence[FrozenTrial], observed: dict[str, dict[str, float]],
+                     permutations: int = PERMUTATIONS) -> dict[str, dict[str, float]]:
+    """Each importance's p-value against a permutation baseline: the share of `permutations` shufflings of the
+    objective's values over the trials (parameters kept) that credit the parameter at least as much, counting
+    the observed one; with 19 shufflings p <= 0.05 only when it beats every one of them."""
+    searched = _with_params(trials)
+    shuffle = random.Random(0).shuffle
+    p_values: dict[str, dict[str, float]] = {}
+    for objective, by_param in observed.items():
+        scored = [t for t in searched if _finite(t.user_attrs.get(objective))]
+        values = [float(t.user_attrs[objective]) for t in scored]
+        beaten = dict.fromkeys(by_param, 0)
+        for _ in range(permutations):
+            shuffled = list(values)
+            shuffle(shuffled)
+            null = _importances_of(scored, shuffled, objective)
+            for param, importance in by_param.items():
+                beaten[param] += null.get(param, 0.0) >= importance
+        p_values[objective] = {p: (1 + n) / (1 + permutations) for p, n in beaten.items()}
+    return p_values
 
 
 def unranked(trials: Sequence[FrozenTrial], objective: str) -> str | None:
@@ -168,6 +200,9 @@ def analysis(trials: Sequence[FrozenTrial], space: Sequence[str], objectives: Se
         report["importances"] = None
         report["importances_missing"] = str(error).splitlines()[0][:200]
         return report
+    if report["importances"] is not None:
+        report["p_values"] = against_shuffled(trials, report["importances"])
+        report["permutations"] = PERMUTATIONS
     skipped = {o: reason for o in objectives if (reason := unranked(trials, o)) is not None}
     if skipped:
         report["importances_skipped"] = skipped  # objectives left out of the importances, and why

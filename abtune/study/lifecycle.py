@@ -57,8 +57,10 @@ def validate(spec: StudySpec, source: str) -> dict[str, Any] | None:
     return paper_default_params(spec, distributions, source)
 
 
-def create(path: Path, name: str | None, url: str, force: bool) -> tuple[str, bool]:
-    """Create the study from a study file; returns (name, created). An identical study is left as is."""
+def create(path: Path, name: str | None, url: str, force: bool,
+           warm_start: optuna.Study | None = None) -> tuple[str, bool]:
+    """Create the study from a study file; returns (name, created). An identical study is left as is.
+    `warm_start`: a finished study whose picks and front are enqueued first (study/warm.py)."""
     spec = load_study_spec(path)
     name = name or spec.name or path.stem
     spec = parse_study_spec({**spec.model_dump(mode="json"), "name": name}, str(path))
@@ -68,6 +70,9 @@ def create(path: Path, name: str | None, url: str, force: bool) -> tuple[str, bo
         if not storage.get_all_trials(storage.get_study_id_from_name(name)):  # perhaps being created right now
             _await_definition(storage, name, url)
         if _same_definition(storage, name, spec):
+            return name, False
+        if _same_definition(storage, name, spec, but_budget=True):  # a new budget: the trials stay
+            set_budget(storage, name, spec.trials)
             return name, False
         if not force:
             raise ConfigError(f"study {name!r} already exists in {redact(absolute_url(url))} with a different "
@@ -88,6 +93,10 @@ def create(path: Path, name: str | None, url: str, force: bool) -> tuple[str, bo
     stored["storage"] = redact(stored["storage"]) if stored["storage"] else None
     study.set_user_attr(SPEC_ATTR, stored)
     study.set_user_attr(STUDY_DIR_ATTR, str(study_dir))
+    if warm_start is not None:
+        from abtune.study import warm
+
+        warm.enqueue(study, warm_start, build_distributions(spec, str(path)))
     if paper_params is not None:
         study.enqueue_trial(paper_params, user_attrs={REFERENCE_ATTR: PAPER_DEFAULTS, ATTEMPT_ATTR: 0})
     if spec.references.ddp:
@@ -114,11 +123,35 @@ def _exists(storage: BaseStorage, name: str) -> bool:
     return True
 
 
-def _same_definition(storage: BaseStorage, name: str, spec: StudySpec) -> bool:
+def _same_definition(storage: BaseStorage, name: str, spec: StudySpec, but_budget: bool = False) -> bool:
     attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
     if SPEC_ATTR not in attrs:
         return False
-    return parse_study_spec(attrs[SPEC_ATTR], name).definition() == spec.definition()
+    stored, wanted = parse_study_spec(attrs[SPEC_ATTR], name).definition(), spec.definition()
+    if but_budget:
+        stored["trials"] = wanted["trials"]
+    return stored == wanted
+
+
+def budget(storage: BaseStorage, name: str) -> int:
+    return int(storage.get_study_user_attrs(storage.get_study_id_from_name(name))[SPEC_ATTR]["trials"])
+
+
+def set_budget(storage: BaseStorage, name: str, trials: int) -> None:
+    """The study's trial budget (reference trials included) becomes `trials`; every trial is kept. A budget
+    below the trials already counted leaves nothing to run (the next `study run` says so)."""
+    study_id = storage.get_study_id_from_name(name)
+    stored = dict(storage.get_study_user_attrs(study_id)[SPEC_ATTR])
+    storage.set_study_user_attr(study_id, SPEC_ATTR, {**stored, "trials": trials})
+
+
+def add_trials(storage: BaseStorage, name: str, count: int) -> tuple[int, int]:
+    """Raise the study's budget by `count` trials, keeping every trial; returns (old, new) budget."""
+    if count < 1:
+        raise ConfigError(f"--add-trials must be at least 1, got {count}")
+    old = budget(storage, name)
+    set_budget(storage, name, old + count)
+    return old, old + count
 
 
 def delete(storage: BaseStorage, name: str) -> Path | None:

@@ -3,10 +3,11 @@
 same default, set with `--rule` and `--margin` on each).
 
 One objective: the top K by it. Several: K of the Pareto front, ranked by the rule:
-- `within-margin` (the default): the front's trials within `margin` top-1 of its best top-1, best on
-  the study's other objective first (least inter-node bytes), then the rest of the front by top-1. A
-  point of top-1 is within the seed-to-seed spread of a small study, so the default margin (0.01) trades
-  noise for traffic;
+- `within-margin` (the default): the front's trials within `margin` top-1 of DDP's top-1 measured in the
+  same study (study/recommendation.py passes it; without a DDP reference, of the front's best top-1),
+  best on the study's other objective first (least inter-node bytes), then the rest of the front by
+  top-1. A point of top-1 is within the seed-to-seed spread of a small study, so the default margin
+  (0.01) trades noise for traffic;
 - `best-accuracy`: by the first maximized objective (top-1);
 - `least-traffic`: by the first minimized objective;
 - `knee`: by distance to the ideal point once every objective is scaled to [0, 1] over the front.
@@ -20,9 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-import optuna
 from optuna.study import StudyDirection
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from abtune.attrs import DDP, REFERENCE_ATTR
 from abtune.errors import ConfigError
@@ -47,8 +47,9 @@ class Rule:
         if not (math.isfinite(self.margin) and 0 <= self.margin < 1):
             raise ConfigError(f"--margin must be a top-1 difference in [0, 1), e.g. 0.01 for one point; got {self.margin}")
 
-    def describe(self, objectives: Sequence[str]) -> str:
-        """The rule in words, for a study of `objectives` (Optuna's metric names, top-1 first)."""
+    def describe(self, objectives: Sequence[str], against: str = "DDP's top-1") -> str:
+        """The rule in words, for a study of `objectives` (Optuna's metric names, top-1 first); `against`: what
+        `within-margin` holds the trials against."""
         named = [OBJECTIVES[o] for o in objectives if o in OBJECTIVES]
         top1 = next((o for o in named if o.maximize), None)
         other = next((o for o in named if o is not top1), None)
@@ -56,8 +57,8 @@ class Rule:
         default = " (the default)" if self == Rule() else ""
         if self.name == "within-margin" and top1 and other:
             best = "least" if not other.maximize else "highest"
-            return (f"{self.name}{default}: of the Pareto front's trials within {self.margin:g} {top1.label} of its "
-                    f"best, the one with the {best} {other.label}")
+            return (f"{self.name}{default}: of the Pareto front's trials within {self.margin:g} {top1.label} of "
+                    f"{against}, the one with the {best} {other.label}")
         if self.name == "best-accuracy" and top1:
             return f"{self.name}{default}: the Pareto front's highest {top1.label}"
         if self.name == "least-traffic" and first_min:
@@ -71,20 +72,6 @@ DEFAULT_RULE = Rule()
 def directions_of(objectives: Sequence[str]) -> list[StudyDirection]:
     """Optuna's directions of abtune objectives, by name."""
     return [StudyDirection.MAXIMIZE if OBJECTIVES[o].maximize else StudyDirection.MINIMIZE for o in objectives]
-
-
-def chosen_trials(study: optuna.Study, top: int, rule: Rule = DEFAULT_RULE) -> list[FrozenTrial]:
-    """The top K finished trials of the search by `rule` (what is promoted without a confirmation)."""
-    if top < 1:
-        raise ConfigError(f"--top must be at least 1, got {top}")
-    finished = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if promotable(t)]
-    if not finished:
-        counts = _state_counts(study)
-        raise ConfigError(f"study '{study.study_name}' has no finished trials ({counts}); "
-                          "run the study first or choose another one")
-    if len(study.directions) == 1:
-        return top_single(finished, study.direction, top, study.study_name)
-    return _top_pareto(study, finished, top, rule)
 
 
 def pareto_front(trials: list[FrozenTrial], directions: list[StudyDirection]) -> list[FrozenTrial]:
@@ -103,14 +90,6 @@ def promotable(trial: FrozenTrial) -> bool:
     return trial.user_attrs.get(REFERENCE_ATTR) != DDP and (searched is None or METHOD_CONFIGS[searched].promotable)
 
 
-def _state_counts(study: optuna.Study) -> str:
-    trials = study.get_trials(deepcopy=False)
-    if not trials:
-        return "it has no trials at all"
-    states = sorted({t.state.name for t in trials})
-    return ", ".join(f"{sum(t.state.name == s for t in trials)} {s.lower()}" for s in states)
-
-
 def top_single(trials: list[FrozenTrial], direction: StudyDirection, top: int, name: str) -> list[FrozenTrial]:
     if top > len(trials):
         raise ConfigError(f"--top {top}: study '{name}' has only {len(trials)} finished trial(s) "
@@ -119,21 +98,14 @@ def top_single(trials: list[FrozenTrial], direction: StudyDirection, top: int, n
     return sorted(trials, key=lambda t: (t.value, -t.number if reverse else t.number), reverse=reverse)[:top]
 
 
-def _top_pareto(study: optuna.Study, finished: list[FrozenTrial], top: int, rule: Rule) -> list[FrozenTrial]:
-    numbers = {t.number for t in finished}
-    front = [t for t in study.best_trials if t.number in numbers]
-    if top > len(front):
-        raise ConfigError(f"--top {top}: the Pareto front of study '{study.study_name}' holds only "
-                          f"{len(front)} trial(s); ask for fewer")
-    return rank_front(front, list(study.directions), rule)[:top]
-
-
-def rank_front(front: list[FrozenTrial], directions: list[StudyDirection], rule: Rule) -> list[FrozenTrial]:
-    """The front ranked by `rule` (see the module); top-1 is the first maximized objective."""
+def rank_front(front: list[FrozenTrial], directions: list[StudyDirection], rule: Rule,
+               anchor: float | None = None) -> list[FrozenTrial]:
+    """The front ranked by `rule` (see the module); top-1 is the first maximized objective. `anchor`: the
+    top-1 `within-margin` holds the trials against (DDP's); None: the front's best."""
     if rule.name == "knee":
         return sorted(front, key=lambda t: (_distance_to_ideal(t, front, directions), t.number))
     if rule.name == "within-margin":
-        return _within_margin(front, directions, rule.margin)
+        return _within_margin(front, directions, rule.margin, anchor)
     wanted = StudyDirection.MAXIMIZE if rule.name == "best-accuracy" else StudyDirection.MINIMIZE
     if wanted not in directions:
         raise ConfigError(f"--rule {rule.name}: the study has no {wanted.name.lower()}d objective; "
@@ -145,15 +117,16 @@ def _by_objective(trials: list[FrozenTrial], directions: list[StudyDirection], i
     return sorted(trials, key=lambda t: (-_score(t, directions, index), t.number))
 
 
-def _within_margin(front: list[FrozenTrial], directions: list[StudyDirection], margin: float) -> list[FrozenTrial]:
-    """Within `margin` of the best top-1: best on the other objective first (ties: higher top-1); then the
-    rest by top-1."""
+def _within_margin(front: list[FrozenTrial], directions: list[StudyDirection], margin: float,
+                   anchor: float | None) -> list[FrozenTrial]:
+    """Within `margin` of `anchor` (else of the best top-1): best on the other objective first (ties: higher
+    top-1); then the rest by top-1."""
     if StudyDirection.MAXIMIZE not in directions:
         raise ConfigError(f"--rule within-margin: the study has no maximized objective (top-1); choose one of "
                           f"{', '.join(RULES)}")
     top1 = directions.index(StudyDirection.MAXIMIZE)
     other = next(i for i in range(len(directions)) if i != top1)
-    best = max(t.values[top1] for t in front)
+    best = max(t.values[top1] for t in front) if anchor is None else anchor
     near = [t for t in front if t.values[top1] >= best - margin - 1e-12]
     far = [t for t in front if t not in near]
     near.sort(key=lambda t: (-_score(t, directions, other), -t.values[top1], t.number))

@@ -1,7 +1,7 @@
 """What a trial's run produced, in the study's terms; the budget; the Pareto front.
 
 Every objective of abtune/objectives.py is stored on the trial under its name, optimized or not.
-Beside them: `best_top1`, `ecr` (equation 4's estimated communication reduction (%) from the
+Beside them: `best_top1`, `validation_images`, `ecr` (equation 4's estimated communication reduction (%) from the
 compression, recorded, not optimized), the steps done, whether it stopped early, its wall seconds.
 """
 
@@ -26,7 +26,8 @@ from abtune.attrs import (
 from abtune.objectives import OBJECTIVES, pareto_mask
 from abtune.runfiles import RunSummary
 
-RECORDED_KEYS = ("best_top1", "ecr", "steps_done", "stopped_early", "wall_seconds")
+VALIDATION_IMAGES = "validation_images"  # images of the last evaluation: top-1's resolution is 1 / this
+RECORDED_KEYS = ("best_top1", "ecr", "steps_done", "stopped_early", "wall_seconds", VALIDATION_IMAGES)
 RESULT_KEYS = (*OBJECTIVES, *RECORDED_KEYS)
 # What AB decided (abtune/attrs.py): stored on the trial, not exported as columns.
 DIAGNOSTIC_KEYS = (FIRST_RANKS_ATTR, SCHEDULE_ATTR)
@@ -41,6 +42,7 @@ def result_attrs(summary: RunSummary, wall_seconds: float) -> dict[str, Any]:
         "steps_done": summary.steps_done,
         "stopped_early": summary.stopped_early,
         "wall_seconds": wall_seconds,
+        VALIDATION_IMAGES: summary.validation_images,
         "first_ranks": summary.first_decomposition_ranks,
         "schedule_steps": summary.schedule,
         "predicted_compute_source": summary.raw.get("predicted", {}).get("compute_source"),

@@ -60,7 +60,7 @@ from abtune.redact import redact
 from abtune.rundir import UnwritableFolder, check_writable
 from abtune.runfiles import CONFIG_FILE
 from abtune.runs import FAILED, FINISHED, KILLED, Run
-from abtune.study import importance, reattach, repeats, results, retries, stop, workers
+from abtune.study import importance, reattach, recommendation, repeats, results, retries, stop, workers
 from abtune.study.definition import open_search_study, stored_study_dir
 from abtune.study.display import RunDisplay
 from abtune.study.space import build_distributions
@@ -177,6 +177,8 @@ class StudyRunner:
                 if self.stopping:
                     self._detach_surviving_jobs()
                     self._cancel_all()
+            # the study's answer as the trials left it, on its MLflow run and dashboard note (study/recommendation.py)
+            recommendation.publish(self.study, recommendation.current(self.study), self.tracking, self.parent_run)
         finally:
             signal.signal(signal.SIGINT, previous)
             self._close_ended_runs()

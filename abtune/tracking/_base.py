@@ -82,6 +82,9 @@ class Tracking:
     def log_metrics(self, run_id: str | None, metrics: dict[str, float]) -> None:
         """Log values (step 0) into a run, e.g. the means and spreads of a repeated trial."""
 
+    def set_tags(self, run_id: str | None, tags: dict[str, str]) -> None:
+        """Set tags on a run (best effort), e.g. the study's recommendation on its parent run."""
+
     def study_parent_run(self, study_name: str, storage: str) -> str | None:
         """The parent run of a study (one experiment per study), created once, found again on resume."""
         return None

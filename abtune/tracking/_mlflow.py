@@ -197,6 +197,16 @@ class MlflowTracking(Tracking):
         except Exception as error:  # the values are in the study's storage; the record is a convenience
             self._lost(error)
 
+    def set_tags(self, run_id: str | None, tags: dict[str, str]) -> None:
+        if run_id is None or not tags:
+            return
+        from mlflow.entities import RunTag
+
+        try:
+            self.client.log_batch(run_id, tags=[RunTag(k, redact(v)) for k, v in tags.items()])
+        except Exception as error:  # the study's storage holds the same; the record is a convenience
+            _warn(f"could not tag MLflow run {run_id} at {self.describe()}: {_first_line(error)}")
+
     def _experiment_id(self, name: str) -> str:
         from mlflow.exceptions import MlflowException
 

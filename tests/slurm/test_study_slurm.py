@@ -111,7 +111,7 @@ def test_study_launch_runs_the_budget_on_a_job_array(tmp_path: Path, profile: Pa
     best = run_cli("study", "best", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert re.search(rf"run it again: abtune train \S+/config.yaml --launcher {re.escape(str(profile))}\n", best), best
     again = run_cli(*launch, cwd=tmp_path).stdout
-    assert again.startswith("study tiny has spent its budget of 3 trials; nothing to launch")
+    assert again.startswith("study tiny: budget spent (3 trials), nothing launched; add trials with")
     assert len(trials_of(url)) == len(everything)
 
     # the storage URL reached the jobs through their environment only: in no script, no pickle

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 
+import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console
@@ -18,12 +19,10 @@ from abtune.attrs import (
     RETRIED_ATTR,
 )
 from abtune.launch.launchers import describe_job, job_id, launcher_type, recorded_job
-from abtune.study import importance, results, workers
+from abtune.study import importance, recommendation, results, workers
 from abtune.study.definition import stored_spec, stored_study_dir
 from abtune.study.ranking import DEFAULT_RULE, Rule
-from abtune.study.report.best import recommended, search_front, trade
-from abtune.study.report.tables import objective_values
-from abtune.study.spec import StudySpec
+from abtune.study.report.best import print_recommendation
 from abtune.study.stop import worker_jobs
 
 FAILURES_SHOWN = 3  # `study status` lists the latest failed trials with their reasons
@@ -49,7 +48,7 @@ def print_status(storage: BaseStorage, name: str, url: str, rule: Rule = DEFAULT
         if trial.state == TrialState.RUNNING:
             console.print(_running_line(trial, notes.get(trial.number), spec.retries.stale_after_s))
     _print_failures(console, name, trials)
-    _print_recommended_so_far(console, trials, spec, rule)
+    _print_recommended_so_far(console, storage, name, trials, rule)
     for inert in importance.inert_parameters(trials, list(spec.space), importance.shown_objectives(spec)):
         console.print(f"warning: {inert.describe()}")
 
@@ -68,15 +67,14 @@ def _waiting_notes(storage: BaseStorage, study_id: int, trials: list[FrozenTrial
     return notes
 
 
-def _print_recommended_so_far(console: Console, trials: Sequence[FrozenTrial], spec: StudySpec, rule: Rule) -> None:
-    """The trial `study best` would recommend now, its objectives, and the rule that chose it."""
-    best = results.best_trial(trials)
-    if best is None:
+def _print_recommended_so_far(console: Console, storage: BaseStorage, name: str, trials: Sequence[FrozenTrial],
+                              rule: Rule) -> None:
+    """The study's recommendation as `study best` prints it."""
+    if results.best_trial(trials) is None:
         return
-    chosen, why = recommended(best, search_front(trials, spec), spec, rule)
-    console.print(f"recommended so far: trial {chosen.number} ({objective_values(chosen, spec)}), chosen by {why}")
-    if chosen.number != best.number:
-        console.print(trade(chosen, best, spec))
+    answer = recommendation.current(optuna.load_study(study_name=name, storage=storage), rule)
+    if answer is not None:
+        print_recommendation(console, answer, rule, lead="recommended so far")
 
 
 def _running_line(trial: FrozenTrial, note: str | None, stale_after_s: float) -> str:
