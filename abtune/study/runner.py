@@ -59,7 +59,7 @@ from abtune.redact import redact
 from abtune.rundir import UnwritableFolder, check_writable
 from abtune.runfiles import CONFIG_FILE
 from abtune.runs import FAILED, FINISHED, KILLED, Run
-from abtune.study import importance, reattach, repeats, results, retries, stop, workers
+from abtune.study import importance, parent_run, ranking, reattach, repeats, results, retries, stop, workers
 from abtune.study.definition import open_search_study, stored_study_dir
 from abtune.study.display import RunDisplay
 from abtune.study.space import build_distributions
@@ -161,6 +161,7 @@ class StudyRunner:
         self.trial_env = storage_environment(url)  # the pruning hook's storage; never in a file
         self.tracking = tracking or Tracking()
         self.parent_run = self.tracking.study_parent_run(name, redact(absolute_url(url)))
+        self._describe_study(self.all_trials())
 
     # --- the loop -----------------------------------------------------------------------------
     def run(self) -> bool:
@@ -193,8 +194,23 @@ class StudyRunner:
         started = time.monotonic()
         trials = self.all_trials()
         analysis = importance.analysis(trials, list(self.spec.space), importance.shown_objectives(self.spec))
-        self.tracking.update_study_artifacts(self.parent_run, trials, self.study.metric_names, analysis)
+        self.tracking.update_study_artifacts(self.parent_run, trials, self.study.metric_names, analysis,
+                                             recommended=self._recommended())
+        self._describe_study(trials)
         self.storage.set_study_system_attr(self.study_id, ARTIFACTS_COST_ATTR, time.monotonic() - started)
+
+    def _describe_study(self, trials: list[FrozenTrial]) -> None:
+        if self.parent_run is not None:
+            self.tracking.describe_study(self.parent_run, parent_run.study_description(self.study.study_name, self.spec),
+                                         parent_run.study_params(self.spec), parent_run.study_progress(trials),
+                                         results.finished_count(trials))
+
+    def _recommended(self) -> int | None:
+        """The number of the trial the study recommends now (None before one finished)."""
+        try:
+            return ranking.chosen_trials(self.study, 1)[0].number
+        except ConfigError:
+            return None
 
     def _step(self) -> bool:
         for active in list(self.active):

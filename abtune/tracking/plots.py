@@ -258,6 +258,10 @@ def _draw_front(axis: Any, points: list[dict[str, Any]], y: Objective, x: Object
         axis.scatter(*_xy(others, y, x), c="0.6", s=20, label=f"{hidden}other trials")
     # A front on two objectives is a staircase in this plane; on more, its trials' shadows here are not
     axis.plot(*_xy(front, y, x), "o-" if front_label == FRONT else "o", c="tab:blue", label=f"{hidden}{front_label}")
+    chosen = [p for p in points if p.get("recommended")]
+    if chosen:  # a ring around the point, so the point's own marker (front, reference) still shows
+        axis.scatter(*_xy(chosen, y, x), marker="o", s=320 if legend else 240, facecolors="none",
+                     edgecolors="tab:orange", linewidths=2, zorder=6, label=f"{hidden}recommended (trial {_numbers(chosen)})")
     for kind, (marker, color, text) in REFERENCE_STYLE.items():
         marked = [p for p in points if p["reference"] == kind]
         if marked:
