@@ -59,7 +59,18 @@ from abtune.redact import redact
 from abtune.rundir import UnwritableFolder, check_writable
 from abtune.runfiles import CONFIG_FILE
 from abtune.runs import FAILED, FINISHED, KILLED, Run
-from abtune.study import importance, parent_run, ranking, reattach, repeats, results, retries, stop, workers
+from abtune.study import (
+    dashboard_notes,
+    importance,
+    parent_run,
+    ranking,
+    reattach,
+    repeats,
+    results,
+    retries,
+    stop,
+    workers,
+)
 from abtune.study.definition import open_search_study, stored_study_dir
 from abtune.study.display import RunDisplay
 from abtune.study.space import build_distributions
@@ -373,6 +384,7 @@ class StudyRunner:
             attrs[TRAFFIC_EXCESS_ATTR] = attrs["inter_node_bytes"] / 1e6 - budget
         for key, value in attrs.items():
             active.trial.set_user_attr(key, value)
+        dashboard_notes.annotate(active.trial, attrs)
         if budget is not None:  # feasible when <= 0; constrained samplers read it from the trial
             active.trial.set_constraint(TRAFFIC_EXCESS_ATTR, attrs[TRAFFIC_EXCESS_ATTR])
         self._end_tracking(active, FINISHED)
