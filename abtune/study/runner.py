@@ -168,7 +168,7 @@ class StudyRunner:
         self._artifacts_due = 0.0  # time.monotonic() from which trial ends rebuild the study's artifacts
         self._ended_at = 0.0  # time.time() when a trial of this runner last ended (its MLflow run closed)
         self._ended: list[tuple[Active, str]] = []  # trials whose MLflow runs are still to be closed
-        self.display = RunDisplay(name, self.spec)
+        self.display = RunDisplay(name, self.spec, parallel)
         self.trial_env = storage_environment(url)  # the pruning hook's storage; never in a file
         self.tracking = tracking or Tracking()
         self.parent_run = self.tracking.study_parent_run(name, redact(absolute_url(url)))
@@ -232,6 +232,7 @@ class StudyRunner:
                     self._finish(active, result)
                 except optuna.exceptions.UpdateFinishedTrialError:  # two workers re-attached the same job
                     self.display.note(f"trial {active.trial.number} was already finished by another worker")
+        self.display.watch({a.trial.number: a.run_dir for a in self.active})
         self._obey_stop()
         while not self.stopping and len(self.active) < self.parallel and self._may_start():
             self._start()
