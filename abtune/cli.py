@@ -270,6 +270,7 @@ def _train_one(config: RunConfig, run_dir: Path, *, launcher: Launcher, layout: 
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
+    from abtune import prose
     from abtune.promote import campaign as runner
     from abtune.promote.display import print_campaign
     from abtune.promote.plan import parse_nodes, plan_campaign
@@ -289,17 +290,17 @@ def cmd_promote(args: argparse.Namespace) -> int:
     target = load_target(args.to, args.data_root, args.ranks_per_node)
     study = load_study(args.study, resolve_storage_url(args.storage))
     promoted = promoted_from_study(study, args.top, rule)
-    print(chosen_by(study, promoted, rule))
+    prose.say(chosen_by(study, promoted, rule))
     try:
         check_data_root(target, str(args.to))
     except ConfigError as error:
         if not args.dry_run:
             raise
-        print(f"abtune: warning: {error} (a real campaign stops here)", file=sys.stderr)
+        prose.warn(f"{error} (a real campaign stops here)")
     if (basis := selection_basis(study)) is not None:
-        print(f"abtune: warning: {basis}", file=sys.stderr)
+        prose.warn(basis)
     for line in inert_carried(study, promoted):
-        print(f"abtune: warning: {line}", file=sys.stderr)
+        prose.warn(line)
     campaign, configs = plan_campaign(target, str(args.to), promoted, nodes, args.scaling, train_samples(target),
                                       study=args.study)
     check_writable(args.campaign_dir or DEFAULT_RUNS_DIR, "--campaign-dir" if args.campaign_dir else "runs folder")

@@ -13,6 +13,7 @@ from typing import Any
 import optuna
 
 from abtune.attrs import DDP, PAPER_DEFAULTS, REFERENCE_ATTR
+from abtune.prose import readable
 
 MEGA = 1e6
 REFERENCE_TEXT = {DDP: "**DDP reference**: plain DDP in the search's layout, outside the search space; the "
@@ -24,11 +25,6 @@ def readable_attrs(attrs: dict[str, Any]) -> dict[str, float]:
     """The traffic in MB (two decimals), to store beside the bytes."""
     nbytes = attrs.get("inter_node_bytes")
     return {} if nbytes is None else {"inter_node_mb": round(nbytes / MEGA, 2)}
-
-
-def rounded(value: Any) -> str:
-    """A parameter as a person reads it: 4 significant digits."""
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def trial_note(number: int, params: dict[str, Any], attrs: dict[str, Any]) -> str:
@@ -46,7 +42,7 @@ def trial_note(number: int, params: dict[str, Any], attrs: dict[str, Any]) -> st
     if result:
         lines.append("Result: " + ", ".join(result) + ".")
     if params:
-        lines.append("| parameter | value |\n|---|---|\n" + "\n".join(f"| {k} | {rounded(v)} |" for k, v in params.items()))
+        lines.append("| parameter | value |\n|---|---|\n" + "\n".join(f"| {k} | {readable(v)} |" for k, v in params.items()))
     return "\n\n".join(lines)
 
 
