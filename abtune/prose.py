@@ -12,7 +12,7 @@ import os
 import re
 import sys
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
 
 from abtune.tables import UNLIMITED, _is_tty
@@ -56,9 +56,19 @@ def readable(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def shared_section(keys: Iterable[str]) -> str | None:
+    """`method` when every key is `method.<name>` (a header or a list can say it once); else None."""
+    sections = {key.partition(".")[0] if "." in key else None for key in keys}
+    return sections.pop() if len(sections) == 1 and None not in sections else None
+
+
+def short_key(key: str, section: str | None) -> str:
+    """`method.warmup_frac` -> `warmup_frac` when `section` is `method`."""
+    return key.removeprefix(f"{section}.") if section else key
+
+
 def settings(values: Mapping[str, Any]) -> str:
     """`warmup_frac=0.1014, ab_frac=0.0336 (method.*)`: dotted keys that share a section name it once."""
-    sections = {key.partition(".")[0] for key in values if "." in key}
-    shared = sections.pop() if len(sections) == 1 and all("." in key for key in values) else None
-    shown = ", ".join(f"{key.partition('.')[2] if shared else key}={readable(v)}" for key, v in values.items())
-    return f"{shown} ({shared}.*)" if shared else shown
+    section = shared_section(values)
+    shown = ", ".join(f"{short_key(key, section)}={readable(v)}" for key, v in values.items())
+    return f"{shown} ({section}.*)" if section else shown

@@ -12,6 +12,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from abtune import prose
 from abtune.attrs import REFERENCE_ATTR
 from abtune.objectives import OBJECTIVES
 from abtune.study.spec import Dimension, StudySpec
@@ -27,9 +28,10 @@ def study_description(name: str, spec: StudySpec) -> str:
     repeats = f", {spec.repeats} seeds each" if spec.repeats > 1 else ""
     layout = spec.layout
     nodes = layout.nproc // layout.per_node
-    space = ", ".join(f"`{short_name(key)}`" for key in spec.space)
+    section = prose.shared_section(spec.space)
+    space = ", ".join(f"`{prose.short_key(key, section)}`" for key in spec.space) + (f" ({section}.*)" if section else "")
     return (f"**Study {name}**: {goals}.\n\n"
-            f"Searches {space} ({method_prefix(spec.space)}) with {spec.sampler.name}, pruner {spec.pruner.name}.\n\n"
+            f"Searches {space} with {spec.sampler.name}, pruner {spec.pruner.name}.\n\n"
             f"Budget **{spec.trials} trials** (reference trials included{repeats}), {layout.nproc} ranks per trial "
             f"on {nodes} node{'s' if nodes > 1 else ''}{within}.")
 
@@ -63,14 +65,3 @@ def study_progress(trials: Sequence[FrozenTrial]) -> dict[str, float]:
     if search:
         progress[f"{PROGRESS_SECTION}/best top-1"] = round(100 * max(search), 2)
     return progress
-
-
-def short_name(key: str) -> str:
-    """A searched parameter without its section: `method.warmup_frac` -> `warmup_frac`."""
-    return key.partition(".")[2] or key
-
-
-def method_prefix(keys: Sequence[str] | Any) -> str:
-    """What `short_name` left out, said once: `method.*`, or the sections when several."""
-    sections = sorted({key.partition(".")[0] + ".*" for key in keys if "." in key})
-    return ", ".join(sections) if sections else "top-level keys"
