@@ -244,7 +244,7 @@ class MlflowTracking(Tracking):
                 if (run_dir / name).exists():
                     (staging / name).write_text(redact((run_dir / name).read_text()))
             (staging / "plots").mkdir()
-            _write_run_plots(run_dir, staging / "plots")
+            _write_run_plots(run_dir, staging / "plots", self.client.get_run(run_id).info.run_name or "")
             self.client.log_artifacts(run_id, str(staging))
 
     # --- studies ----------------------------------------------------------------------------
@@ -379,17 +379,18 @@ def git_commit() -> str:
     return f"{head}-dirty" if dirty else head
 
 
-def _write_run_plots(run_dir: Path, folder: Path) -> None:
+def _write_run_plots(run_dir: Path, folder: Path, run: str) -> None:
+    """The run's plots, each titled with `run` (its MLflow name: `trial-7 · DDP reference`)."""
     from abtune.tracking import plots
 
     summary = find_summary(run_dir)
     config = load_run_config(run_dir / CONFIG_FILE)
     records = read_metrics(run_dir)
     if records:
-        plots.accuracy_and_loss(records, phase_segments(config, summary), folder / "accuracy_loss.png")
+        plots.accuracy_and_loss(records, phase_segments(config, summary), folder / "accuracy_loss.png", run)
     if summary is not None:
-        plots.traffic_per_phase(summary.raw, folder / "traffic_per_phase.png")
-        plots.spectra(summary.raw, getattr(config.method, "sigma_cutoff", None), folder / "spectra.png")
+        plots.traffic_per_phase(summary.raw, folder / "traffic_per_phase.png", run)
+        plots.spectra(summary.raw, getattr(config.method, "sigma_cutoff", None), folder / "spectra.png", run)
 
 
 def phase_segments(config: RunConfig, summary: RunSummary | None) -> list[tuple[str, int, int]]:
