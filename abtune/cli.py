@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 import yaml
 
+from abtune import prose
 from abtune.config import RunConfig, load_run_config
 from abtune.errors import INTERRUPTED_EXIT, AbtuneError, ConfigError, TrainingFailed
 from abtune.launch.base import Job, Launcher, Layout
@@ -85,7 +86,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _mlflow_line(tracking: Tracking, what: str, experiment: str) -> str:
     where = tracking.describe()
     see = f"open {where}" if where.startswith("http") else f"abtune ui --tracking-uri {where}"
-    return f"MLflow: {what} in experiment {experiment!r} at {where} (see it: {see})"
+    return f"MLflow: {what} in experiment {experiment!r} at {where} (see it: `{see}`)"
 
 
 def _check_before_start(args: argparse.Namespace, config: RunConfig, launcher: Launcher,
@@ -240,11 +241,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
             print(line)
     written = compare.write_outputs(rows, out_dir)
     for path in written:
-        print(f"wrote {path}")
+        prose.say(f"wrote {prose.shown_path(path)}")
     failed = [r.method for r in rows if r.error is not None]
     tracking.finish_group(group, written, FAILED if failed else FINISHED)
     if group is not None:
-        print(_mlflow_line(tracking, f"comparison {group} (a run per method inside it)", experiment))
+        prose.say(_mlflow_line(tracking, f"comparison {group} (a run per method inside it)", experiment))
     if failed:
         raise AbtuneError(f"{', '.join(failed)} failed (see the table); the other results are in {out_dir}")
     return 0
@@ -270,7 +271,6 @@ def _train_one(config: RunConfig, run_dir: Path, *, launcher: Launcher, layout: 
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
-    from abtune import prose
     from abtune.promote import campaign as runner
     from abtune.promote.display import print_campaign
     from abtune.promote.plan import parse_nodes, plan_campaign

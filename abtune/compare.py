@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from abtune import tables
+from abtune import prose, tables
 from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.methods import METHOD_NAMES
@@ -176,7 +176,7 @@ def run_methods(configs: dict[str, RunConfig], out_dir: Path,
     errors: dict[str, str] = {}
     for number, (method, config) in enumerate(configs.items(), start=1):
         run_dir = out_dir / method
-        print(f"compare: training {method} ({number} of {len(configs)}) in {run_dir}", flush=True)
+        prose.say(f"compare: training {method} ({number} of {len(configs)}) in {prose.shown_path(run_dir)}")
         started = time.perf_counter()
         try:
             train(config, run_dir)

@@ -13,6 +13,7 @@ import re
 import sys
 import textwrap
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any, TextIO
 
 from abtune.tables import UNLIMITED, _is_tty
@@ -49,6 +50,14 @@ def say(text: str, stream: TextIO | None = None) -> None:
 
 def warn(text: str) -> None:
     print(wrapped(text, width(sys.stderr), "abtune: warning: "), file=sys.stderr, flush=True)
+
+
+def shown_path(path: Path | str) -> str:
+    """A path as short as it can be read: relative to the current folder when inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except (ValueError, OSError):
+        return str(path)
 
 
 def readable(value: Any) -> str:
