@@ -36,6 +36,9 @@ PLOT_DPI = 120
 LABEL_GAP_PX = 4  # between two tick labels of compare.png's traffic axis
 
 
+UPDATE_COMPRESSING = ("sbc", "powersgd", "fp16")  # their method_ratio is the update's compression
+
+
 @dataclass(frozen=True)
 class ComparisonRow:
     method: str
@@ -336,7 +339,7 @@ def print_table(rows: list[ComparisonRow], wide: bool = False) -> None:
     for r in rows:
         if r.error is not None:
             out.print(f"{r.method} failed: {r.error}")
-    compressing = [r.method for r in rows if r.method_ratio is not None and r.error is None]
+    compressing = [r.method for r in rows if _update_ratio(r) is not None and r.error is None]
     if compressing:
         out.print(f"model compression: the trained model's size against the dense one (1.0:1 for a method that "
                   f"trains the full model); update compression: what {', '.join(compressing)} "
@@ -375,11 +378,17 @@ def _listed(names: list[str]) -> str:
 
 def _cells(r: ComparisonRow, measured: bool, predicted: bool) -> list[str]:
     return [r.method, f"{r.final_top1:.4f}", f"{r.training_inter_node_mb:.3f}", _x(r.inter_node_reduction_vs_ddp),
-            _x(r.compression), "-" if r.method_ratio is None else _x(r.method_ratio),
+            _x(r.compression), "-" if (ratio := _update_ratio(r)) is None else _x(ratio),
             *([_seconds(r.predicted_train_seconds), _seconds(r.predicted_time_to_target_seconds)] if predicted else []),
             _x(r.reduction_vs_ddp), "-" if r.ecr_percent is None else f"{r.ecr_percent:.2f}%", f"{r.train_seconds:.1f}",
             *([_mb(r.measured_inter_node_mb)] if measured else []), f"{r.training_mb:.3f}",
             f"{r.ddp_training_inter_node_mb:.3f}", f"{r.other_mb:.3f}", f"{r.val_loss:.4f}", f"{r.wall_seconds:.1f}"]
+
+
+def _update_ratio(r: ComparisonRow) -> float | None:
+    """What a method compresses each gradient update by (its own figure); None for ddp and ab, which send
+    their gradients whole (ab's own figure is its model's compression)."""
+    return r.method_ratio if r.method in UPDATE_COMPRESSING else None
 
 
 def _mb(value: float | None) -> str:

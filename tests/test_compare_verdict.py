@@ -27,8 +27,9 @@ def test_the_verdict_names_who_dominates_and_who_trades_off() -> None:
 
 def test_sbc_shows_its_update_compression_apart_from_the_models(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(compare.tables, "console", lambda: Console(width=100, highlight=False))
-    compare.print_table([_row("ddp", 0.96, 64.0), _row("sbc", 0.95, 0.039, method_ratio=1641.4)])
+    compare.print_table([_row("ddp", 0.96, 64.0, method_ratio=1.0), _row("sbc", 0.95, 0.039, method_ratio=1641.4)])
     out = capsys.readouterr().out
     assert "1,641.4:1" in out and "update compression: what sbc compresses each gradient update by" in out
+    assert "ddp and sbc compress" not in out  # ddp sends its gradients whole
     assert out.rstrip().splitlines()[-1].startswith("verdict: ddp and sbc trade top-1 for traffic")
     assert max(len(line) for line in out.splitlines()) <= 100
