@@ -67,7 +67,7 @@ def test_the_parent_run_describes_the_study_and_shows_its_plots(store: str, tmp_
     client = MlflowClient(store)
     run = client.get_run(parent)
     note = run.data.tags["mlflow.note.content"]
-    assert note.startswith("**Study tiny-study**: maximize top-1, minimize inter-node MB.")
+    assert note.startswith("**Study tiny-study**: maximize top-1, minimize inter-node MB per rank.")
     assert "`warmup_frac`" in note and "(method.*)" in note  # the section said once
     assert "Budget **12 trials**" in note and "4 ranks per trial on 2 nodes" in note and "**150 MB**" in note
     assert f"![pareto_front](get-artifact?path=study%2Fpareto_front.png&run_uuid={parent})" in note

@@ -22,7 +22,8 @@ PROGRESS_SECTION = "Study"  # beside the trials' "Results" section, before the l
 
 def study_description(name: str, spec: StudySpec) -> str:
     """Markdown, a few short lines: the study's question, its search space and its budget."""
-    goals = ", ".join(f"{OBJECTIVES[o].direction} {OBJECTIVES[o].label}" for o in spec.objectives)
+    goals = ", ".join(f"{OBJECTIVES[o].direction} {OBJECTIVES[o].label}" + (" per rank" if OBJECTIVES[o].unit == "MB" else "")
+                      for o in spec.objectives)
     budget = spec.constraints.max_inter_node_mb
     within = f"; traffic budget **{budget:g} MB** inter-node per rank" if budget else ""
     repeats = f", {spec.repeats} seeds each" if spec.repeats > 1 else ""
