@@ -220,7 +220,7 @@ class StudyRunner:
         """The number of the trial the study recommends now (None before one finished)."""
         try:
             return ranking.chosen_trials(self.study, 1)[0].number
-        except ConfigError:
+        except AbtuneError:  # none finished yet, or none an AB configuration
             return None
 
     def _step(self) -> bool:
@@ -385,7 +385,10 @@ class StudyRunner:
             attrs[TRAFFIC_EXCESS_ATTR] = attrs["inter_node_bytes"] / 1e6 - budget
         for key, value in attrs.items():
             active.trial.set_user_attr(key, value)
-        dashboard_notes.annotate(active.trial, attrs)
+        try:
+            dashboard_notes.annotate(active.trial, attrs)
+        except Exception as error:  # noqa: BLE001 - a dashboard's note must not fail the trial it describes
+            self.display.note(f"trial {active.trial.number}: no optuna-dashboard note ({error})")
         if budget is not None:  # feasible when <= 0; constrained samplers read it from the trial
             active.trial.set_constraint(TRAFFIC_EXCESS_ATTR, attrs[TRAFFIC_EXCESS_ATTR])
         self._end_tracking(active, FINISHED)
