@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 import yaml
 
+from abtune import prose
 from abtune.config import RunConfig, load_run_config
 from abtune.errors import INTERRUPTED_EXIT, AbtuneError, ConfigError, TrainingFailed
 from abtune.launch.base import Job, Launcher, Layout
@@ -87,7 +88,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _mlflow_line(tracking: Tracking, what: str, experiment: str) -> str:
     where = tracking.describe()
     see = f"open {where}" if where.startswith("http") else f"abtune ui --tracking-uri {where}"
-    return f"MLflow: {what} in experiment {experiment!r} at {where} (see it: {see})"
+    return f"MLflow: {what} in experiment {experiment!r} at {where} (see it: `{see}`)"
 
 
 def _check_before_start(args: argparse.Namespace, config: RunConfig, launcher: Launcher,
@@ -242,11 +243,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
             print(line)
     written = compare.write_outputs(rows, out_dir)
     for path in written:
-        print(f"wrote {path}")
+        prose.say(f"wrote {prose.shown_path(path)}")
     failed = [r.method for r in rows if r.error is not None]
     tracking.finish_group(group, written, FAILED if failed else FINISHED)
     if group is not None:
-        print(_mlflow_line(tracking, f"comparison {group} (a run per method inside it)", experiment))
+        prose.say(_mlflow_line(tracking, f"comparison {group} (a run per method inside it)", experiment))
     if failed:
         raise AbtuneError(f"{', '.join(failed)} failed (see the table); the other results are in {out_dir}")
     return 0
@@ -291,17 +292,17 @@ def cmd_promote(args: argparse.Namespace) -> int:
     target = load_target(args.to, args.data_root, args.ranks_per_node)
     study = load_study(args.study, resolve_storage_url(args.storage))
     promoted = promoted_from_study(study, args.top, rule)
-    print(chosen_by(study, promoted, rule))
+    prose.say(chosen_by(study, promoted, rule))
     try:
         check_data_root(target, str(args.to))
     except ConfigError as error:
         if not args.dry_run:
             raise
-        print(f"abtune: warning: {error} (a real campaign stops here)", file=sys.stderr)
+        prose.warn(f"{error} (a real campaign stops here)")
     if (basis := selection_basis(study)) is not None:
-        print(f"abtune: warning: {basis}", file=sys.stderr)
+        prose.warn(basis)
     for line in inert_carried(study, promoted):
-        print(f"abtune: warning: {line}", file=sys.stderr)
+        prose.warn(line)
     campaign, configs = plan_campaign(target, str(args.to), promoted, nodes, args.scaling, train_samples(target),
                                       study=args.study)
     check_writable(args.campaign_dir or DEFAULT_RUNS_DIR, "--campaign-dir" if args.campaign_dir else "runs folder")

@@ -22,10 +22,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from abtune import tables
+from abtune import prose, tables
 from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.methods import METHOD_NAMES
+from abtune.objectives import pareto_mask
 from abtune.runfiles import RunSummary, read_summary
 from abtune.timing import RATE_GRID, Cluster, Prediction, Separation, predict, separation
 
@@ -33,6 +34,9 @@ MEGA = 1e6
 CSV_FILE, JSON_FILE, PLOT_FILE = "compare.csv", "compare.json", "compare.png"
 PLOT_DPI = 120
 LABEL_GAP_PX = 4  # between two tick labels of compare.png's traffic axis
+
+
+UPDATE_COMPRESSING = ("sbc", "powersgd", "fp16")  # their method_ratio is the update's compression
 
 
 @dataclass(frozen=True)
@@ -187,7 +191,7 @@ def run_methods(configs: dict[str, RunConfig], out_dir: Path,
     errors: dict[str, str] = {}
     for number, (method, config) in enumerate(configs.items(), start=1):
         run_dir = out_dir / method
-        print(f"compare: training {method} ({number} of {len(configs)}) in {run_dir}", flush=True)
+        prose.say(f"compare: training {method} ({number} of {len(configs)}) in {prose.shown_path(run_dir)}")
         started = time.perf_counter()
         try:
             train(config, run_dir)
@@ -330,7 +334,8 @@ def print_table(rows: list[ComparisonRow], wide: bool = False) -> None:
     measured = any(r.measured_inter_node_mb is not None for r in rows)
     predicted = any(r.predicted_train_seconds is not None for r in rows)
     columns = [tables.Column("method", justify="left"), tables.Column("final top-1"), tables.Column("inter-node MB"),
-               tables.Column("inter-node vs ddp"), tables.Column("compression"),
+               tables.Column("inter-node vs ddp"), tables.Column("model compression"),
+               tables.Column("update compression", tables.KEY),
                *([tables.Column("predicted train s"), tables.Column("predicted s to target")] if predicted else []),
                tables.Column("reduction vs ddp", tables.KEY), tables.Column("ECR", tables.KEY),
                tables.Column("train s", tables.KEY), *([tables.Column("link MB", tables.KEY)] if measured else []),
@@ -346,15 +351,56 @@ def print_table(rows: list[ComparisonRow], wide: bool = False) -> None:
     for r in rows:
         if r.error is not None:
             out.print(f"{r.method} failed: {r.error}")
+    compressing = [r.method for r in rows if _update_ratio(r) is not None and r.error is None]
+    if compressing:
+        out.print(f"model compression: the trained model's size against the dense one (1.0:1 for a method that "
+                  f"trains the full model); update compression: what {', '.join(compressing)} "
+                  "compress{} each gradient update by, on the wire".format("" if len(compressing) > 1 else "es"))
+    if text := verdict(rows):
+        out.print(text)
+
+
+def verdict(rows: list[ComparisonRow]) -> str | None:
+    """One line on final top-1 against training inter-node traffic: which methods another beats on both
+    (dominates), and which trade one for the other (the Pareto front of the two); None with under two methods."""
+    done = [r for r in rows if r.error is None and r.final_top1 is not None and r.training_inter_node_mb is not None]
+    if len(done) < 2:
+        return None
+    scores = [[r.final_top1, -r.training_inter_node_mb] for r in done]  # type: ignore[operator]
+    front = [r for r, on_front in zip(done, pareto_mask(scores), strict=True) if on_front]
+    beaten = {}
+    for r in done:
+        if r not in front:
+            winner = max((f for f in front if f.final_top1 >= r.final_top1  # type: ignore[operator]
+                          and f.training_inter_node_mb <= r.training_inter_node_mb), key=lambda f: f.final_top1)  # type: ignore[operator]
+            beaten.setdefault(winner.method, []).append(r.method)
+    parts = [f"{winner} dominates {_listed(losers)} (no lower top-1, no more traffic, better on one)"
+             for winner, losers in beaten.items()]
+    if len(front) > 1:
+        ordered = sorted(front, key=lambda r: -r.final_top1)  # type: ignore[operator]
+        parts.append(f"{_listed([r.method for r in ordered])} trade top-1 for traffic (highest top-1 first)")
+    else:
+        parts.append(f"{front[0].method} is best on both")
+    return "verdict: " + "; ".join(parts)
+
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _cells(r: ComparisonRow, measured: bool, predicted: bool) -> list[str]:
     return [r.method, f"{r.final_top1:.4f}", f"{r.training_inter_node_mb:.3f}", _x(r.inter_node_reduction_vs_ddp),
-            _x(r.compression),
+            _x(r.compression), "-" if (ratio := _update_ratio(r)) is None else _x(ratio),
             *([_seconds(r.predicted_train_seconds), _seconds(r.predicted_time_to_target_seconds)] if predicted else []),
             _x(r.reduction_vs_ddp), "-" if r.ecr_percent is None else f"{r.ecr_percent:.2f}%", f"{r.train_seconds:.1f}",
             *([_mb(r.measured_inter_node_mb)] if measured else []), f"{r.training_mb:.3f}",
             f"{r.ddp_training_inter_node_mb:.3f}", f"{r.other_mb:.3f}", f"{r.val_loss:.4f}", f"{r.wall_seconds:.1f}"]
+
+
+def _update_ratio(r: ComparisonRow) -> float | None:
+    """What a method compresses each gradient update by (its own figure); None for ddp and ab, which send
+    their gradients whole (ab's own figure is its model's compression)."""
+    return r.method_ratio if r.method in UPDATE_COMPRESSING else None
 
 
 def _mb(value: float | None) -> str:

@@ -55,7 +55,7 @@ def test_the_pareto_plot_marks_both_references_and_draws_the_front_study_best_pr
     expected = sorted((t.user_attrs["inter_node_bytes"] / 1e6, t.user_attrs["top1"]) for t in front)
     assert [t.number for t in front] == [4, 7, 2] and drawn.series["Pareto front"] == expected
     assert drawn.covered == 0
-    assert "inter-node MB as a multiple of DDP's" in drawn.texts  # the close-up's top axis
+    assert "inter-node MB per rank as a multiple of DDP's" in drawn.texts  # the close-up's top axis
 
 
 THREE = ["top1", "inter_node_bytes", "train_seconds"]
@@ -83,11 +83,11 @@ def test_with_three_objectives_the_pareto_plot_marks_the_front_study_best_finds_
     assert (y.name, x.name) == ("top1", "inter_node_bytes")
     assert sorted(p["number"] for p in points if p["front"]) == [0, 1, 2]
     drawn = plots.pareto_front(points, y, x, tmp_path / "pareto_front.png", front_objectives(THREE))
-    label = "Pareto front on top-1, inter-node MB, train s"
+    label = "Pareto front on top-1, inter-node MB per rank, train s"
     assert sorted(drawn.series[label]) == sorted((t.user_attrs["inter_node_bytes"] / 1e6, t.user_attrs["top1"])
                                                  for t in front)
     assert "Pareto front" not in drawn.series  # no staircase through the shadows of a 3-objective front
-    assert any(t.endswith("on all 3 objectives, drawn on top-1 and inter-node MB") for t in drawn.texts), drawn.texts
+    assert any(t.endswith("on all 3 objectives, drawn on top-1 and inter-node MB per rank") for t in drawn.texts), drawn.texts
     assert drawn.covered == 0
 
 
@@ -95,14 +95,14 @@ def test_the_history_and_the_evaluation_curves_show_the_ddp_reference_and_label_
     trials = quickstart_trials()
     y, x, points = study_points(trials, ["top1", "inter_node_bytes"])
     history = plots.optimization_history(points, y, x, tmp_path / "history.png")
-    assert history.series["inter-node MB, DDP reference"] == [(DDP_TRIAL, 140.409068)]
+    assert history.series["inter-node MB per rank, DDP reference"] == [(DDP_TRIAL, 140.409068)]
     assert DDP_TRIAL not in [n for n, _ in history.series["top-1"]]  # not a search trial
     assert history.covered == 0
     _, _, curves = study_curves(trials, ["top1", "inter_node_bytes"])
     evaluations = plots.evaluation_curves(curves, y, x, tmp_path / "evaluations.png", points)
     assert evaluations.covered == 0
     assert {"search trial", "paper defaults"} <= set(evaluations.texts)
-    assert any(t.startswith(f"DDP reference, final (trial {DDP_TRIAL}):\ntop-1 0.9500, inter-node MB 140.41")
+    assert any(t.startswith(f"DDP reference, final (trial {DDP_TRIAL}):\ntop-1 0.9500, inter-node MB per rank 140.41")
                for t in evaluations.texts), evaluations.texts
     assert {str(t.number) for t in trials if t.number != DDP_TRIAL} <= set(evaluations.texts)  # line ends
 
@@ -132,7 +132,7 @@ SUMMARY = {  # what plots read from a summary.json: an AB run on 2 nodes (phases
 
 def test_traffic_per_phase_runs_in_phase_order_and_its_ddp_line_is_the_inter_node_reference(tmp_path: Path) -> None:
     drawn = plots.traffic_per_phase(SUMMARY, tmp_path / "traffic.png")
-    order = ["setup", "warmup", "ab", "sync", "rebound", "eval", "checkpoint"]
+    order = ["setup", "warmup", "ab", "sync", "rebound", "eval"]  # checkpoint sent nothing: no bar
     ticks = [t for t in drawn.texts if t in order]
     assert ticks == order
     ddp_line = drawn.series["DDP training inter-node (140.4 MB)"]

@@ -12,7 +12,7 @@ from rich.console import Console
 from abtune import tables
 from tests.terminal import run_in_terminal, tables_in, too_wide
 
-PARAMS = ["method.warmup_frac", "method.ab_frac", "method.rebound_frac", "method.lr_rebound_frac", "method.sigma_cutoff"]
+PARAMS = ["warmup_frac", "ab_frac", "rebound_frac", "lr_rebound_frac", "sigma_cutoff"]  # the method. prefix: in the title
 ESSENTIAL = ["trial", "top1", "inter MB", "vs DDP", "compr", *PARAMS]
 VIT_TARGET = Path(__file__).resolve().parent.parent / "studies" / "imagenet_vit_b16.yaml"
 

@@ -245,7 +245,7 @@ def test_experiments_open_as_model_training_with_the_results_first(store: str) -
         assert tags["mlflow.experimentKind"] == "custom_model_development"
         view = json.loads(tags[f"mlflow.sharedViewState.{VIEW_KEY}"])
         assert view["selectedColumns"][:4] == [f"metrics.`{m}`" for m in RESULT_METRICS]
-        assert (view["orderByKey"], view["orderByAsc"]) == ("metrics.`Results/top-1 percent`", False)
+        assert (view["orderByKey"], view["orderByAsc"]) == ("metrics.`Results/top-1`", False)
     links = dict(experiment_links(store, "http://127.0.0.1:5000", limit=10))
     assert links["from-before"] == (f"http://127.0.0.1:5000/#/experiments/{older}/runs"
                                     f"?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}")

@@ -23,7 +23,14 @@ from abtune.config import load_run_config
 from abtune.launch.local import free_port, launch
 from abtune.runfiles import read_summary
 from abtune.tracking import LaunchInfo, open_tracking
-from abtune.tracking.records import COMPRESSION_RATIO, HEADLINE, HEADLINE_SECTION, INTER_NODE_MB, TOP1_PERCENT
+from abtune.tracking.records import (
+    COMPRESSION_RATIO,
+    HEADLINE,
+    HEADLINE_SECTION,
+    INTER_NODE_MB,
+    TOP1_PERCENT,
+    VERSUS_DDP,
+)
 from abtune.tracking.servers import Service, start_mlflow_server, stop, wait_ready
 from abtune.training.hooks import hook_spec, read_metrics, write_hook_specs
 from tests.conftest import abtune_command, run_cli, write_config
@@ -100,7 +107,8 @@ def test_abtune_train_records_params_metrics_and_plots_in_the_default_store(
     two_decimals = {"abs": 0.005}
     assert headline == {TOP1_PERCENT: [(0, pytest.approx(100 * summary["final"]["val_top1"], **two_decimals))],
                         INTER_NODE_MB: [(0, pytest.approx(inter_mb, **two_decimals))],
-                        COMPRESSION_RATIO: [(0, pytest.approx(summary["compression"]["trained_model_ratio"], **two_decimals))]}
+                        COMPRESSION_RATIO: [(0, pytest.approx(summary["compression"]["trained_model_ratio"], **two_decimals))],
+                        VERSUS_DDP: [(0, pytest.approx(traffic["reduction_vs_ddp"], **two_decimals))]}
     sections = sorted({key.rpartition("/")[0] for key in metrics if "/" in key and not key.startswith("system/")})
     assert sections[0] == HEADLINE_SECTION, sections  # the MLflow UI sorts its chart sections this way
     ddp_mb = traffic["ddp_reference_inter_node_bytes"] / 1e6

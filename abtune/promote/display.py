@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from abtune import tables
+from abtune import prose, tables
 from abtune.promote.plan import Campaign, PlannedRun
 
 COLUMNS = (  # (header, priority): the schedule in steps first, where a run came from last
@@ -38,4 +38,4 @@ def print_campaign(campaign: Campaign, title_prefix: str = "", wide: bool = Fals
                        elsewhere="campaign.yaml lists every run in full")
     carried = {run.configuration: run.overrides for run in campaign.runs if run.overrides}
     for name, overrides in carried.items():
-        print(f"{name} carries " + ", ".join(f"{k}={v}" for k, v in overrides.items()))
+        prose.say(f"{name} carries {prose.settings(overrides)}")

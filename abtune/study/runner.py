@@ -60,7 +60,18 @@ from abtune.redact import redact
 from abtune.rundir import UnwritableFolder, check_writable
 from abtune.runfiles import CONFIG_FILE
 from abtune.runs import FAILED, FINISHED, KILLED, Run
-from abtune.study import importance, reattach, recommendation, repeats, results, retries, stop, workers
+from abtune.study import (
+    dashboard_notes,
+    importance,
+    parent_run,
+    reattach,
+    recommendation,
+    repeats,
+    results,
+    retries,
+    stop,
+    workers,
+)
 from abtune.study.definition import open_search_study, stored_study_dir
 from abtune.study.display import RunDisplay
 from abtune.study.space import build_distributions
@@ -158,10 +169,11 @@ class StudyRunner:
         self._artifacts_due = 0.0  # time.monotonic() from which trial ends rebuild the study's artifacts
         self._ended_at = 0.0  # time.time() when a trial of this runner last ended (its MLflow run closed)
         self._ended: list[tuple[Active, str]] = []  # trials whose MLflow runs are still to be closed
-        self.display = RunDisplay(name, self.spec)
+        self.display = RunDisplay(name, self.spec, parallel)
         self.trial_env = storage_environment(url)  # the pruning hook's storage; never in a file
         self.tracking = tracking or Tracking()
         self.parent_run = self.tracking.study_parent_run(name, redact(absolute_url(url)))
+        self._describe_study(self.all_trials())
 
     # --- the loop -----------------------------------------------------------------------------
     def run(self) -> bool:
@@ -207,8 +219,22 @@ class StudyRunner:
         started = time.monotonic()
         trials = self.all_trials()
         analysis = importance.analysis(trials, list(self.spec.space), importance.shown_objectives(self.spec))
-        self.tracking.update_study_artifacts(self.parent_run, trials, self.study.metric_names, analysis)
+        self.tracking.update_study_artifacts(self.parent_run, trials, self.study.metric_names, analysis,
+                                             recommended=self._recommended())
+        self._describe_study(trials)
         self.storage.set_study_system_attr(self.study_id, ARTIFACTS_COST_ATTR, time.monotonic() - started)
+
+    def _describe_study(self, trials: list[FrozenTrial]) -> None:
+        if self.parent_run is not None:
+            self.tracking.describe_study(self.parent_run, parent_run.study_description(self.study.study_name, self.spec),
+                                         parent_run.study_params(self.spec), parent_run.study_progress(trials),
+                                         results.finished_count(trials))
+
+    def _recommended(self) -> int | None:
+        """The number of the trial the study recommends now (None before one finished, or when none is
+        within the margin of DDP: a plot marks no trial as recommended that the study does not recommend)."""
+        answer = recommendation.current(self.study)
+        return None if answer is None or answer.held == recommendation.SHORT else answer.trial
 
     def _step(self) -> bool:
         for active in list(self.active):
@@ -219,6 +245,7 @@ class StudyRunner:
                     self._finish(active, result)
                 except optuna.exceptions.UpdateFinishedTrialError:  # two workers re-attached the same job
                     self.display.note(f"trial {active.trial.number} was already finished by another worker")
+        self.display.watch({a.trial.number: a.run_dir for a in self.active})
         self._obey_stop()
         while not self.stopping and len(self.active) < self.parallel and self._may_start():
             self._start()
@@ -387,6 +414,10 @@ class StudyRunner:
             attrs[TRAFFIC_EXCESS_ATTR] = attrs["inter_node_bytes"] / 1e6 - budget
         for key, value in attrs.items():
             active.trial.set_user_attr(key, value)
+        try:
+            dashboard_notes.annotate(active.trial, attrs)
+        except Exception as error:  # noqa: BLE001 - a dashboard's note must not fail the trial it describes
+            self.display.note(f"trial {active.trial.number}: no optuna-dashboard note ({error})")
         if budget is not None:  # feasible when <= 0; constrained samplers read it from the trial
             active.trial.set_constraint(TRAFFIC_EXCESS_ATTR, attrs[TRAFFIC_EXCESS_ATTR])
         self._end_tracking(active, FINISHED)

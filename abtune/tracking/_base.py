@@ -7,13 +7,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from abtune.attrs import DDP, PAPER_DEFAULTS, RUN_ID_ATTR
+from abtune.attrs import DDP, PAPER_DEFAULTS, REFERENCE_ATTR, RUN_ID_ATTR
 from abtune.config import RunConfig
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
 REFERENCE_NAMES = {DDP: "DDP reference", PAPER_DEFAULTS: "paper defaults"}  # by the trial's REFERENCE_ATTR
+REFERENCE_TAG = "abtune.reference"  # on a reference trial's run: ddp or paper-defaults
+RECOMMENDED_TAG = "abtune.recommended"  # on the run of the trial the study recommends: "true"
 
 
 def trial_run_name(number: int, reference: str | None) -> str:
@@ -60,10 +62,12 @@ class Tracking:
         """A trial's child run under the study's parent, linked both ways: tags `optuna.study` and
         `optuna.trial_number` on the run, user attr `mlflow_run_id` on the Optuna trial. None when the store
         fails: the study goes on, the trial untracked."""
-        run_name = trial_run_name(trial.number, trial.user_attrs.get("reference"))
-        run_id = self.start_run(config, experiment=study_name, run_name=run_name,
-                                parent_run_id=parent_run_id, launch_info=launch_info, required=False,
-                                tags={"optuna.study": study_name, "optuna.trial_number": trial.number})
+        reference = trial.user_attrs.get(REFERENCE_ATTR)
+        run_name = trial_run_name(trial.number, reference)
+        tags = {"optuna.study": study_name, "optuna.trial_number": trial.number,
+                **({REFERENCE_TAG: reference} if reference else {})}
+        run_id = self.start_run(config, experiment=study_name, run_name=run_name, parent_run_id=parent_run_id,
+                                launch_info=launch_info, required=False, tags=tags)
         if run_id is not None:
             trial.set_user_attr(RUN_ID_ATTR, run_id)
         return run_id
@@ -104,8 +108,16 @@ class Tracking:
     def finish_group(self, run_id: str | None, files: list[Path], status: str = "FINISHED", folder: str | None = None) -> None:
         """Log `files` as the group's artifacts (under `folder`) and end it."""
 
+    def describe_study(self, parent_run_id: str | None, description: str, params: dict[str, Any],
+                       progress: dict[str, float], step: int = 0) -> None:
+        """The study's parent run says what the study is: `description` (markdown) at the top of its page with
+        the study plots under it, `params` (its settings; each logged once), `progress` as metrics at `step` (the
+        number of finished trials)."""
+
     def update_study_artifacts(self, parent_run_id: str | None, trials: Sequence[FrozenTrial],
-                               objectives: Sequence[str] | None, analysis: dict[str, Any] | None = None) -> None:
+                               objectives: Sequence[str] | None, analysis: dict[str, Any] | None = None,
+                               recommended: int | None = None) -> None:
         """Pareto front, importances, optimization history of a study, as PNGs on the parent run, drawn from
         every trial (the reference trials included) on the study's `objectives` (Optuna's metric names);
-        `analysis` (the study's parameter importances and inert parameters) as importances.json and its plot."""
+        `analysis` (the study's parameter importances and inert parameters) as importances.json and its plot.
+        `recommended`: the number of the trial the study recommends, marked on the front and its run tagged."""

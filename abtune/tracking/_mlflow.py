@@ -16,13 +16,14 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import abtune
 from abtune.config import RunConfig, flatten, load_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.redact import redact
 from abtune.runfiles import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, RunSummary, find_summary
-from abtune.tracking._base import LaunchInfo, Tracking
+from abtune.tracking._base import RECOMMENDED_TAG, LaunchInfo, Tracking
 from abtune.tracking.records import Point, final_points, predicted_tags, records_points, run_description
 from abtune.tracking.store import check_database, refused_revision
 from abtune.tracking.uri import export_tracking_uri, local_artifact_root, quiet_secrets_in_mlflow_logs
@@ -42,6 +43,9 @@ HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BA
 # PostgreSQL's connections once a study has many workers. Concurrent users still get overflow ones.
 SQL_POOL_DEFAULTS = {"MLFLOW_SQLALCHEMYSTORE_POOL_SIZE": "1"}
 NOTE_TAG = "mlflow.note.content"  # the run's description, shown at the top of its page
+STUDY_TEXT_TAG = "abtune.study.description"  # the study's own description; NOTE_TAG adds its plots under it
+# The study plots the parent run's page shows under its description, in this order (study_plots.py's names).
+OVERVIEW_PLOTS = ("pareto_front", "optimization_history", "evaluations", "importances")
 
 
 class TrackingUnavailable(AbtuneError):
@@ -267,7 +271,7 @@ class MlflowTracking(Tracking):
                 if (run_dir / name).exists():
                     (staging / name).write_text(redact((run_dir / name).read_text()))
             (staging / "plots").mkdir()
-            _write_run_plots(run_dir, staging / "plots")
+            _write_run_plots(run_dir, staging / "plots", self.client.get_run(run_id).info.run_name or "")
             self.client.log_artifacts(run_id, str(staging))
 
     # --- studies ----------------------------------------------------------------------------
@@ -336,22 +340,60 @@ class MlflowTracking(Tracking):
             self._lost(error)
             _try(lambda: self.client.set_terminated(run_id, status))
 
+    def describe_study(self, parent_run_id: str | None, description: str, params: dict[str, Any],
+                       progress: dict[str, float], step: int = 0) -> None:
+        if parent_run_id is None:
+            return
+        try:
+            held = self.client.get_run(parent_run_id).data
+            self._log_params(parent_run_id, {k: v for k, v in params.items() if k not in held.params and v is not None})
+            self._log_points(parent_run_id, [Point(key, value, step) for key, value in progress.items()])
+            self.client.set_tag(parent_run_id, STUDY_TEXT_TAG, description)
+            self.client.set_tag(parent_run_id, NOTE_TAG, study_note(parent_run_id, {**held.tags, STUDY_TEXT_TAG: description}))
+        except Exception as error:  # the study's own storage holds all of it; the record is a convenience
+            _warn(f"could not describe the study on MLflow run {parent_run_id}: {_first_line(error)}")
+
     def update_study_artifacts(self, parent_run_id: str | None, trials: Sequence[FrozenTrial],
-                               objectives: Sequence[str] | None, analysis: dict[str, Any] | None = None) -> None:
+                               objectives: Sequence[str] | None, analysis: dict[str, Any] | None = None,
+                               recommended: int | None = None) -> None:
         """Pareto front, importances and optimization history of a study's `trials` (every one, the reference
-        trials included) as PNGs on the parent run, and `analysis` (importances per objective, inert
-        parameters) as importances.json."""
+        trials included) as PNGs on the parent run, shown under its description, and `analysis` (importances
+        per objective, inert parameters) as importances.json; the recommended trial's run tagged."""
         if parent_run_id is None:
             return
         from abtune.tracking.study_plots import write_study_plots
 
         try:
             with tempfile.TemporaryDirectory(prefix="abtune-study-") as folder:
-                written = write_study_plots(trials, objectives, Path(folder), analysis)
+                written = write_study_plots(trials, objectives, Path(folder), analysis, recommended)
                 self.client.log_artifacts(parent_run_id, folder, "study")
                 self.client.log_batch(parent_run_id, tags=_study_tags(written))
+            tags = self.client.get_run(parent_run_id).data.tags
+            self.client.set_tag(parent_run_id, NOTE_TAG, study_note(parent_run_id, tags))
+            self._tag_recommended(parent_run_id, trials, recommended)
         except Exception as error:  # a dashboard must not stop a study
             self._lost(error)
+
+    def _tag_recommended(self, parent_run_id: str, trials: Sequence[FrozenTrial], recommended: int | None) -> None:
+        """`abtune.recommended = true` on the recommended trial's run only (an earlier choice loses it)."""
+        from abtune.attrs import RUN_ID_ATTR
+
+        chosen = next((t.user_attrs.get(RUN_ID_ATTR) for t in trials if t.number == recommended), None)
+        experiment_id = self.client.get_run(parent_run_id).info.experiment_id
+        earlier = self.client.search_runs([experiment_id], filter_string=f"tags.`{RECOMMENDED_TAG}` = 'true'")
+        for run in earlier:
+            if run.info.run_id != chosen:
+                self.client.delete_tag(run.info.run_id, RECOMMENDED_TAG)
+        if chosen is not None:
+            self.client.set_tag(chosen, RECOMMENDED_TAG, "true")
+
+
+def study_note(run_id: str, tags: dict[str, str]) -> str:
+    """The parent run's description: the study's own text, then each study plot written so far, shown from
+    the run's artifacts (the URL the MLflow UI itself reads artifacts from, relative to its page)."""
+    images = [f"![{name}](get-artifact?path={quote(f'study/{name}.png', safe='')}&run_uuid={run_id})"
+              for name in OVERVIEW_PLOTS if tags.get(f"abtune.plot.{name}") == "written"]
+    return "\n\n".join([tags.get(STUDY_TEXT_TAG, f"**{tags.get('optuna.study', 'study')}**"), *images])
 
 
 def run_params(config: RunConfig, launch: LaunchInfo) -> dict[str, Any]:
@@ -380,17 +422,18 @@ def git_commit() -> str:
     return f"{head}-dirty" if dirty else head
 
 
-def _write_run_plots(run_dir: Path, folder: Path) -> None:
+def _write_run_plots(run_dir: Path, folder: Path, run: str) -> None:
+    """The run's plots, each titled with `run` (its MLflow name: `trial-7 · DDP reference`)."""
     from abtune.tracking import plots
 
     summary = find_summary(run_dir)
     config = load_run_config(run_dir / CONFIG_FILE)
     records = read_metrics(run_dir)
     if records:
-        plots.accuracy_and_loss(records, phase_segments(config, summary), folder / "accuracy_loss.png")
+        plots.accuracy_and_loss(records, phase_segments(config, summary), folder / "accuracy_loss.png", run)
     if summary is not None:
-        plots.traffic_per_phase(summary.raw, folder / "traffic_per_phase.png")
-        plots.spectra(summary.raw, getattr(config.method, "sigma_cutoff", None), folder / "spectra.png")
+        plots.traffic_per_phase(summary.raw, folder / "traffic_per_phase.png", run)
+        plots.spectra(summary.raw, getattr(config.method, "sigma_cutoff", None), folder / "spectra.png", run)
 
 
 def phase_segments(config: RunConfig, summary: RunSummary | None) -> list[tuple[str, int, int]]:

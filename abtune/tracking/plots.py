@@ -105,8 +105,9 @@ def _shade_phases(axis: Any, segments: list[tuple[str, int, int]], legend: bool)
         labelled.add(phase)
 
 
-def accuracy_and_loss(records: list[dict[str, Any]], segments: list[tuple[str, int, int]], path: Path) -> Drawn:
-    """Validation top-1/top-5 and train/validation loss over steps, phases shaded."""
+def accuracy_and_loss(records: list[dict[str, Any]], segments: list[tuple[str, int, int]], path: Path,
+                      run: str = "") -> Drawn:
+    """Validation top-1/top-5 and train/validation loss over steps, phases shaded; `run` names it in the title."""
     logs = [r for r in records if r.get("kind") == "log"]
     evals = [r for r in records if r.get("kind") == "evaluation"]
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
@@ -115,6 +116,8 @@ def accuracy_and_loss(records: list[dict[str, Any]], segments: list[tuple[str, i
     top.plot([r["step"] for r in evals], [r["val_top1"] for r in evals], "o-", label="val top-1")
     top.plot([r["step"] for r in evals], [r["val_top5"] for r in evals], "s--", label="val top-5")
     top.set_ylabel("accuracy")
+    if run:
+        top.set_title(f"{run}: accuracy and loss", fontsize=10)
     _legend_outside(top)
     bottom.plot([r["step"] for r in logs], [r["loss"] for r in logs], label="train loss")
     bottom.plot([r["step"] for r in evals], [r["val_loss"] for r in evals], "o-", label="val loss")
@@ -125,17 +128,19 @@ def accuracy_and_loss(records: list[dict[str, Any]], segments: list[tuple[str, i
     return _save(figure, path)
 
 
-def traffic_per_phase(summary: dict[str, Any], path: Path) -> Drawn:
+def traffic_per_phase(summary: dict[str, Any], path: Path, run: str = "") -> Drawn:
     """Wire bytes per rank (mean over ranks) per phase in the order phases happen, inter-node stacked on
-    intra-node; beside them the training phases' inter-node sum, what a study optimizes, against DDP's."""
+    intra-node; beside them the training phases' inter-node sum, what a study optimizes, against DDP's.
+    A phase that sent nothing has no bar (its name is under the plot); `run` names the run in the title."""
     traffic = summary["traffic"]
     by_phase = traffic["by_phase"]
-    phases = in_order(by_phase)
+    silent = [p for p in in_order(by_phase) if not by_phase[p]["total"]["mean"]]
+    phases = [p for p in in_order(by_phase) if p not in silent]
     inter = [by_phase[p]["inter"]["mean"] / 1e6 for p in phases]
     intra = [(by_phase[p]["total"]["mean"] - by_phase[p]["inter"]["mean"]) / 1e6 for p in phases]
     training = traffic["training_inter_node_bytes"] / 1e6
     ddp = traffic.get("ddp_reference_inter_node_bytes")
-    figure, axis = plt.subplots(figsize=(9, 4.5))
+    figure, axis = plt.subplots(figsize=(7.5, 5))
     positions = list(range(len(phases)))
     axis.bar(positions, inter, label="inter-node", color="tab:red")
     axis.bar(positions, intra, bottom=inter, label="intra-node", color="tab:blue")
@@ -144,13 +149,15 @@ def traffic_per_phase(summary: dict[str, Any], path: Path) -> Drawn:
              label=f"inter-node, the training phases together ({training:,.1f} MB)")
     axis.set_xticks([*positions, total_at], [*phases, "training phases,\ninter-node"], fontsize=8, rotation=30,
                     ha="right", rotation_mode="anchor")
-    title = f"{summary['method']}: traffic per phase, MB per rank (mean over ranks)"
+    title = f"{run + ': ' if run else ''}{summary['method']} traffic per phase, MB per rank (mean over ranks)"
     if ddp:
         axis.axhline(ddp / 1e6, color="k", ls="--", lw=1, label=f"DDP training inter-node ({ddp / 1e6:,.1f} MB)")
         title += f"\ntraining inter-node {training:,.1f} MB = {training / (ddp / 1e6):.2f}x DDP's"
     axis.set_ylabel("MB per rank")
+    if silent:
+        title += f"\nno traffic in {', '.join(silent)}"
     axis.set_title(title, fontsize=10)
-    _legend_outside(axis)
+    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncols=2, fontsize="small")
     return _save(figure, path)
 
 
@@ -164,9 +171,9 @@ def short_layer_names(layers: list[str]) -> list[str]:
     return [".".join(p[shared:-1] if p[-1] == "weight" and len(p) > shared + 1 else p[shared:]) for p in parts]
 
 
-def spectra(summary: dict[str, Any], cutoff: float | None, path: Path) -> Drawn | None:
+def spectra(summary: dict[str, Any], cutoff: float | None, path: Path, run: str = "") -> Drawn | None:
     """Normalized singular values per layer at the last decomposition, with the rank each layer kept; each
-    layer's kept-rank bar has the colour of its spectrum."""
+    layer's kept-rank bar and its name on the right have the colour of its spectrum (the colour key)."""
     values, decompositions = summary.get("spectra") or {}, summary.get("decompositions") or []
     if not values or not decompositions:
         return None
@@ -184,18 +191,20 @@ def spectra(summary: dict[str, Any], cutoff: float | None, path: Path) -> Drawn 
         kept = ranks.get(layer)
         if kept:
             left.plot([kept], [normalized[kept - 1]], "o", color=line.get_color(), ms=4, label=f"_{name} kept")
-    title = f"spectra at step {decompositions[-1]['step']} (dots: the rank kept"
+    title = f"{run + ': ' if run else ''}spectra at step {decompositions[-1]['step']} (dots: the rank kept"
     if cutoff is not None:
         left.axhline(cutoff, color="k", ls="--", lw=1, label=f"sigma cutoff {cutoff:.4g}")
         title += f"; dashed: sigma cutoff {cutoff:.4g}"
     left.set_yscale("log")
     left.set_xlabel("index i")
     left.set_ylabel("σ_i / σ_max")
-    left.set_title(title + ")", fontsize=10)
+    left.set_title(title + ")\ncolours: the layers named on the right", fontsize=10)
     rows = range(len(layers))
     right.barh(rows, [len(values[k]) for k in layers], color="0.88", label="full rank")
     right.barh(rows, [ranks.get(k, 0) for k in layers], color=colors, label="kept rank (colour of its spectrum)")
     right.set_yticks(rows, names, fontsize=7)
+    for label, color in zip(right.get_yticklabels(), colors, strict=True):
+        label.set_color(color)
     right.invert_yaxis()
     right.set_xlabel("rank")
     right.legend(loc="lower left", bbox_to_anchor=(0.0, 1.02), borderaxespad=0.0, fontsize="small", ncols=2)
@@ -258,6 +267,10 @@ def _draw_front(axis: Any, points: list[dict[str, Any]], y: Objective, x: Object
         axis.scatter(*_xy(others, y, x), c="0.6", s=20, label=f"{hidden}other trials")
     # A front on two objectives is a staircase in this plane; on more, its trials' shadows here are not
     axis.plot(*_xy(front, y, x), "o-" if front_label == FRONT else "o", c="tab:blue", label=f"{hidden}{front_label}")
+    chosen = [p for p in points if p.get("recommended")]
+    if chosen:  # a ring around the point, so the point's own marker (front, reference) still shows
+        axis.scatter(*_xy(chosen, y, x), marker="o", s=240 if legend else 200, facecolors="none",
+                     edgecolors="tab:orange", linewidths=1.8, zorder=6, label=f"{hidden}recommended (trial {_numbers(chosen)})")
     for kind, (marker, color, text) in REFERENCE_STYLE.items():
         marked = [p for p in points if p["reference"] == kind]
         if marked:
@@ -305,6 +318,9 @@ def confirmation_intervals(rows: list[dict[str, Any]], objectives: list[Objectiv
         axis.set_yticks(range(len(names)), names, fontsize=8)
         axis.set_xlabel(f"{objective.label} ({objective.direction})")
         axis.grid(True, axis="x", alpha=0.3)
+        if objective.name == "top1":  # an interval may reach past 1; top-1 cannot
+            low, high = axis.get_xlim()
+            axis.set_xlim(max(low, 0.0), min(high, 1.0))
     axes[0][0].set_title("mean and 95% interval (dots: seeds)", fontsize=9, loc="left")
     return _save(figure, path)
 
@@ -353,7 +369,8 @@ def optimization_history(points: list[dict[str, Any]], y: Objective, x: Objectiv
     for p in ddp:
         top.plot([p["number"]], [p["y"] / y.scale], "*", ms=12, c="tab:blue", label=f"{y.label}, DDP reference")
         right.plot([p["number"]], [p["x"] / x.scale], "*", ms=12, c="tab:red", label=f"{x.label}, DDP reference")
-        right.axhline(p["x"] / x.scale, c="tab:red", ls="--", lw=1, label=f"_{x.label}, DDP reference, across")
+        right.axhline(p["x"] / x.scale, c="tab:red", ls=":", lw=1, label=f"{x.label} of DDP (right axis)")
+    top.set_title(f"optimization history: {y.label} (left axis) and {x.label} (right axis) per trial", fontsize=10)
     handles, labels = top.get_legend_handles_labels()
     more_handles, more_labels = right.get_legend_handles_labels()
     top.legend(handles + more_handles, labels + more_labels, loc="upper center", bbox_to_anchor=(0.5, -0.16),
@@ -418,18 +435,33 @@ def _reference_line(axis: Any, value: float, data: list[float]) -> bool:
     return True
 
 
-def _label_ends(figure: Any, axis: Any, ends: list[tuple[float, float, str, str]], gap_pt: float = 7.0) -> None:
-    """Each line's label right of its last point, moved up just enough not to overlap the one below."""
+def _label_ends(figure: Any, axis: Any, ends: list[tuple[float, float, str, str]], gap_pt: float = 8.0) -> None:
+    """Each line's label right of its last point; labels that would overlap are spread `gap_pt` apart as a
+    group centred on where they belong, within the axes."""
     figure.canvas.draw()  # the limits are final once drawn
     to_points = 72.0 / figure.dpi
     ordered = sorted(ends, key=lambda e: (e[1], e[0]))
     wanted = [axis.transData.transform((x, y))[1] * to_points for x, y, _, _ in ordered]
-    placed = list(wanted)
-    for i in range(1, len(placed)):  # upwards, then back down where that ran past the top of the axes
-        placed[i] = max(placed[i], placed[i - 1] + gap_pt)
-    ceiling = axis.bbox.y1 * to_points
-    for i in reversed(range(len(placed))):
-        placed[i] = min(placed[i], ceiling if i == len(placed) - 1 else placed[i + 1] - gap_pt)
+    placed = spread(wanted, gap_pt, axis.bbox.y0 * to_points, axis.bbox.y1 * to_points)
     for (x, y, text, color), at, height in zip(ordered, placed, wanted, strict=True):
         axis.annotate(text, (x, y), xytext=(4, at - height - 3), textcoords="offset points", fontsize=6,
                       color=color, annotation_clip=False)
+
+
+def spread(wanted: list[float], gap: float, low: float, high: float) -> list[float]:
+    """Positions for labels wanted at ascending `wanted`: at least `gap` apart, each group of neighbours that
+    would crowd centred on the mean of where its members belong, and kept within [low, high]."""
+    groups: list[list[float]] = []
+    for value in wanted:
+        groups.append([value])
+        while len(groups) > 1 and _start(groups[-2], gap) + gap * len(groups[-2]) > _start(groups[-1], gap):
+            groups[-2:] = [groups[-2] + groups[-1]]
+    placed = []
+    for group in groups:
+        start = min(max(_start(group, gap), low), max(low, high - gap * (len(group) - 1)))
+        placed += [start + gap * i for i in range(len(group))]
+    return placed
+
+
+def _start(group: list[float], gap: float) -> float:
+    return sum(group) / len(group) - gap * (len(group) - 1) / 2

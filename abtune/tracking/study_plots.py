@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +31,19 @@ from abtune.tracking import plots
 def plotted_objectives(objectives: Sequence[str] | None) -> tuple[Objective, Objective]:
     """(y, x): top-1 and the study's other objective (Optuna's metric names), else inter-node bytes."""
     others = [name for name in objectives or [] if name in OBJECTIVES and name != "top1"]
-    return OBJECTIVES["top1"], OBJECTIVES[others[0] if others else "inter_node_bytes"]
+    return _on_axis(OBJECTIVES["top1"]), _on_axis(OBJECTIVES[others[0] if others else "inter_node_bytes"])
 
 
 def front_objectives(objectives: Sequence[str] | None) -> list[Objective]:
     """What the Pareto front is found on, as `study best` finds it: every objective of a multi-objective
     study (a third one too, though the plot draws two), else the plotted pair."""
-    named = [OBJECTIVES[name] for name in objectives or [] if name in OBJECTIVES]
+    named = [_on_axis(OBJECTIVES[name]) for name in objectives or [] if name in OBJECTIVES]
     return named if len(named) > 1 else list(plotted_objectives(objectives))
+
+
+def _on_axis(objective: Objective) -> Objective:
+    """Traffic is per rank (mean over ranks): an axis says so, where a table's column header has no room."""
+    return replace(objective, label=f"{objective.label} per rank") if objective.unit == "MB" else objective
 
 
 def _on_front(trials: Sequence[FrozenTrial], objectives: list[Objective]) -> set[int]:
@@ -89,11 +95,14 @@ def study_curves(trials: Sequence[FrozenTrial], objectives: Sequence[str] | None
 
 
 def write_study_plots(trials: Sequence[FrozenTrial], objectives: Sequence[str] | None, folder: Path,
-                      analysis: dict[str, Any] | None = None) -> dict[str, str]:
+                      analysis: dict[str, Any] | None = None, recommended: int | None = None) -> dict[str, str]:
     """Write pareto_front.png, optimization_history.png, evaluations.png and, from `analysis` (the study's
     parameter importances per objective and inert parameters), importances.json and importances.png; return
-    what each became. `trials`: every trial of the study, the reference trials included."""
+    what each became. `trials`: every trial of the study, the reference trials included; `recommended`: the
+    number of the trial the study recommends, marked on the front."""
     y, x, points = study_points(trials, objectives)
+    for p in points:
+        p["recommended"] = p["number"] == recommended
     written: dict[str, str] = {}
     if analysis is not None:
         (folder / "importances.json").write_text(json.dumps(analysis, indent=1))

@@ -9,7 +9,7 @@ from typing import Any
 from optuna.trial import FrozenTrial
 from rich.console import Console
 
-from abtune import tables
+from abtune import prose, tables
 from abtune.attrs import (
     DDP,
     PAPER_DEFAULTS,
@@ -36,9 +36,11 @@ def print_trials(console: Console, title: str, trials: Sequence[FrozenTrial], al
     paper defaults and the note first (`labelled`: the note names the rows, and stays)."""
     ddp, paper = results.reference(all_trials, DDP), results.reference(all_trials, PAPER_DEFAULTS)
     more = [OBJECTIVES[m] for m in spec.objectives if m not in SHOWN_ALWAYS]
+    section = prose.shared_section(spec.space)  # said once in the title, not in every parameter's header
+    title += f" (parameters: {section}.*)" if section else ""
     columns = [tables.Column("trial", justify="left"), tables.Column("top1"), tables.Column("vs paper", tables.KEY),
                tables.Column("inter MB"), tables.Column("vs DDP"), tables.Column("compr"),
-               *(tables.Column(o.label) for o in more), *(tables.Column(p) for p in spec.space),
+               *(tables.Column(o.label) for o in more), *(tables.Column(prose.short_key(p, section)) for p in spec.space),
                tables.Column("note", tables.ESSENTIAL if labelled else tables.KEY, "left", wrap=not labelled)]
     rows = []
     for trial in trials:
