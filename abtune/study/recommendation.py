@@ -341,7 +341,9 @@ def publish(study: optuna.Study, recommendation: Recommendation | None, tracking
     if recommendation is None:
         return
     if run_id is not None:
-        tracking.set_tags(run_id, {**recommendation.tags(), "mlflow.note.content": recommendation.markdown()})
+        # the description until the study's next update composes it with the study's text and plots
+        tracking.set_tags(run_id, {**recommendation.tags(), "abtune.recommendation.text": recommendation.markdown(),
+                                   "mlflow.note.content": recommendation.markdown()})
     try:
         import optuna_dashboard
     except ImportError:  # the dashboard is optional

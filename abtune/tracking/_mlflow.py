@@ -43,6 +43,7 @@ HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BA
 # PostgreSQL's connections once a study has many workers. Concurrent users still get overflow ones.
 SQL_POOL_DEFAULTS = {"MLFLOW_SQLALCHEMYSTORE_POOL_SIZE": "1"}
 NOTE_TAG = "mlflow.note.content"  # the run's description, shown at the top of its page
+RECOMMENDATION_TEXT_TAG = "abtune.recommendation.text"  # the study's answer, part of its run's description
 STUDY_TEXT_TAG = "abtune.study.description"  # the study's own description; NOTE_TAG adds its plots under it
 # The study plots the parent run's page shows under its description, in this order (study_plots.py's names).
 OVERVIEW_PLOTS = ("pareto_front", "optimization_history", "evaluations", "importances")
@@ -389,11 +390,12 @@ class MlflowTracking(Tracking):
 
 
 def study_note(run_id: str, tags: dict[str, str]) -> str:
-    """The parent run's description: the study's own text, then each study plot written so far, shown from
-    the run's artifacts (the URL the MLflow UI itself reads artifacts from, relative to its page)."""
+    """The parent run's description: the study's own text, its recommendation, then each study plot written so
+    far, shown from the run's artifacts (the URL the MLflow UI itself reads artifacts from, relative to its page)."""
     images = [f"![{name}](get-artifact?path={quote(f'study/{name}.png', safe='')}&run_uuid={run_id})"
               for name in OVERVIEW_PLOTS if tags.get(f"abtune.plot.{name}") == "written"]
-    return "\n\n".join([tags.get(STUDY_TEXT_TAG, f"**{tags.get('optuna.study', 'study')}**"), *images])
+    recommended = [tags[RECOMMENDATION_TEXT_TAG]] if RECOMMENDATION_TEXT_TAG in tags else []
+    return "\n\n".join([tags.get(STUDY_TEXT_TAG, f"**{tags.get('optuna.study', 'study')}**"), *recommended, *images])
 
 
 def run_params(config: RunConfig, launch: LaunchInfo) -> dict[str, Any]:
