@@ -92,3 +92,27 @@ def test_a_reference_trials_run_says_which_reference(store: str, tmp_path: Path)
     reference = study.ask()
     run_id = tracking.start_trial_run(config, reference, study_name="refs", parent_run_id=None)
     assert MlflowClient(store).get_run(run_id).data.tags["abtune.reference"] == "ddp"
+
+
+def test_the_description_keeps_the_recommendation_when_the_plots_are_updated(store: str, tmp_path: Path) -> None:
+    """The recommendation and the study's plots share the parent run's description: a plot update after the
+    recommendation was published keeps it between the study's text and the plots."""
+    from abtune.study import recommendation
+
+    spec = _spec()
+    tracking = open_tracking()
+    parent = tracking.study_parent_run("tiny-study", "sqlite:///optuna.db")
+    config = RunConfig.model_validate({"name": "t", "model": TINY_VIT})
+    runs = [tracking.start_run(config, experiment="tiny-study", run_name=f"trial-{n}", parent_run_id=parent)
+            for n in range(3)]
+    study = _study(f"sqlite:///{tmp_path / 'optuna.db'}", runs)
+    tracking.describe_study(parent, parent_run.study_description("tiny-study", spec), parent_run.study_params(spec),
+                            parent_run.study_progress(study.trials))
+    answer = recommendation.current(study)
+    assert answer is not None
+    recommendation.publish(study, answer, tracking, parent)
+    tracking.update_study_artifacts(parent, study.trials, study.metric_names, None, recommended=answer.trial)
+
+    note = MlflowClient(store).get_run(parent).data.tags["mlflow.note.content"]
+    text, advice, plots = note.index("**Study tiny-study**"), note.index("## Recommendation"), note.index("![pareto_front]")
+    assert text < advice < plots, note
