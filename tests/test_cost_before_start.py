@@ -114,3 +114,15 @@ def test_promote_dry_run_prints_gpu_hours_per_run_and_in_total(
     # ViT-B/16, 300 epochs of ImageNet in bf16 at FlagPerf's published 680 images/s per A100: ~157 GPU-hours
     floor = 300 * 1_281_167 / 680.125 / 3600
     assert floor * 0.95 < int(runs["n02-ddp"].replace(",", "")) < floor * 1.5
+
+
+def test_a_slurm_run_is_estimated_only_with_a_cluster_description_and_never_refused(
+        capsys: pytest.CaptureFixture[str], probed: None) -> None:
+    from abtune.study.spec import load_study_spec
+    spec = load_study_spec(STUDIES / "minivit_cifar100.yaml")
+    cost.check_local_run(spec, "minivit_cifar100", "slurm", None, 1, yes=False)  # never refuses a SLURM run
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""  # its launcher's own checks speak first
+    cost.check_local_run(spec, "minivit_cifar100", "slurm", "paper-a100-hdr200", 4, yes=False)
+    out = capsys.readouterr().out
+    assert "on cluster paper-a100-hdr200" in out and "4 at a time" in out and "SLURM" not in out

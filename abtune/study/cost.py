@@ -168,10 +168,9 @@ def stored_spec_of(storage: Any, name: str) -> StudySpec:
 
 def check_local_run(spec: StudySpec, name: str, launcher_kind: str, cluster: str | None, parallel: int,
                     yes: bool) -> None:
-    """Before `study run`: print the estimate; refuse a local study beyond LOCAL_LIMIT_S without --yes."""
-    if launcher_kind != "local" and cluster is None:
-        print(f"abtune: no time estimate for the {launcher_kind} launcher without a cluster description: "
-              "add --cluster NAME (clusters/NAME.yaml)", file=sys.stderr)
+    """Before `study run`: print the estimate (on a SLURM profile only with a cluster description); refuse a
+    local study beyond LOCAL_LIMIT_S without --yes."""
+    if launcher_kind != "local" and cluster is None:  # no description of its nodes: nothing to say (--cluster)
         return
     try:
         cost = study_cost(spec, cluster if launcher_kind != "local" else None)
