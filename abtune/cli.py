@@ -308,7 +308,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
     check_writable(args.campaign_dir or DEFAULT_RUNS_DIR, "--campaign-dir" if args.campaign_dir else "runs folder")
     print_campaign(campaign, "dry run (nothing written): " if args.dry_run else "", args.wide)
     from abtune.promote.cost import gpu_hours_lines
-    print("\n".join(gpu_hours_lines(campaign, configs, args.cluster)))
+    prose.say("\n".join(gpu_hours_lines(campaign, configs, args.cluster)))
     if args.dry_run:
         _print_campaign_scripts(campaign, launcher, args.campaign_dir or DEFAULT_RUNS_DIR / "CAMPAIGN")
         return 0

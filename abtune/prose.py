@@ -36,10 +36,13 @@ def width(stream: TextIO) -> int:
 
 
 def wrapped(text: str, columns: int, first: str = "") -> str:
-    """`first` + `text` in lines of at most `columns`, broken at spaces only (never inside a `command`)."""
+    """`first` + `text` in lines of at most `columns`, broken at spaces only (never inside a `command`); each
+    line of `text` is wrapped on its own, so lines stay lines."""
     kept = _COMMAND.sub(lambda m: m.group(0).replace(" ", _KEEP), text)
-    lines = textwrap.wrap(first + kept, columns, subsequent_indent=INDENT, break_long_words=False,
-                          break_on_hyphens=False) or [first]
+    paragraphs = (first + kept).split("\n")
+    lines = [line for paragraph in paragraphs
+             for line in textwrap.wrap(paragraph, columns, subsequent_indent=INDENT, break_long_words=False,
+                                       break_on_hyphens=False) or [paragraph]]
     return "\n".join(lines).replace(_KEEP, " ")
 
 
