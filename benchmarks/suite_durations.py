@@ -1,6 +1,6 @@
 """Where the test suite's time goes, per file: the table of docs/development.md from pytest's own report.
 
-    pytest -q --durations=0 > durations.txt
+    pytest -q --durations=0 --durations-min=0 > durations.txt
     python benchmarks/suite_durations.py durations.txt [--top 25]
 
 Reads the "slowest durations" lines pytest prints (`12.34s call     tests/x.py::test_y`) and sums them per
@@ -46,7 +46,7 @@ def table(files: dict[str, dict[str, float]], top: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("report", type=Path, help="the output of `pytest -q --durations=0`")
+    parser.add_argument("report", type=Path, help="the output of `pytest -q --durations=0 --durations-min=0`")
     parser.add_argument("--top", type=int, default=25, help="files shown, slowest first")
     args = parser.parse_args()
     print(table(per_file(args.report.read_text(errors="replace")), args.top))

@@ -71,8 +71,8 @@ def abtune_main(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPa
         capsys.readouterr()  # what the test printed before is not the command's
         try:
             code = main(list(args))
-        except SystemExit as exit_:  # argparse's usage errors
-            code = exit_.code if isinstance(exit_.code, int) else 1
+        except SystemExit as exit_:  # argparse's usage errors (and --help: 0)
+            code = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
         out, err = capsys.readouterr()
         return CliResult(code, out, err)
 

@@ -368,6 +368,7 @@ def test_loss_without_iptables_is_refused_in_one_line(tmp_path: Path, abtune_mai
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # a pytest of its own: the whole suite's, not the fast tier's
 def test_the_readme_command_brings_up_iptables_for_the_loss_test_or_skips_it_with_the_reason(tmp_path: Path) -> None:
     """`pytest -q` on a machine without iptables: the suite installs it as it installs SLURM and PostgreSQL
     (tests/system.py), and where that cannot help (here: a PATH without it, whatever is installed) the test

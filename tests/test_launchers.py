@@ -227,6 +227,7 @@ def test_debug_launcher_runs_in_process(tmp_path: Path) -> None:
     assert read_summary(run_dir).raw["steps_done"] == 5
 
 
+@pytest.mark.slow  # starts processes (a job, ranks): the whole suite's, not the fast tier's
 def test_local_submit_reports_the_failure(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from abtune.attrs import DDP, PAPER_DEFAULTS
 from abtune.runfiles import read_summary
 from abtune.study import results
-from tests.conftest import run_cli
+from tests.conftest import CliResult, run_cli
 from tests.study_helpers import study_attrs, trials_of, write_study
 
 VIT_TARGET = Path(__file__).resolve().parent.parent / "studies" / "imagenet_vit_b16.yaml"
@@ -93,14 +94,15 @@ def test_confirm_reruns_the_best_and_both_references_with_fresh_seeds(tmp_path: 
     assert f"tiny #{chosen}; confirmed top-1" in after.stdout, after.stdout
 
 
-def test_bad_confirmations_give_one_line_and_exit_2(tmp_path: Path) -> None:
+def test_bad_confirmations_give_one_line_and_exit_2(tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
     url = f"sqlite:///{tmp_path}/optuna.db"
-    run_cli("study", "create", str(write_study(tmp_path / "s.yaml", trials=3)), "--storage", url, cwd=tmp_path)
+    assert abtune_main("study", "create", str(write_study(tmp_path / "s.yaml", trials=3)), "--storage", url,
+                       cwd=tmp_path).returncode == 0
     for args, expected in ((("--seeds", "1"), "--seeds at least 2"),
                            ((), "study tiny has no finished reference trial (paper defaults, DDP)")):
-        result = run_cli("study", "confirm", "tiny", *args, "--storage", url, "--no-tracking", cwd=tmp_path, check=False)
+        result = abtune_main("study", "confirm", "tiny", *args, "--storage", url, "--no-tracking")
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2 and len(lines) == 1 and expected in lines[0], result.stderr
     bad = write_study(tmp_path / "bad.yaml", repeats=0)
-    result = run_cli("study", "create", str(bad), "--storage", url, cwd=tmp_path, check=False)
+    result = abtune_main("study", "create", str(bad), "--storage", url)
     assert result.returncode == 2 and "repeats" in result.stderr and "Traceback" not in result.stderr, result.stderr

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import optuna
+import pytest
 
 from abtune.launch.pids import process_alive, process_start
 from abtune.study import reattach, stop
@@ -58,6 +59,7 @@ def _training_job(tmp_path: Path) -> tuple[subprocess.Popen[bytes], dict]:
     return process, record
 
 
+@pytest.mark.slow  # starts processes (a job, ranks): the whole suite's, not the fast tier's
 def test_status_and_stop_read_a_trial_written_with_the_old_names(tmp_path: Path) -> None:
     url, study = _old_study(tmp_path)
     process, record = _training_job(tmp_path)

@@ -201,6 +201,7 @@ def test_shipped_clusters_load_and_bad_files_are_one_line(tmp_path: Path) -> Non
         predict(run, cluster())
 
 
+@pytest.mark.slow  # runs the calibration benchmark's ranks: the whole suite's, not the fast tier's
 def test_calibration_writes_a_cluster_whose_measured_compute_predicts_a_run(tmp_path: Path) -> None:
     out = tmp_path / "node.yaml"
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "calibrate_cluster.py"), "--out", str(out), "--name",

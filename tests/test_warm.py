@@ -106,6 +106,7 @@ def test_warm_ranks_equal_cold_ones_and_carry_nothing_into_the_next_run(
     assert results(warm_b)["final"]["val_top1"] > 0
 
 
+@pytest.mark.slow  # starts processes (a job, ranks): the whole suite's, not the fast tier's
 @session_server
 def test_a_killed_rank_fails_only_its_run(tmp_path: Path, started: list[tuple[list[str], warm.WarmRank]]) -> None:
     """Two runs side by side from the session's server; SIGKILL one rank of the long one: that run fails
@@ -167,6 +168,7 @@ def test_ranks_of_an_emulated_node_start_warm_inside_its_namespace(
     assert "hostname of the client socket cannot be retrieved" not in capfd.readouterr().err
 
 
+@pytest.mark.slow  # starts processes (a job, ranks): the whole suite's, not the fast tier's
 def test_a_python_path_with_another_abtune_starts_cold(tmp_path: Path, own_server: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A PYTHONPATH entry holding another `abtune` would make a cold rank import that one: the server
