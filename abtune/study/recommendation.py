@@ -29,7 +29,9 @@ from abtune.attrs import CONFIRMATION_ATTR, DDP, RECOMMENDATION_ATTR, SEEDS_ATTR
 from abtune.errors import ConfigError
 from abtune.objectives import OBJECTIVES
 from abtune.study import results
+from abtune.study.importance import shown_objectives
 from abtune.study.ranking import DEFAULT_RULE, Rule, pareto_front, promotable, rank_front, top_single
+from abtune.study.spec import StudySpec
 
 WITHIN, SHORT, NO_REFERENCE = "within", "short", "no-reference"  # how the choice stands against DDP
 SEARCH, CONFIRMED = "search", "confirmed"  # what its figures are
@@ -285,6 +287,12 @@ def _spread(study: optuna.Study, trial: FrozenTrial, ddp: Held | None, confirmed
         if std is not None and math.isfinite(std):
             spreads.append(float(std))
     return max(spreads) if spreads else None
+
+
+def search_front(trials: Sequence[FrozenTrial], spec: StudySpec) -> list[FrozenTrial]:
+    """The Pareto front of the feasible search trials on the study's shown objectives (`study best`, export)."""
+    feasible = [t for t in results.search_trials(trials) if results.feasible(t)]
+    return results.pareto_front(feasible, shown_objectives(spec))
 
 
 # --- stored once, read everywhere ----------------------------------------------------------------------
