@@ -210,7 +210,7 @@ class RunDisplay:
         row = trial_row(trial)
         self.rows.append(row)
         if not self.live_mode:
-            self.console.print(finished_line(trial, row))
+            self.console.print(finished_line(trial, row), markup=False)  # a fail reason may hold [brackets]
         self.refresh(trials)
 
     def note(self, text: str) -> None:

@@ -96,7 +96,7 @@ def create(path: Path, name: str | None, url: str, force: bool,
     if warm_start is not None:
         from abtune.study import warm
 
-        warm.enqueue(study, warm_start, build_distributions(spec, str(path)))
+        warm.enqueue(study, warm_start, build_distributions(spec, str(path)), [paper_params] if paper_params else [])
     if paper_params is not None:
         study.enqueue_trial(paper_params, user_attrs={REFERENCE_ATTR: PAPER_DEFAULTS, ATTEMPT_ATTR: 0})
     if spec.references.ddp:

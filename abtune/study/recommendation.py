@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import optuna
@@ -29,7 +29,9 @@ from abtune.attrs import CONFIRMATION_ATTR, DDP, RECOMMENDATION_ATTR, SEEDS_ATTR
 from abtune.errors import ConfigError
 from abtune.objectives import OBJECTIVES
 from abtune.study import results
+from abtune.study.importance import shown_objectives
 from abtune.study.ranking import DEFAULT_RULE, Rule, pareto_front, promotable, rank_front, top_single
+from abtune.study.spec import StudySpec
 
 WITHIN, SHORT, NO_REFERENCE = "within", "short", "no-reference"  # how the choice stands against DDP
 SEARCH, CONFIRMED = "search", "confirmed"  # what its figures are
@@ -56,6 +58,7 @@ class Recommendation:
     basis: str  # SEARCH (the search's values) or CONFIRMED (means over fresh seeds)
     seeds: int  # runs behind each figure (1: a single run)
     values: dict[str, float]  # the choice's figures by objective name (top1, inter_node_bytes, ...)
+    stds: dict[str, float]  # their seed-to-seed std where measured (repeats, a confirmation)
     held: str  # WITHIN, SHORT or NO_REFERENCE
     ddp: Held | None  # DDP's top-1 in this study (its confirmed mean after a confirmation)
     closest: Held | None  # the front's highest top-1 (what a SHORT choice is compared with)
@@ -74,12 +77,18 @@ class Recommendation:
         return None if self.ddp is None or "top1" not in self.values else self.values["top1"] - self.ddp.top1
 
     def evidence(self) -> str:
-        """`top-1 0.9472, inter-node MB 46.88`; confirmed: the means over the fresh seeds, said so."""
-        shown = ", ".join(f"{OBJECTIVES[k].label} {OBJECTIVES[k].show(v)}" for k, v in self.values.items()
-                          if k in OBJECTIVES)
+        """`top-1 0.9472, inter-node MB 46.88`; over seeds: `mean over 2 seeds: top-1 0.9472 ± 0.0042, ...`."""
+        shown = ", ".join(f"{OBJECTIVES[k].label} {self._shown(k, v)}" for k, v in self.values.items() if k in OBJECTIVES)
         if self.confirmed:
             return f"confirmed means over {self.seeds} fresh seeds: {shown}"
-        return (f"means over {self.seeds} seeds: " if self.seeds > 1 else "") + shown
+        return (f"mean over {self.seeds} seeds: " if self.seeds > 1 else "") + shown
+
+    def _shown(self, key: str, value: float) -> str:
+        objective, std = OBJECTIVES[key], self.stds.get(key)
+        shown = objective.show(value)
+        if std is None or not math.isfinite(std):
+            return shown
+        return f"{shown} ± {std / objective.scale:.{objective.digits}f}"
 
     def lines(self, lead: str = "recommended") -> list[str]:
         """What every command prints: the choice (or why nothing is recommended), and how it stands against DDP."""
@@ -177,13 +186,14 @@ def decide(study: optuna.Study, rule: Rule = DEFAULT_RULE, *, search_only: bool 
     closest = Held(top_of_front.number, _top1(top_of_front, top1)) if top1 is not None else None
     held = _held(choice, ddp, top1, rule.margin)
     values = _values(choice, names, study, bool(confirmed))
+    stds = _stds(choice, values, study, bool(confirmed))
     best = None if top_of_front.number == choice.number or len(directions) == 1 else \
         {"trial": top_of_front.number, "values": _values(top_of_front, names, study, bool(confirmed))}
     return Recommendation(
         trial=choice.number, ranked=[t.number for t in ranked], rule=rule.name, margin=rule.margin,
         rule_text=rule.describe(names, "DDP's top-1" if ddp is not None else "the front's best top-1"),
         multi_objective=len(directions) > 1, basis=CONFIRMED if confirmed else SEARCH,
-        seeds=_seeds(study, choice, bool(confirmed)), values=values, held=held, ddp=ddp, closest=closest, best=best,
+        seeds=_seeds(study, choice, bool(confirmed)), values=values, stds=stds, held=held, ddp=ddp, closest=closest, best=best,
         resolution=_resolution(choice), spread=_spread(study, choice, ddp, bool(confirmed)), seen=fingerprint(study))
 
 
@@ -242,6 +252,16 @@ def _values(trial: FrozenTrial, names: list[str], study: optuna.Study, confirmed
     return values
 
 
+def _stds(trial: FrozenTrial, values: dict[str, float], study: optuna.Study, confirmed: bool) -> dict[str, float]:
+    record = study.user_attrs.get(f"{CONFIRMATION_ATTR}.trial_{trial.number}") if confirmed else None
+    stds = {}
+    for key in values:
+        std = record["metrics"].get(key, {}).get("std") if record else trial.user_attrs.get(f"{key}_std")
+        if isinstance(std, int | float) and math.isfinite(std):
+            stds[key] = float(std)
+    return stds
+
+
 def _seeds(study: optuna.Study, trial: FrozenTrial, confirmed: bool) -> int:
     if confirmed:
         return len(study.user_attrs[CONFIRMATION_ATTR]["seeds"])
@@ -269,6 +289,12 @@ def _spread(study: optuna.Study, trial: FrozenTrial, ddp: Held | None, confirmed
     return max(spreads) if spreads else None
 
 
+def search_front(trials: Sequence[FrozenTrial], spec: StudySpec) -> list[FrozenTrial]:
+    """The Pareto front of the feasible search trials on the study's shown objectives (`study best`, export)."""
+    feasible = [t for t in results.search_trials(trials) if results.feasible(t)]
+    return results.pareto_front(feasible, shown_objectives(spec))
+
+
 # --- stored once, read everywhere ----------------------------------------------------------------------
 def fingerprint(study: optuna.Study) -> dict[str, Any]:
     """What a record was decided from: the completed trials and the confirmation's time."""
@@ -280,8 +306,8 @@ def fingerprint(study: optuna.Study) -> dict[str, Any]:
 def load(study: optuna.Study) -> Recommendation | None:
     """The stored recommendation as written (None before the first): for readers that only show it."""
     raw = study.user_attrs.get(RECOMMENDATION_ATTR)
-    if raw is None:
-        return None
+    if not isinstance(raw, dict) or set(raw) != {f.name for f in fields(Recommendation)}:
+        return None  # none yet, or written by another version of abtune: decided again by `current`
     held = {k: Held(**raw[k]) if raw.get(k) else None for k in ("ddp", "closest")}
     return Recommendation(**{**raw, **held})
 

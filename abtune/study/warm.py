@@ -21,8 +21,10 @@ from abtune.errors import ConfigError
 from abtune.study import recommendation
 
 
-def seeds_of(old: optuna.Study, distributions: dict[str, BaseDistribution]) -> list[tuple[dict[str, Any], int]]:
-    """(parameters, old trial number) to enqueue: confirmed picks, then the front, as the new space takes them."""
+def seeds_of(old: optuna.Study, distributions: dict[str, BaseDistribution],
+             planned: list[dict[str, Any]] | None = None) -> list[tuple[dict[str, Any], int]]:
+    """(parameters, old trial number) to enqueue: confirmed picks, then the front, as the new space takes them;
+    none that repeats `planned` (the new study's own paper-defaults trial) or another."""
     confirmed = recommendation.current(old)
     searched = recommendation.decide(old, search_only=True)
     if searched is None:
@@ -33,7 +35,7 @@ def seeds_of(old: optuna.Study, distributions: dict[str, BaseDistribution]) -> l
     seeds: list[tuple[dict[str, Any], int]] = []
     for number in dict.fromkeys(order):
         params = _carried(by_number[number].params, distributions)
-        if params and all(params != seen for seen, _ in seeds):
+        if params and params not in (planned or []) and all(params != seen for seen, _ in seeds):
             seeds.append((params, number))
     return seeds
 
@@ -47,9 +49,10 @@ def _carried(params: dict[str, Any], distributions: dict[str, BaseDistribution])
     return kept
 
 
-def enqueue(study: optuna.Study, old: optuna.Study, distributions: dict[str, BaseDistribution]) -> list[int]:
-    """Enqueue the old study's picks and front in `study`; the old trial numbers, in the order enqueued."""
-    seeds = seeds_of(old, distributions)
+def enqueue(study: optuna.Study, old: optuna.Study, distributions: dict[str, BaseDistribution],
+            planned: list[dict[str, Any]] | None = None) -> list[int]:
+    """Enqueue the old study's picks and front in `study` (none repeating `planned`); the old trial numbers."""
+    seeds = seeds_of(old, distributions, planned)
     for params, number in seeds:
         study.enqueue_trial(params, user_attrs={WARM_START_ATTR: f"{old.study_name} #{number}", ATTEMPT_ATTR: 0})
     return [number for _, number in seeds]

@@ -42,7 +42,7 @@ def print_best(storage: BaseStorage, name: str, rule: Rule, *, wide: bool = Fals
     if note := repeated_faults_note(chosen):
         console.print(note, soft_wrap=True)
     metrics = importance.shown_objectives(spec)
-    print_front(console, name, metrics, search_front(trials, spec), trials, spec, wide=wide)
+    print_front(console, name, metrics, recommendation.search_front(trials, spec), trials, spec, wide=wide)
     early = curves.describe(curves.early_vs_final(results.search_trials(trials)))
     if early:
         console.print(early)
@@ -80,12 +80,6 @@ def resolution_line(answer: recommendation.Recommendation) -> str:
     spread = f"seed-to-seed spread (std) {answer.spread:.4f}" if answer.spread is not None else \
         "seed-to-seed spread not measured (repeats: or abtune study confirm measure it)"
     return f"margin {answer.margin:g} top-1; {image}; {spread}"
-
-
-def search_front(trials: Sequence[FrozenTrial], spec: StudySpec) -> list[FrozenTrial]:
-    """The Pareto front of the feasible search trials on the study's objectives, as `study best` shows it."""
-    feasible = [t for t in results.search_trials(trials) if results.feasible(t)]
-    return results.pareto_front(feasible, importance.shown_objectives(spec))
 
 
 def _why_none(trials: Sequence[FrozenTrial], spec: StudySpec) -> str:

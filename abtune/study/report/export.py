@@ -30,7 +30,6 @@ from abtune.errors import ConfigError
 from abtune.launch.launchers import describe_job, recorded_job
 from abtune.study import recommendation, repeats, results
 from abtune.study.definition import stored_spec
-from abtune.study.report.best import search_front
 
 EXPORTED_ATTRS = (REFERENCE_ATTR, RETRY_OF_ATTR, ATTEMPT_ATTR, *results.RESULT_KEYS, TRAFFIC_EXCESS_ATTR,
                   FAIL_REASON_ATTR, RUN_DIR_ATTR)
@@ -46,7 +45,7 @@ def export_rows(storage: BaseStorage, name: str) -> list[dict[str, Any]]:
     study_id = storage.get_study_id_from_name(name)
     spec = stored_spec(storage, study_id)
     trials = storage.get_all_trials(study_id, deepcopy=False)
-    front = {t.number for t in search_front(trials, spec)}
+    front = {t.number for t in recommendation.search_front(trials, spec)}
     answer = recommendation.current(optuna.load_study(study_name=name, storage=storage))
     rows = []
     for trial in trials:
