@@ -124,13 +124,18 @@ def test_create_enqueues_references_and_refuses_a_different_definition(
     code, out, _ = _abtune(capsys, "study", "create", str(study), "--storage", url)
     assert code == 0 and "already exists" in out and len(trials_of(url)) == 2
 
-    changed = write_study(tmp_path / "s2.yaml", trials=6)
+    grown = write_study(tmp_path / "s2.yaml", trials=6)  # only the budget changed: set, every trial kept
+    code, out, _ = _abtune(capsys, "study", "create", str(grown), "--storage", url)
+    assert code == 0 and "budget set to 6 trials (was 4)" in out and len(trials_of(url)) == 2
+    assert study_attrs(url)[SPEC_ATTR]["trials"] == 6
+
+    changed = write_study(tmp_path / "s3.yaml", trials=6, sampler={"name": "random", "seed": 1})
     code, _, err = _abtune(capsys, "study", "create", str(changed), "--storage", url)
     assert code == 2 and "already exists" in err and "--force" in err
-    assert study_attrs(url)[SPEC_ATTR]["trials"] == 4
+    assert study_attrs(url)[SPEC_ATTR]["sampler"]["seed"] == 0
 
     code, out, _ = _abtune(capsys, "study", "create", str(changed), "--storage", url, "--force")
-    assert code == 0 and study_attrs(url)[SPEC_ATTR]["trials"] == 6 and len(trials_of(url)) == 2
+    assert code == 0 and study_attrs(url)[SPEC_ATTR]["sampler"]["seed"] == 1 and len(trials_of(url)) == 2
 
     code, _, err = _abtune(capsys, "study", "delete", "tiny", "--storage", url)
     assert code == 2 and "--yes" in err

@@ -87,10 +87,10 @@ def cmd_create(args: argparse.Namespace) -> int:
                 if WARM_START_ATTR in t.user_attrs]
         print(f"warm start: {plural(len(warm), 'trial')} of study {old.study_name} enqueued first ({', '.join(warm)}: "
               "its confirmed picks, then its Pareto front)")
-    storage_flag = f" --storage '{where}'" if args.storage else ""
-    print(f"run it: abtune study run {name}{storage_flag}")
     from abtune.study import cost
     cost.announce(load_study_spec(args.study_file), name, args.cluster)
+    storage_flag = f" --storage '{where}'" if args.storage else ""
+    print(f"run it: abtune study run {name}{storage_flag}")
     return 0
 
 

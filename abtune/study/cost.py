@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from abtune import prose
 from abtune.config import ModelConfig, RunConfig, parse_run_config
 from abtune.data import RGB_CHANNELS, DatasetInfo
 from abtune.errors import ConfigError
@@ -156,7 +157,7 @@ def announce(spec: StudySpec, name: str, cluster: str | None) -> StudyCost | Non
         print(f"abtune: no time estimate: {error}", file=sys.stderr)
         return None
     for line in cost_lines(cost, name):
-        print(line)
+        prose.say(line)
     return cost
 
 
@@ -178,7 +179,7 @@ def check_local_run(spec: StudySpec, name: str, launcher_kind: str, cluster: str
         print(f"abtune: no time estimate: {error}", file=sys.stderr)
         return
     for line in cost_lines(cost, name, parallel):
-        print(line)
+        prose.say(line)
     if cost.local and cost.total_seconds / parallel > LOCAL_LIMIT_S and not yes:
         raise ConfigError(f"study {name} would train for about {duration(cost.total_seconds / parallel)} on this "
                           f"machine; run it on SLURM (abtune study launch {name} --launcher PROFILE, "
