@@ -184,8 +184,8 @@ def test_compare_fits_the_terminal_says_what_it_trains_and_is_recorded_in_mlflow
     table = [line for line in lines if line[:1] in "┏┃┡│└"]
     assert table and too_wide(table, 100) == []
     (shown,) = tables_in(lines)
-    assert shown.headers[:7] == ["method", "final top-1", "inter-node MB", "inter-node vs ddp", "model compression",
-                                 "predicted train s", "predicted s to target"]
+    assert shown.headers[:8] == ["method", "final top-1", "inter-node MB", "inter-node vs ddp", "model compression",
+                                 "update compression", "predicted train s", "predicted s to target"]
     assert [row[0] for row in shown.rows] == ["ddp", "ab"]  # one line per method
     assert "…" not in "\n".join(lines)
 

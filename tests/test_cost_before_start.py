@@ -40,13 +40,14 @@ def test_creating_the_cifar100_study_here_prints_its_cost_and_the_slurm_route(
     # 10,000 steps of 64 samples at 0.01 s each, 8 ranks sharing this machine's cores; one bucket of
     # ~43M gradients over loopback is small beside that
     per_trial = 10_000 * 64 * PROBED * max(1.0, 8 / (os.cpu_count() or 1))
-    line = next(line for line in out.splitlines() if line.startswith("estimated training time here"))
+    flat = " ".join(out.split())  # the lines wrap at the terminal's width
+    line = flat[flat.index("estimated training time here"):]
     assert f"8 ranks on {os.cpu_count()} CPU core" in line and "for 40 trials" in line
     hours = float(re.search(r": ([\d.]+) h a trial", line).group(1)) if " h a trial" in line else None
     assert hours is not None and hours == pytest.approx(per_trial / 3600, rel=0.05)
     assert "compute measured" in line and "probe of the trial's model" in line
-    assert "run it on SLURM with `abtune study launch minivit_cifar100 --launcher PROFILE" in out
-    assert "docs/first-slurm-study.md" in out
+    assert "run it on SLURM with `abtune study launch minivit_cifar100 --launcher PROFILE" in flat
+    assert "docs/first-slurm-study.md" in flat
 
 
 def test_the_quickstart_study_gets_its_estimate_without_the_slurm_route(

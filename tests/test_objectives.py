@@ -157,5 +157,5 @@ def test_study_best_shows_the_head_of_a_long_front_and_says_how_long_it_is(tmp_p
     text = console.export_text()
     title = " ".join(text.split("┏")[0].split())  # rich wraps the title to the table's width
     assert title == (f"Pareto front (top1, inter_node_bytes): {FRONT_ROWS + 5} trial(s), the {FRONT_ROWS} with the "
-                     "best top-1 shown (every trial: abtune study export tiny)"), text
+                     "best top-1 shown (every trial: abtune study export tiny) (parameters: method.*)"), text
     assert text.count("0.1000") == FRONT_ROWS

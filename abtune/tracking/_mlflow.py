@@ -210,7 +210,7 @@ class MlflowTracking(Tracking):
         try:
             self.client.log_batch(run_id, tags=[RunTag(k, redact(v)) for k, v in tags.items()])
         except Exception as error:  # the study's storage holds the same; the record is a convenience
-            _warn(f"could not tag MLflow run {run_id} at {self.describe()}: {_first_line(error)}")
+            self._lost(error)
 
     def _experiment_id(self, name: str) -> str:
         from mlflow.exceptions import MlflowException
@@ -352,7 +352,7 @@ class MlflowTracking(Tracking):
             self.client.set_tag(parent_run_id, STUDY_TEXT_TAG, description)
             self.client.set_tag(parent_run_id, NOTE_TAG, study_note(parent_run_id, {**held.tags, STUDY_TEXT_TAG: description}))
         except Exception as error:  # the study's own storage holds all of it; the record is a convenience
-            _warn(f"could not describe the study on MLflow run {parent_run_id}: {_first_line(error)}")
+            self._lost(error)
 
     def update_study_artifacts(self, parent_run_id: str | None, trials: Sequence[FrozenTrial],
                                objectives: Sequence[str] | None, analysis: dict[str, Any] | None = None,
