@@ -48,11 +48,8 @@ def _study(storage: str, run_ids: list[str]) -> optuna.Study:
     return study
 
 
-def test_the_result_metrics_fit_the_runs_tables_column() -> None:
-    assert all(len(key) <= HEADER_COLUMN for key in HEADLINE), HEADLINE
-
-
-def test_the_parent_run_describes_the_study_and_shows_its_plots(store: str, tmp_path: Path) -> None:
+def _described_study(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """The tiny study's parent run, described, with a child run per trial: (tracking, parent, runs, study)."""
     spec = _spec()
     tracking = open_tracking()
     parent = tracking.study_parent_run("tiny-study", "sqlite:///optuna.db")
@@ -62,6 +59,15 @@ def test_the_parent_run_describes_the_study_and_shows_its_plots(store: str, tmp_
     study = _study(f"sqlite:///{tmp_path / 'optuna.db'}", runs)
     tracking.describe_study(parent, parent_run.study_description("tiny-study", spec), parent_run.study_params(spec),
                             parent_run.study_progress(study.trials))
+    return tracking, parent, runs, study
+
+
+def test_the_result_metrics_fit_the_runs_tables_column() -> None:
+    assert all(len(key) <= HEADER_COLUMN for key in HEADLINE), HEADLINE
+
+
+def test_the_parent_run_describes_the_study_and_shows_its_plots(store: str, tmp_path: Path) -> None:
+    tracking, parent, runs, study = _described_study(tmp_path)
     tracking.update_study_artifacts(parent, study.trials, study.metric_names, None, recommended=2)
 
     client = MlflowClient(store)
@@ -99,15 +105,7 @@ def test_the_description_keeps_the_recommendation_when_the_plots_are_updated(sto
     recommendation was published keeps it between the study's text and the plots."""
     from abtune.study import recommendation
 
-    spec = _spec()
-    tracking = open_tracking()
-    parent = tracking.study_parent_run("tiny-study", "sqlite:///optuna.db")
-    config = RunConfig.model_validate({"name": "t", "model": TINY_VIT})
-    runs = [tracking.start_run(config, experiment="tiny-study", run_name=f"trial-{n}", parent_run_id=parent)
-            for n in range(3)]
-    study = _study(f"sqlite:///{tmp_path / 'optuna.db'}", runs)
-    tracking.describe_study(parent, parent_run.study_description("tiny-study", spec), parent_run.study_params(spec),
-                            parent_run.study_progress(study.trials))
+    tracking, parent, _, study = _described_study(tmp_path)
     answer = recommendation.current(study)
     assert answer is not None
     recommendation.publish(study, answer, tracking, parent)
