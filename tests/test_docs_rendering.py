@@ -1,8 +1,9 @@
 """Rendering accidents that `mkdocs build --strict` lets pass, beyond the stray `#` line at the start of a
 paragraph (tests/test_docs_headings.py): an indented block that starts with a `#` word (a list item's
 continuation paragraph renders it as a heading inside the item; a wrapped line of a paragraph does not), a wrapped line of only `-` or `=` under text (a
-setext heading: the paragraph above becomes a title), and a code fence left open (the rest of the page
-becomes code)."""
+setext heading: the paragraph above becomes a title), a code fence indented into a list item (the site's
+plain fenced_code extension fences only at the top level, so the block renders as one line of inline code,
+its language word included), and a code fence left open (the rest of the page becomes code)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ def accidents(text: str) -> list[str]:
     found, fenced, previous = [], False, ""
     for number, line in enumerate(text.splitlines(), start=1):
         if FENCE.match(line):
+            if line != line.lstrip():
+                found.append(f"{number}: an indented code fence renders as inline code")
             fenced = not fenced
             previous = ""
             continue
@@ -45,7 +48,9 @@ def test_no_page_has_a_rendering_accident() -> None:
 
 def test_the_check_sees_each_accident_and_spares_code_tables_and_headings() -> None:
     text = ("- an item that wraps as optuna\n  #3449) says\n\n    #3450) more\n\nA paragraph whose wrapped line is a dash\n-\n\n"
-            "| a | b |\n|---|---|\n\n## A heading\n\n```bash\n  # a comment\n-\n```\n\n```text\nopen\n")
+            "| a | b |\n|---|---|\n\n## A heading\n\n```bash\n  # a comment\n-\n```\n\n1. a step\n\n    ```bash\n    abtune\n    ```\n\n```text\nopen\n")
     assert accidents(text) == ["4: an indented block starts with '#': #3450) more",
                                "7: a line of '-' under text makes it a heading",
+                               "21: an indented code fence renders as inline code",
+                               "23: an indented code fence renders as inline code",
                                "a code fence is never closed"]
