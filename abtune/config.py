@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from abtune.errors import ConfigError
 from abtune.methods import METHOD_CONFIGS, MethodConfig
-from abtune.methods.ddp_settings import DdpConfig
+from abtune.methods.ddp.settings import DdpConfig
 from abtune.schema import Fraction, StrictModel
 from abtune.yamlfile import read_yaml
 

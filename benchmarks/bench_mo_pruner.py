@@ -50,7 +50,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from abtune.attrs import EVALUATIONS_ATTR
-from abtune.methods.ab_settings import AbConfig, ABSchedule
+from abtune.methods.ab.settings import AbConfig, ABSchedule
 from abtune.study.pareto_pruner import ParetoAshaPruner
 
 # The quickstart's ranges, 3 values each, the paper's guideline (abtune.study.spec.GUIDELINE) in the middle.

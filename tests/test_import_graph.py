@@ -117,11 +117,11 @@ def test_no_modules_and_no_packages_import_each_other_in_a_circle() -> None:
 
 def test_the_configuration_and_every_method_s_settings_load_without_torch() -> None:
     """The CLI, the study and promote read the run config and the method registry; torch stays unloaded."""
-    assert {m for m in MODULES if torch_free_part_of_methods(m)} >= {"abtune.methods", "abtune.methods.ab_settings"}
+    assert {m for m in MODULES if torch_free_part_of_methods(m)} >= {"abtune.methods", "abtune.methods.ab.settings"}
     loaded = subprocess.run([sys.executable, "-c", "import sys, abtune.config, abtune.methods, abtune.cli; "
                              "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('abtune.methods')))"],
                             capture_output=True, text=True, check=True).stdout
-    assert "'torch'" not in loaded and "'abtune.methods.ab_settings'" in loaded, loaded
+    assert "'torch'" not in loaded and "'abtune.methods.ab.settings'" in loaded, loaded
 
 
 def test_the_checker_sees_a_circle_and_an_upward_arrow() -> None:

@@ -13,7 +13,7 @@ import pytest
 from abtune.config import load_run_config, parse_run_config
 from abtune.errors import ConfigError
 from abtune.methods import METHOD_CONFIGS, METHOD_NAMES, METHODS
-from abtune.methods.ab_settings import AbConfig
+from abtune.methods.ab.settings import AbConfig
 from abtune.methods.base import Method
 from abtune.runfiles import CONFIG_FILE, SUMMARY_FILE, read_summary
 from tests.conftest import run_cli, write_config

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import Field
 
-from abtune.methods.ab_settings import AbConfig
-from abtune.methods.ddp_settings import DdpConfig
-from abtune.methods.fp16_settings import Fp16Config
-from abtune.methods.powersgd_settings import PowerSgdConfig
-from abtune.methods.sbc_settings import SbcConfig
+from abtune.methods.ab.settings import AbConfig
+from abtune.methods.ddp.settings import DdpConfig
+from abtune.methods.fp16.settings import Fp16Config
+from abtune.methods.powersgd.settings import PowerSgdConfig
+from abtune.methods.sbc.settings import SbcConfig
 from abtune.methods.settings import MethodSettings
 
 if TYPE_CHECKING:
@@ -26,12 +26,12 @@ if TYPE_CHECKING:
 
 # name -> (its settings, its Method as "module:Class", imported only when a run builds it)
 METHODS: dict[str, tuple[type[MethodSettings], str]] = {
-    "ddp": (DdpConfig, "abtune.methods.ddp:DDP"),
-    "ab": (AbConfig, "abtune.methods.ab:ABTraining"),
-    "ab-nogroups": (AbConfig, "abtune.methods.ab:ABTraining"),
-    "sbc": (SbcConfig, "abtune.methods.sbc:SparseBinaryCompression"),
-    "powersgd": (PowerSgdConfig, "abtune.methods.powersgd:PowerSGD"),
-    "fp16": (Fp16Config, "abtune.methods.fp16:Fp16"),
+    "ddp": (DdpConfig, "abtune.methods.ddp.method:DDP"),
+    "ab": (AbConfig, "abtune.methods.ab.method:ABTraining"),
+    "ab-nogroups": (AbConfig, "abtune.methods.ab.method:ABTraining"),
+    "sbc": (SbcConfig, "abtune.methods.sbc.method:SparseBinaryCompression"),
+    "powersgd": (PowerSgdConfig, "abtune.methods.powersgd.method:PowerSGD"),
+    "fp16": (Fp16Config, "abtune.methods.fp16.method:Fp16"),
 }
 METHOD_NAMES = tuple(METHODS)
 METHOD_CONFIGS: dict[str, type[MethodSettings]] = {name: settings for name, (settings, _) in METHODS.items()}

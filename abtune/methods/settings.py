@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from abtune.schema import StrictModel
 
 if TYPE_CHECKING:
-    from abtune.methods.ab_settings import ABSchedule
+    from abtune.methods.ab.settings import ABSchedule
 
 
 class MethodSettings(StrictModel):

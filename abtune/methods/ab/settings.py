@@ -1,4 +1,4 @@
-"""The settings of `method: ab` and `ab-nogroups` (abtune/methods/ab/), and AB's phase schedule.
+"""The settings of `method: ab` and `ab-nogroups` (abtune/methods/ab/method.py), and AB's phase schedule.
 
 warmup (full-rank DDP) | AB | rebound | AB | rebound | ... until the step budget is spent, turned
 from the settings' fractions into absolute steps once (ABSchedule). A change of shape happens at the
