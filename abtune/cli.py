@@ -50,7 +50,7 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ConfigError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set method.sigma_cutoff=0.2")
+            raise ConfigError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set train.steps=600")
         result[key] = parse_yaml(value, f"--set {key}")
     return result
 

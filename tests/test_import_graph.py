@@ -56,8 +56,10 @@ def imports(module: str) -> set[str]:
 
 
 def torch_free_part_of_methods(module: str) -> bool:
-    """The method registry (the package itself) and each method's settings: leaves the configuration reads."""
-    return module == "abtune.methods" or (module.startswith("abtune.methods.") and module.endswith("settings"))
+    """The method registry (the package itself), each method's settings and the schedule's shape they
+    share: leaves the configuration reads."""
+    return module in ("abtune.methods", "abtune.methods.schedule") or (
+        module.startswith("abtune.methods.") and module.endswith("settings"))
 
 
 def layer(module: str) -> float:

@@ -77,7 +77,7 @@ def test_every_registered_method_parses_to_its_settings_and_names_its_method(nam
 def test_method_capabilities(name: str) -> None:
     config = METHOD_CONFIGS[name](name=name)
     is_ab = isinstance(config, AbConfig)
-    assert (config.promotable, config.has_paper_defaults) == (is_ab, is_ab)
+    assert (bool(config.promoted_fields), bool(config.guideline)) == (is_ab, is_ab)
     schedule = config.phase_schedule(300)
     assert (schedule is not None) is is_ab
     if schedule is not None:

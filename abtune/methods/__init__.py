@@ -1,10 +1,11 @@
 """Training methods, looked up by the `method.name` of the run config.
 
-Each method is its module (the `Method`, torch) and its settings module beside it (a `MethodSettings`
-whose `name` field is a Literal of the names it answers to; torch-free, so the configuration, the
-CLI and the study read it without importing torch). Adding a method is those two modules and one
-line in METHODS: the run config's `method:` section, `compare --methods` and the study's checks
-follow from it.
+Each method is one package: its `method.py` (the `Method`, torch) and its `settings.py` (a
+`MethodSettings` whose `name` field is a Literal of the names it answers to, and which declares what
+is searchable, promoted and shown; torch-free, so the configuration, the CLI and the study read it
+without importing torch) under a light `__init__.py`. Adding a method is that package and one line
+in METHODS: the run config's `method:` section, `compare --methods`, the study's default space and
+guideline, promotion and the study's checks follow from it.
 """
 
 from __future__ import annotations
@@ -39,10 +40,22 @@ METHOD_CONFIGS: dict[str, type[MethodSettings]] = {name: settings for name, (set
 MethodConfig = Annotated[Union[tuple(dict.fromkeys(METHOD_CONFIGS.values()))], Field(discriminator="name")]  # type: ignore[valid-type]  # noqa: UP007
 
 
+def declared_keys(declaration: str) -> tuple[str, ...]:
+    """The dotted keys (`method.FIELD`) that any registered method lists in one of its settings' declarations
+    (`promoted_fields`, `schedule_fields`, `rank_fields`, ...), in registry order."""
+    return tuple(dict.fromkeys(key for settings in METHOD_CONFIGS.values()
+                               for key in settings.keys(getattr(settings, declaration))))
+
+
+def declaring(key: str, declaration: str) -> type[MethodSettings] | None:
+    """The first registered method whose settings list the dotted `key` in `declaration`; None: none does."""
+    return next((s for s in METHOD_CONFIGS.values() if key in s.keys(getattr(s, declaration))), None)
+
+
 def build_method(config: Any, ctx: MethodContext) -> Method:
     module_name, class_name = METHODS[config.name][1].split(":")
     cls = getattr(importlib.import_module(module_name), class_name)
     return cls(config, ctx)
 
 
-__all__ = ["METHODS", "METHOD_CONFIGS", "METHOD_NAMES", "MethodConfig", "build_method"]
+__all__ = ["METHODS", "METHOD_CONFIGS", "METHOD_NAMES", "MethodConfig", "build_method", "declared_keys", "declaring"]

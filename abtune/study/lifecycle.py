@@ -50,8 +50,8 @@ def validate(spec: StudySpec, source: str) -> dict[str, Any] | None:
     if not spec.references.paper_defaults:
         return None
     base_method = spec.base["method"]["name"]
-    if not METHOD_CONFIGS[base_method].has_paper_defaults:
-        known = [name for name, cls in METHOD_CONFIGS.items() if cls.has_paper_defaults]
+    if not METHOD_CONFIGS[base_method].guideline:
+        known = [name for name, cls in METHOD_CONFIGS.items() if cls.guideline]
         raise ConfigError(f"{source}: references.paper_defaults needs an AB method in the base config "
                           f"(method.name: {known[0]}), got {base_method}; or set it to false")
     return paper_default_params(spec, distributions, source)
