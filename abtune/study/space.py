@@ -23,6 +23,7 @@ from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import ConfigError
 from abtune.launch.profiles import Layout, check_fits
 from abtune.methods import METHOD_CONFIGS
+from abtune.study.optuna_private import contains
 from abtune.study.spec import Dimension, StudySpec
 
 Kind = Literal["int", "float", "categorical"]
@@ -134,7 +135,7 @@ def paper_default_params(spec: StudySpec, distributions: dict[str, BaseDistribut
     params = {}
     for name, distribution in distributions.items():
         value = guideline.get(name, _lookup(base, name))
-        if not distribution._contains(_internal(distribution, value)):
+        if not contains(distribution, value):
             origin = "the paper's guideline" if name in guideline else "the base config's value"
             raise ConfigError(
                 f"{source}: space.{name}: {origin} {value!r} (the paper-defaults reference trial) lies outside "
@@ -149,13 +150,6 @@ def _lookup(config: BaseModel, dotted: str) -> Any:
     for key in dotted.split("."):
         value = getattr(value, key)
     return list(value) if isinstance(value, tuple) else value
-
-
-def _internal(distribution: BaseDistribution, value: Any) -> float:
-    try:
-        return distribution.to_internal_repr(value)
-    except ValueError:
-        return float("nan")
 
 
 def _describe(distribution: BaseDistribution) -> str:
