@@ -73,7 +73,7 @@ from abtune.study import (
     workers,
 )
 from abtune.study.definition import open_search_study, stored_study_dir
-from abtune.study.display import RunDisplay
+from abtune.study.live_view import RunDisplay
 from abtune.study.optuna_private import trial_id
 from abtune.study.space import build_distributions
 from abtune.study.storage import absolute_url, storage_environment
