@@ -274,7 +274,7 @@ def _train_one(config: RunConfig, run_dir: Path, *, launcher: Launcher, layout: 
 
 def cmd_promote(args: argparse.Namespace) -> int:
     from abtune.promote import campaign as runner
-    from abtune.promote.display import print_campaign
+    from abtune.promote.campaign_table import print_campaign
     from abtune.promote.plan import parse_nodes, plan_campaign
     from abtune.promote.select import (
         chosen_by,
