@@ -163,7 +163,7 @@ def test_the_checker_sees_a_circle_and_an_upward_arrow() -> None:
 
 
 # The study's reports, one module per thing shown; each imports only those after it here.
-REPORTS = ["status", "best", "tables", "importances", "rerun", "export"]
+REPORTS = ["status", "best", "trial_tables", "importances", "rerun", "export"]
 
 
 def test_the_study_reports_import_down_their_list_and_only_the_command_line_reads_them() -> None:
