@@ -196,7 +196,7 @@ def _submit_detached(run: Run) -> int:
 
 
 def _print_summary(run_dir: Path) -> int:
-    from abtune.training.report import print_summary
+    from abtune.training.run_tables import print_summary
 
     print_summary(read_summary(run_dir), run_dir)
     return 0

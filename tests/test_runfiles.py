@@ -114,7 +114,7 @@ def test_run_folder_file_names_have_one_home() -> None:
 
 @pytest.mark.slow  # trains: left out of the fast subset
 def test_the_run_report_reads_the_typed_summary(ab_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from abtune.training.report import print_summary
+    from abtune.training.run_tables import print_summary
 
     summary = read_summary(ab_run)
     print_summary(summary, ab_run)
@@ -125,7 +125,7 @@ def test_the_run_report_reads_the_typed_summary(ab_run: Path, capsys: pytest.Cap
 @pytest.mark.slow  # trains: left out of the fast subset
 def test_the_run_reports_title_counts_one_rank_and_one_node_in_the_singular(ab_run: Path) -> None:
     from abtune.runfiles import RunSummary
-    from abtune.training.report import result_table
+    from abtune.training.run_tables import result_table
 
     two = read_summary(ab_run)
     assert result_table(two).title == "tiny: ab on 2 ranks / 2 nodes"
