@@ -339,16 +339,16 @@ def _print_campaign_scripts(campaign: Any, launcher: Launcher, campaign_dir: Pat
 
 
 def cmd_report_scaling(args: argparse.Namespace) -> int:
-    from abtune.promote import report
+    from abtune.promote import scaling_report
     from abtune.promote.campaign import read_campaign
     from abtune.tracking import open_tracking
 
-    rows = report.collect_rows(args.campaigns)
+    rows = scaling_report.collect_rows(args.campaigns)
     if not rows:
         raise ConfigError(f"{args.campaigns[0]}: the campaign holds no runs")
     out = args.out or args.campaigns[0]
     out.mkdir(parents=True, exist_ok=True)
-    paths = report.write_report(rows, out)
+    paths = scaling_report.write_report(rows, out)
     print(paths[0].read_text(), end="")
     for path in paths:
         print(f"wrote {path}")
