@@ -239,7 +239,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if cluster is not None:
         for line in compare.prediction_lines(compare.finished_predictions(out_dir, rows, cluster)):
             print(line)
-        if line := compare.break_even_line(out_dir, rows, cluster):
+        for line in compare.break_even_lines(out_dir, rows, cluster):
             print(line)
     written = compare.write_outputs(rows, out_dir)
     for path in written:

@@ -734,7 +734,7 @@ class Separation:
     """Where two runs' predicted times differ by more than the model's uncertainty, over inter-node rates."""
     uncertainty: float  # relative, of the less certain prediction
     break_even_gbit: float | None
-    ab_faster: tuple[float, float] | None  # the lowest and highest grid rate where ab is faster beyond it
+    method_faster: tuple[float, float] | None  # the lowest and highest grid rate where the method is faster beyond it
     ddp_faster: tuple[float, float] | None
 
 
@@ -742,17 +742,17 @@ def uncertainty_of(*predictions: Prediction) -> float:
     return max(UNCERTAINTY[p.compute_source.kind] for p in predictions)
 
 
-def separation(ab: dict[str, Any], ddp: dict[str, Any], cluster: Cluster) -> Separation:
-    """ab against ddp at each rate of RATE_GRID: faster only where the gap exceeds the uncertainty of the
-    slower prediction (a difference below it is not a difference the model can tell)."""
-    ab_rates, ddp_rates, uncertainty = [], [], 0.0
+def separation(method: dict[str, Any], ddp: dict[str, Any], cluster: Cluster) -> Separation:
+    """A method's run against ddp's at each rate of RATE_GRID: faster only where the gap exceeds the
+    uncertainty of the slower prediction (a difference below it is not a difference the model can tell)."""
+    method_rates, ddp_rates, uncertainty = [], [], 0.0
     for rate in RATE_GRID:
         linked = with_link_rate(cluster, rate)
-        ab_at, ddp_at = predict(ab, linked), predict(ddp, linked)
-        share = uncertainty_of(ab_at, ddp_at)
+        method_at, ddp_at = predict(method, linked), predict(ddp, linked)
+        share = uncertainty_of(method_at, ddp_at)
         uncertainty = max(uncertainty, share)
-        gap = ab_at.train_seconds - ddp_at.train_seconds
-        if abs(gap) > share * max(ab_at.train_seconds, ddp_at.train_seconds):
-            (ab_rates if gap < 0 else ddp_rates).append(rate)
+        gap = method_at.train_seconds - ddp_at.train_seconds
+        if abs(gap) > share * max(method_at.train_seconds, ddp_at.train_seconds):
+            (method_rates if gap < 0 else ddp_rates).append(rate)
     span = lambda rates: (min(rates), max(rates)) if rates else None  # noqa: E731
-    return Separation(uncertainty, break_even_gbit(ab, ddp, cluster), span(ab_rates), span(ddp_rates))
+    return Separation(uncertainty, break_even_gbit(method, ddp, cluster), span(method_rates), span(ddp_rates))
