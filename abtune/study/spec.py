@@ -141,7 +141,8 @@ class StudySpec(StrictModel):
         if settings is None:
             return raw  # the base's own validation names the problem
         if not settings.default_space:
-            raise ValueError(f"space: method {name!r} declares no default search space; list the fields to search")
+            raise ValueError(f"no space: given, and method {name!r} declares no default search space; list the "
+                             "fields to search under space:")
         return {**raw, "space": dict(zip(settings.keys(settings.default_space), settings.default_space.values(),
                                          strict=True))}
 
