@@ -15,6 +15,7 @@ from abtune.methods.ab.settings import AbConfig
 from abtune.methods.ddp.settings import DdpConfig
 from abtune.methods.settings import MethodSettings
 from abtune.promote.select import promote_trial
+from abtune.study.lifecycle import validate
 from abtune.study.spec import load_study_spec
 
 
@@ -34,10 +35,11 @@ def test_a_study_file_without_space_searches_what_its_method_declares(tmp_path: 
 
 def test_a_method_that_declares_no_space_is_refused_in_one_line_naming_it(tmp_path: Path) -> None:
     path = _study_file(tmp_path, "ddp")
+    assert load_study_spec(path).space == {}  # read as it is; refused where a study is made of it
     with pytest.raises(ConfigError) as error:
-        load_study_spec(path)
-    assert str(error.value) == (f"{path}: (top level): no space: given, and method 'ddp' declares no default "
-                                "search space; list the fields to search under space:")
+        validate(load_study_spec(path), str(path))
+    assert str(error.value) == (f"{path}: space: empty, and method 'ddp' declares no default search space; list "
+                                "the fields to search under space:")
 
 
 def test_a_promoted_trial_carries_its_method_and_its_declared_fields_only() -> None:

@@ -28,6 +28,9 @@ WINNER_WAIT_S = 10  # a concurrent `study create` records its definition right a
 
 def validate(spec: StudySpec, source: str) -> dict[str, Any] | None:
     """Every check that needs no storage; returns the paper-defaults parameters (None when not enqueued)."""
+    if not spec.space:
+        raise ConfigError(f"{source}: space: empty, and method {spec.base['method']['name']!r} declares no default "
+                          "search space; list the fields to search under space:")
     distributions = build_distributions(spec, source)
     try:
         with warnings.catch_warnings(record=True) as caught:

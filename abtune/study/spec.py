@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from abtune.config import apply_overrides, describe_validation_error, parse_run_config
+from abtune.config import RunConfig, apply_overrides, describe_validation_error, parse_run_config
 from abtune.errors import ConfigError
 from abtune.methods import METHOD_CONFIGS
 from abtune.objectives import OBJECTIVES, ObjectiveName
@@ -133,16 +133,14 @@ class StudySpec(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _method_default_space(cls, raw: Any) -> Any:
-        """No `space:` searches what the base config's method declares searchable (its default_space)."""
+        """No `space:` searches what the base config's method declares searchable (its default_space; none:
+        an empty space, which `study create` refuses)."""
         if not isinstance(raw, dict) or "space" in raw:
             return raw
-        name = _dotted(raw.get("base") or {}, "method.name")
+        name = _dotted(raw.get("base") or {}, "method.name") or _default_method_name()
         settings = METHOD_CONFIGS.get(name) if isinstance(name, str) else None
         if settings is None:
             return raw  # the base's own validation names the problem
-        if not settings.default_space:
-            raise ValueError(f"no space: given, and method {name!r} declares no default search space; list the "
-                             "fields to search under space:")
         return {**raw, "space": dict(zip(settings.keys(settings.default_space), settings.default_space.values(),
                                          strict=True))}
 
@@ -204,6 +202,11 @@ def _inconsistency(spec: StudySpec) -> str | None:
     if needs_nodes and not spec.layout.multi_node:
         return "layout: inter-node traffic needs more than one node: set layout.ranks_per_node below nproc"
     return None
+
+
+def _default_method_name() -> str:
+    """The method of a run config that names none."""
+    return RunConfig.model_fields["method"].get_default(call_default_factory=True).name
 
 
 def _dotted(config: dict[str, Any], key: str) -> Any:
