@@ -50,7 +50,7 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ConfigError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set method.sigma_cutoff=0.2")
+            raise ConfigError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set train.steps=600")
         result[key] = parse_yaml(value, f"--set {key}")
     return result
 
@@ -196,7 +196,7 @@ def _submit_detached(run: Run) -> int:
 
 
 def _print_summary(run_dir: Path) -> int:
-    from abtune.training.report import print_summary
+    from abtune.training.run_tables import print_summary
 
     print_summary(read_summary(run_dir), run_dir)
     return 0
@@ -239,7 +239,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if cluster is not None:
         for line in compare.prediction_lines(compare.finished_predictions(out_dir, rows, cluster)):
             print(line)
-        if line := compare.break_even_line(out_dir, rows, cluster):
+        for line in compare.break_even_lines(out_dir, rows, cluster):
             print(line)
     written = compare.write_outputs(rows, out_dir)
     for path in written:
@@ -274,7 +274,7 @@ def _train_one(config: RunConfig, run_dir: Path, *, launcher: Launcher, layout: 
 
 def cmd_promote(args: argparse.Namespace) -> int:
     from abtune.promote import campaign as runner
-    from abtune.promote.display import print_campaign
+    from abtune.promote.campaign_table import print_campaign
     from abtune.promote.plan import parse_nodes, plan_campaign
     from abtune.promote.select import (
         chosen_by,
@@ -339,16 +339,16 @@ def _print_campaign_scripts(campaign: Any, launcher: Launcher, campaign_dir: Pat
 
 
 def cmd_report_scaling(args: argparse.Namespace) -> int:
-    from abtune.promote import report
+    from abtune.promote import scaling_report
     from abtune.promote.campaign import read_campaign
     from abtune.tracking import open_tracking
 
-    rows = report.collect_rows(args.campaigns)
+    rows = scaling_report.collect_rows(args.campaigns)
     if not rows:
         raise ConfigError(f"{args.campaigns[0]}: the campaign holds no runs")
     out = args.out or args.campaigns[0]
     out.mkdir(parents=True, exist_ok=True)
-    paths = report.write_report(rows, out)
+    paths = scaling_report.write_report(rows, out)
     print(paths[0].read_text(), end="")
     for path in paths:
         print(f"wrote {path}")

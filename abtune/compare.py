@@ -148,32 +148,37 @@ def prediction_lines(predictions: dict[str, Prediction]) -> list[str]:
     return lines + [f"note: {note}" for note in notes]
 
 
-def break_even_line(out_dir: Path, rows: list[ComparisonRow], cluster: Cluster) -> str | None:
-    """Where ab's predicted time on `cluster` equals ddp's, when both ran, and which compute it assumed."""
-    done = {r.method for r in rows if r.error is None}
-    if not {"ab", "ddp"} <= done:
-        return None
-    ab, ddp = (read_summary(out_dir / m).raw for m in ("ab", "ddp"))
-    ab_at, ddp_at = predict(ab, cluster), predict(ddp, cluster)
-    kinds = sorted({ab_at.compute_source.kind, ddp_at.compute_source.kind})
-    compute = f"with {' and '.join(kinds)} compute"
-    return separation_words(cluster, compute, separation(ab, ddp, cluster))
+def break_even_lines(out_dir: Path, rows: list[ComparisonRow], cluster: Cluster) -> list[str]:
+    """For each method that ran beside ddp: where its predicted time on `cluster` equals ddp's, and which
+    compute that assumed."""
+    done = [r.method for r in rows if r.error is None]
+    if "ddp" not in done:
+        return []
+    ddp = read_summary(out_dir / "ddp").raw
+    ddp_at = predict(ddp, cluster)
+    lines = []
+    for method in (m for m in done if m != "ddp"):
+        summary = read_summary(out_dir / method).raw
+        kinds = sorted({predict(summary, cluster).compute_source.kind, ddp_at.compute_source.kind})
+        lines.append(separation_words(cluster, f"with {' and '.join(kinds)} compute",
+                                      separation(summary, ddp, cluster), method))
+    return lines
 
 
-def separation_words(cluster: Cluster, compute: str, seen: Separation) -> str:
+def separation_words(cluster: Cluster, compute: str, seen: Separation, method: str) -> str:
     """A faster method or a break-even only where the gap exceeds the model's uncertainty (timing.UNCERTAINTY)."""
     within = f"within the model's uncertainty (±{seen.uncertainty:.0%})"
     where = f"on {cluster.name} ({cluster.inter_node.gbit_per_s:g} Gbit/s) {compute}"
-    if seen.ab_faster is None and seen.ddp_faster is None:
-        return (f"{where}, ab's and ddp's predicted training times are {within} at every inter-node rate from "
+    if seen.method_faster is None and seen.ddp_faster is None:
+        return (f"{where}, {method}'s and ddp's predicted training times are {within} at every inter-node rate from "
                 "0.01 to 10,000 Gbit/s: neither is predicted faster, and no break-even is claimed")
     sides = [f"{name} is predicted faster from {low:.3g} to {high:.3g} Gbit/s" for name, span in
-             (("ab", seen.ab_faster), ("ddp", seen.ddp_faster)) if span is not None for low, high in [span]]
-    if seen.break_even_gbit is not None and seen.ab_faster is not None and seen.ddp_faster is not None:
-        return (f"{where}, ab's predicted training time equals ddp's at {seen.break_even_gbit:.3g} Gbit/s per node: "
-                f"{'; '.join(sides)}; in between they are {within}")
-    if (seen.ab_faster or seen.ddp_faster) == (RATE_GRID[0], RATE_GRID[-1]):
-        faster = "ab" if seen.ab_faster else "ddp"
+             ((method, seen.method_faster), ("ddp", seen.ddp_faster)) if span is not None for low, high in [span]]
+    if seen.break_even_gbit is not None and seen.method_faster is not None and seen.ddp_faster is not None:
+        return (f"{where}, {method}'s predicted training time equals ddp's at {seen.break_even_gbit:.3g} Gbit/s per "
+                f"node: {'; '.join(sides)}; in between they are {within}")
+    if (seen.method_faster or seen.ddp_faster) == (RATE_GRID[0], RATE_GRID[-1]):
+        faster = method if seen.method_faster else "ddp"
         return f"{where}, {faster} is predicted faster at every inter-node rate from 0.01 to 10,000 Gbit/s"
     return f"{where}, {'; '.join(sides)}; at other rates the two are {within}"
 

@@ -16,8 +16,8 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from abtune.errors import ConfigError
 from abtune.methods import METHOD_CONFIGS, MethodConfig
-from abtune.methods.ddp_settings import DdpConfig
-from abtune.schema import Fraction, StrictModel
+from abtune.methods.ddp.settings import DdpConfig
+from abtune.schema import Fraction, StrictModel, validation_lines
 from abtune.yamlfile import read_yaml
 
 TRUNC_NORMAL_STD = 0.02  # timm's ViTs and the original ViT/BERT code
@@ -160,24 +160,10 @@ class RunConfig(StrictModel):
     method: MethodConfig = Field(default_factory=DdpConfig)
 
 
-def _format_location(loc: tuple[int | str, ...]) -> str:
-    # Pydantic puts the discriminator's tag into the path (method.ab.sigma_cutoff); the user wrote method.sigma_cutoff.
-    parts = [str(p) for p in loc if p not in METHOD_CONFIGS]
-    return ".".join(parts) or "(top level)"
-
-
 def describe_validation_error(error: ValidationError, source: str) -> str:
-    """One line per problem: `source: path.to.field: what is wrong (got value)`."""
-    lines = []
-    for item in error.errors():
-        where = _format_location(item["loc"])
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "extra_forbidden":
-            message = "unknown key (check the spelling; see `abtune config show` for valid keys)"
-        shown = item["type"] not in ("extra_forbidden", "missing") and not isinstance(item["input"], dict)
-        got = f" (got {item['input']!r})" if shown else ""  # a whole section is too long to repeat
-        lines.append(f"{source}: {where}: {message}{got}")
-    return "\n".join(lines)
+    """One line per problem: `source: path.to.field: what is wrong (got value)`; a method's name, which
+    Pydantic puts into the path as the discriminator's tag, left out (the user wrote `method.FIELD`)."""
+    return validation_lines(error, source, hidden_tags=METHOD_CONFIGS)
 
 
 def parse_run_config(raw: dict[str, Any], source: str = "config") -> RunConfig:

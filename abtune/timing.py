@@ -50,11 +50,12 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from abtune import wire
 from abtune.errors import ConfigError
 from abtune.phases import TRAINING_PHASES, Phase
+from abtune.schema import StrictModel, validation_lines
 from abtune.yamlfile import find_named, names_in, read_yaml
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -68,11 +69,7 @@ MIN_REAL_STEP_S = 1e-3  # below this a predicted step without a floor is flagged
 Precision = Literal["fp32", "bf16", "fp16"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Link(_Strict):
+class Link(StrictModel):
     gbit_per_s: float = Field(gt=0.0, description="rate each way, per node (inter) or per rank (intra)")
     latency_us: float = Field(0.0, ge=0.0, description="one way")
     efficiency: float = Field(1.0, gt=0.0, le=1.0, description="the share of the rate a transfer sustains")
@@ -80,7 +77,7 @@ class Link(_Strict):
     packet_payload_bytes: int = Field(1448, ge=1, description="TCP's MSS on a 1500-byte MTU: 1448")
 
 
-class Throughput(_Strict):
+class Throughput(StrictModel):
     """The fallback when no measured or published rate fits: an assumed share of the accelerator's peak."""
     tflops: float | dict[Precision, float] = Field(
         description="the peak for the run's precision: one figure for all, or one per precision")
@@ -99,7 +96,7 @@ class Throughput(_Strict):
         return self.tflops
 
 
-class MeasuredStep(_Strict):
+class MeasuredStep(StrictModel):
     """One rank's step (forward, backward, AdamW) measured on the cluster's accelerator (calibrate_cluster.py):
     step seconds = floor + batch x seconds a sample, fitted over several batch sizes."""
     arch: str
@@ -114,7 +111,7 @@ class MeasuredStep(_Strict):
     device: str = ""
 
 
-class PublishedRate(_Strict):
+class PublishedRate(StrictModel):
     """A public measurement of training throughput on the cluster's accelerator, with its source."""
     arch: str
     forward_flops_per_sample: int = Field(gt=0, description="identifies the model and image size (abtune's count)")
@@ -128,7 +125,7 @@ class PublishedRate(_Strict):
     note: str = ""
 
 
-class SpecSheet(_Strict):
+class SpecSheet(StrictModel):
     """A card without published training rates, from its spec sheet: predicted as a roofline with per-family
     efficiencies (`FAMILY_ROOFLINES`) taken from the A100's published rows."""
     device: str = Field(min_length=1)
@@ -145,7 +142,7 @@ class SpecSheet(_Strict):
         return self
 
 
-class Compute(_Strict):
+class Compute(StrictModel):
     from_run: bool = Field(False, description="the run's own step times (a description of the machine it ran on)")
     measured: list[MeasuredStep] = Field(default_factory=list)
     published: list[PublishedRate] = Field(default_factory=list)
@@ -183,7 +180,7 @@ class Compute(_Strict):
         return self
 
 
-class Cluster(_Strict):
+class Cluster(StrictModel):
     name: str
     description: str = ""
     nodes: int = Field(ge=1)
@@ -211,9 +208,7 @@ def load_cluster(name_or_path: str) -> Cluster:
     try:
         return Cluster.model_validate(raw)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise ConfigError(f"{path}: {where}: {first['msg'].removeprefix('Value error, ')}") from None
+        raise ConfigError(validation_lines(error, str(path))) from None
 
 
 def with_link_rate(cluster: Cluster, gbit_per_s: float, efficiency: float | None = None) -> Cluster:
@@ -739,7 +734,7 @@ class Separation:
     """Where two runs' predicted times differ by more than the model's uncertainty, over inter-node rates."""
     uncertainty: float  # relative, of the less certain prediction
     break_even_gbit: float | None
-    ab_faster: tuple[float, float] | None  # the lowest and highest grid rate where ab is faster beyond it
+    method_faster: tuple[float, float] | None  # the lowest and highest grid rate where the method is faster beyond it
     ddp_faster: tuple[float, float] | None
 
 
@@ -747,17 +742,17 @@ def uncertainty_of(*predictions: Prediction) -> float:
     return max(UNCERTAINTY[p.compute_source.kind] for p in predictions)
 
 
-def separation(ab: dict[str, Any], ddp: dict[str, Any], cluster: Cluster) -> Separation:
-    """ab against ddp at each rate of RATE_GRID: faster only where the gap exceeds the uncertainty of the
-    slower prediction (a difference below it is not a difference the model can tell)."""
-    ab_rates, ddp_rates, uncertainty = [], [], 0.0
+def separation(method: dict[str, Any], ddp: dict[str, Any], cluster: Cluster) -> Separation:
+    """A method's run against ddp's at each rate of RATE_GRID: faster only where the gap exceeds the
+    uncertainty of the slower prediction (a difference below it is not a difference the model can tell)."""
+    method_rates, ddp_rates, uncertainty = [], [], 0.0
     for rate in RATE_GRID:
         linked = with_link_rate(cluster, rate)
-        ab_at, ddp_at = predict(ab, linked), predict(ddp, linked)
-        share = uncertainty_of(ab_at, ddp_at)
+        method_at, ddp_at = predict(method, linked), predict(ddp, linked)
+        share = uncertainty_of(method_at, ddp_at)
         uncertainty = max(uncertainty, share)
-        gap = ab_at.train_seconds - ddp_at.train_seconds
-        if abs(gap) > share * max(ab_at.train_seconds, ddp_at.train_seconds):
-            (ab_rates if gap < 0 else ddp_rates).append(rate)
+        gap = method_at.train_seconds - ddp_at.train_seconds
+        if abs(gap) > share * max(method_at.train_seconds, ddp_at.train_seconds):
+            (method_rates if gap < 0 else ddp_rates).append(rate)
     span = lambda rates: (min(rates), max(rates)) if rates else None  # noqa: E731
-    return Separation(uncertainty, break_even_gbit(ab, ddp, cluster), span(ab_rates), span(ddp_rates))
+    return Separation(uncertainty, break_even_gbit(method, ddp, cluster), span(method_rates), span(ddp_rates))

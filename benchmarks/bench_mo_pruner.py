@@ -50,10 +50,10 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from abtune.attrs import EVALUATIONS_ATTR
-from abtune.methods.ab_settings import AbConfig, ABSchedule
+from abtune.methods.ab.settings import AbConfig, ABSchedule
 from abtune.study.pareto_pruner import ParetoAshaPruner
 
-# The quickstart's ranges, 3 values each, the paper's guideline (abtune.study.spec.GUIDELINE) in the middle.
+# The quickstart's ranges, 3 values each, the paper's guideline (AbConfig.guideline) in the middle.
 GRID = {"method.warmup_frac": [0.1, 0.2, 0.3], "method.ab_frac": [0.015, 1 / 30, 0.07],
         "method.rebound_frac": [0.1, 0.25, 0.5], "method.sigma_cutoff": [0.04, 0.1, 0.3]}
 PAPER = {k: v[1] for k, v in GRID.items()}

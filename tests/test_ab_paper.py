@@ -28,8 +28,9 @@ from torch import nn
 from abtune.dist import DistEnv, discover_topology, init_distributed, shutdown
 from abtune.errors import ConfigError
 from abtune.launch.local import free_port
-from abtune.methods.ab import ABTraining, lowrank
-from abtune.methods.ab_settings import AbConfig
+from abtune.methods.ab import lowrank
+from abtune.methods.ab.method import ABTraining
+from abtune.methods.ab.settings import AbConfig
 from abtune.methods.base import MethodContext
 from abtune.runfiles import RunSummary
 from abtune.study.results import result_attrs

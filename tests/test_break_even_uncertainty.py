@@ -29,7 +29,7 @@ def stand_in_predictions(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def words(ab: dict[str, Any], ddp: dict[str, Any]) -> str:
-    return separation_words(CLUSTER, "with test compute", separation(ab, ddp, CLUSTER))
+    return separation_words(CLUSTER, "with test compute", separation(ab, ddp, CLUSTER), "ab")
 
 
 def test_a_gap_of_a_third_of_a_percent_under_assumed_compute_is_not_a_faster_method() -> None:
@@ -63,4 +63,4 @@ def test_a_crossing_inside_the_uncertainty_is_not_called_a_break_even() -> None:
 def test_the_less_certain_prediction_sets_the_uncertainty() -> None:
     seen = separation(run(lambda rate: 100.0, "measured"), run(lambda rate: 125.0, "scaled"), CLUSTER)
     assert seen.uncertainty == timing.UNCERTAINTY["scaled"] == 0.30
-    assert seen.ab_faster is None and seen.ddp_faster is None  # 20% apart, inside 30%
+    assert seen.method_faster is None and seen.ddp_faster is None  # 20% apart, inside 30%

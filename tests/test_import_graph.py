@@ -2,6 +2,7 @@
 
 Drawn from the source with `ast`: every `import abtune...` and `from abtune... import` in a module, at its top
 or inside a function (a lazy import is still an arrow), except under `if TYPE_CHECKING:` (annotations only).
+No circle either way: with the annotation-only imports counted too (ANNOTATED_GRAPH), no two modules know each other.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "abtune"
 
@@ -38,12 +41,17 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
 
 
-def imports(module: str) -> set[str]:
+def imports(module: str, annotations: bool = False) -> set[str]:
+    """The abtune modules `module` imports; with `annotations`, also those it imports only for annotations
+    (under `if TYPE_CHECKING:`) and those a string annotation names (`"abtune.x.Y"`)."""
     tree = ast.parse(MODULES[module].read_text())
     annotations_only = {id(n) for node in ast.walk(tree)
                         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
                         for n in ast.walk(node)}
     found: set[str] = set()
+    if annotations:
+        annotations_only = set()
+        found.update(_named_in_string_annotations(tree))
     for node in ast.walk(tree):
         if id(node) in annotations_only:
             continue
@@ -55,9 +63,25 @@ def imports(module: str) -> set[str]:
     return {m for m in found if m in MODULES and m != module}
 
 
+def _named_in_string_annotations(tree: ast.AST) -> set[str]:
+    """Modules named by dotted paths in string annotations: `"abtune.training.trainer.Trainer"`."""
+    annotations = [n.annotation for n in ast.walk(tree) if isinstance(n, ast.arg | ast.AnnAssign) and n.annotation]
+    annotations += [n.returns for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.returns]
+    texts = [c.value for a in annotations for c in ast.walk(a) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+    return {prefix for text in texts for word in text.replace("[", " ").replace("]", " ").replace(",", " ").split()
+            for prefix in _prefixes(word) if prefix in MODULES}
+
+
+def _prefixes(dotted: str) -> list[str]:
+    parts = dotted.split(".")
+    return [".".join(parts[:n]) for n in range(2, len(parts) + 1)]
+
+
 def torch_free_part_of_methods(module: str) -> bool:
-    """The method registry (the package itself) and each method's settings: leaves the configuration reads."""
-    return module == "abtune.methods" or (module.startswith("abtune.methods.") and module.endswith("settings"))
+    """The method registry (the package itself), each method's settings and the schedule's shape they
+    share: leaves the configuration reads."""
+    return module in ("abtune.methods", "abtune.methods.schedule") or (
+        module.startswith("abtune.methods.") and module.endswith("settings"))
 
 
 def layer(module: str) -> float:
@@ -68,6 +92,8 @@ def layer(module: str) -> float:
 
 
 GRAPH = {module: imports(module) for module in MODULES}
+# With the imports made only for annotations: a circle there is still two modules that know each other.
+ANNOTATED_GRAPH = {module: imports(module, annotations=True) for module in MODULES}
 
 
 def test_every_arrow_points_down_or_stays_in_its_layer() -> None:
@@ -104,10 +130,11 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_modules_and_no_packages_import_each_other_in_a_circle() -> None:
-    assert not _circles(GRAPH)
+@pytest.mark.parametrize("graph", [GRAPH, ANNOTATED_GRAPH], ids=["imports", "with-annotation-imports"])
+def test_no_modules_and_no_packages_import_each_other_in_a_circle(graph: dict[str, set[str]]) -> None:
+    assert not _circles(graph)
     packages: dict[str, set[str]] = defaultdict(set)
-    for a, targets in GRAPH.items():
+    for a, targets in graph.items():
         for b in targets:
             unit_a, unit_b = (".".join(m.split(".")[:2]) for m in (a, b))
             if unit_a != unit_b:
@@ -117,11 +144,11 @@ def test_no_modules_and_no_packages_import_each_other_in_a_circle() -> None:
 
 def test_the_configuration_and_every_method_s_settings_load_without_torch() -> None:
     """The CLI, the study and promote read the run config and the method registry; torch stays unloaded."""
-    assert {m for m in MODULES if torch_free_part_of_methods(m)} >= {"abtune.methods", "abtune.methods.ab_settings"}
+    assert {m for m in MODULES if torch_free_part_of_methods(m)} >= {"abtune.methods", "abtune.methods.ab.settings"}
     loaded = subprocess.run([sys.executable, "-c", "import sys, abtune.config, abtune.methods, abtune.cli; "
                              "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('abtune.methods')))"],
                             capture_output=True, text=True, check=True).stdout
-    assert "'torch'" not in loaded and "'abtune.methods.ab_settings'" in loaded, loaded
+    assert "'torch'" not in loaded and "'abtune.methods.ab.settings'" in loaded, loaded
 
 
 def test_the_checker_sees_a_circle_and_an_upward_arrow() -> None:
@@ -129,10 +156,14 @@ def test_the_checker_sees_a_circle_and_an_upward_arrow() -> None:
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert layer("abtune.training.worker") < layer("abtune.launch.local") < layer("abtune.study.runner")
     assert "abtune.training.hooks" in GRAPH["abtune.tracking.hook"]  # lazy and top-level imports are both seen
+    assert "abtune.training.state" in ANNOTATED_GRAPH["abtune.training.summary"]  # under TYPE_CHECKING
+    assert "abtune.training.state" not in GRAPH["abtune.training.summary"]
+    assert _named_in_string_annotations(ast.parse('def f(t: "abtune.training.trainer.Trainer") -> "int": ...')) == {
+        "abtune.training", "abtune.training.trainer"}
 
 
 # The study's reports, one module per thing shown; each imports only those after it here.
-REPORTS = ["status", "best", "tables", "importances", "rerun", "export"]
+REPORTS = ["status", "best", "trial_tables", "importances", "rerun", "export"]
 
 
 def test_the_study_reports_import_down_their_list_and_only_the_command_line_reads_them() -> None:

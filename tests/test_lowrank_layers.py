@@ -23,8 +23,9 @@ from torch.utils.flop_counter import FlopCounterMode
 from abtune.config import ModelConfig, load_run_config
 from abtune.data import DatasetInfo
 from abtune.dist import DistEnv, discover_topology
-from abtune.methods.ab import ABTraining, layers, lowrank
-from abtune.methods.ab_settings import AbConfig
+from abtune.methods.ab import layers, lowrank
+from abtune.methods.ab.method import ABTraining
+from abtune.methods.ab.settings import AbConfig
 from abtune.methods.base import MethodContext
 from abtune.models import build_model
 from abtune.training.checkpoint import load_optimizer_state_by_name

@@ -14,9 +14,9 @@ from abtune.config import load_run_config
 from abtune.data import DatasetInfo
 from abtune.dist import discover_topology
 from abtune.methods.base import MethodContext
-from abtune.methods.sbc import SparseBinaryCompression
 from abtune.methods.sbc.compress import dense_from, sparse_binarize
-from abtune.methods.sbc_settings import SbcConfig
+from abtune.methods.sbc.method import SparseBinaryCompression
+from abtune.methods.sbc.settings import SbcConfig
 from abtune.models import build_model
 from tests.conftest import train_and_read, write_config
 

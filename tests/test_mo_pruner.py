@@ -12,8 +12,8 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from abtune.attrs import EVALUATIONS_ATTR, PAPER_DEFAULTS, REFERENCE_ATTR
-from abtune.methods.ab import predict_ab_training_bytes
-from abtune.methods.ab_settings import AbConfig, ABSchedule
+from abtune.methods.ab.method import predict_ab_training_bytes
+from abtune.methods.ab.settings import AbConfig, ABSchedule
 from abtune.study.curves import describe, early_vs_final, spearman
 from abtune.study.pareto_pruner import ParetoAshaPruner, crowding_distances, pareto_order, rung_steps
 from abtune.study.pruning import PruningHook

@@ -18,7 +18,7 @@ from abtune.errors import ConfigError
 from abtune.objectives import OBJECTIVES, pareto_mask
 from abtune.runfiles import read_summary
 from abtune.study import results
-from abtune.study.report.tables import FRONT_ROWS, print_front, print_trials
+from abtune.study.report.trial_tables import FRONT_ROWS, print_front, print_trials
 from abtune.study.spec import load_study_spec
 from abtune.timing import load_cluster, predict
 from abtune.tracking.study_plots import study_points, write_study_plots

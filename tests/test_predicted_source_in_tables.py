@@ -1,12 +1,12 @@
 """Every predicted figure in the study's tables names its compute source, as `compare` does
-(abtune/study/report/tables.py `with_source`; the attr from abtune/study/results.py)."""
+(abtune/study/report/trial_tables.py `with_source`; the attr from abtune/study/results.py)."""
 
 from __future__ import annotations
 
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
-from abtune.study.report.tables import objective_values
+from abtune.study.report.trial_tables import objective_values
 from abtune.study.spec import parse_study_spec
 from tests.conftest import TINY_VIT
 

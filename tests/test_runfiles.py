@@ -13,7 +13,7 @@ import pytest
 from abtune.config import load_run_config, parse_run_config
 from abtune.errors import ConfigError
 from abtune.methods import METHOD_CONFIGS, METHOD_NAMES, METHODS
-from abtune.methods.ab_settings import AbConfig
+from abtune.methods.ab.settings import AbConfig
 from abtune.methods.base import Method
 from abtune.runfiles import CONFIG_FILE, SUMMARY_FILE, read_summary
 from tests.conftest import run_cli, write_config
@@ -77,7 +77,7 @@ def test_every_registered_method_parses_to_its_settings_and_names_its_method(nam
 def test_method_capabilities(name: str) -> None:
     config = METHOD_CONFIGS[name](name=name)
     is_ab = isinstance(config, AbConfig)
-    assert (config.promotable, config.has_paper_defaults) == (is_ab, is_ab)
+    assert (bool(config.promoted_fields), bool(config.guideline)) == (is_ab, is_ab)
     schedule = config.phase_schedule(300)
     assert (schedule is not None) is is_ab
     if schedule is not None:
@@ -114,7 +114,7 @@ def test_run_folder_file_names_have_one_home() -> None:
 
 @pytest.mark.slow  # trains: left out of the fast subset
 def test_the_run_report_reads_the_typed_summary(ab_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from abtune.training.report import print_summary
+    from abtune.training.run_tables import print_summary
 
     summary = read_summary(ab_run)
     print_summary(summary, ab_run)
@@ -125,7 +125,7 @@ def test_the_run_report_reads_the_typed_summary(ab_run: Path, capsys: pytest.Cap
 @pytest.mark.slow  # trains: left out of the fast subset
 def test_the_run_reports_title_counts_one_rank_and_one_node_in_the_singular(ab_run: Path) -> None:
     from abtune.runfiles import RunSummary
-    from abtune.training.report import result_table
+    from abtune.training.run_tables import result_table
 
     two = read_summary(ab_run)
     assert result_table(two).title == "tiny: ab on 2 ranks / 2 nodes"

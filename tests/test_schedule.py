@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from abtune.methods.ab_settings import AbConfig, ABSchedule
+from abtune.methods.ab.settings import AbConfig, ABSchedule
 from abtune.phases import Phase
 
 

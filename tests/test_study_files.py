@@ -18,8 +18,9 @@ from optuna.trial import TrialState, create_trial
 from abtune.attrs import DDP, FAIL_REASON_ATTR, OVER_BUDGET_ATTR, PAPER_DEFAULTS, SPEC_ATTR, WORKER_ATTR
 from abtune.cli import main
 from abtune.errors import ConfigError
+from abtune.methods.ab.settings import AbConfig
 from abtune.study.space import build_distributions
-from abtune.study.spec import GUIDELINE, load_study_spec
+from abtune.study.spec import load_study_spec
 from abtune.study.storage import open_storage
 from tests.conftest import CliResult, run_cli
 from tests.study_helpers import TINY_BASE, study_attrs, trials_of, write_study
@@ -115,7 +116,7 @@ def test_create_enqueues_references_and_refuses_a_different_definition(
     waiting = trials_of(url)
     assert [(t.number, t.state.name, t.user_attrs["reference"]) for t in waiting] == [
         (0, "WAITING", PAPER_DEFAULTS), (1, "WAITING", DDP)]
-    assert waiting[0].system_attrs["fixed_params"] == {k: GUIDELINE[k] for k in ("method.warmup_frac", "method.sigma_cutoff")}
+    assert waiting[0].system_attrs["fixed_params"] == {f"method.{k}": AbConfig.guideline[k] for k in ("warmup_frac", "sigma_cutoff")}
     stored = study_attrs(url)[SPEC_ATTR]
     assert stored["base"]["train"]["steps"] == 30 and stored["trials"] == 4
     # optuna-dashboard labels its axes and selectors with these (it showed "0" and "1", issue 21)

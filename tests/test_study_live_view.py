@@ -10,7 +10,7 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import create_trial
 from rich.console import Console
 
-from abtune.study.display import RunDisplay, duration
+from abtune.study.live_view import RunDisplay, duration
 from abtune.study.spec import parse_study_spec
 from tests.conftest import TINY_VIT
 

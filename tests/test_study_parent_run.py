@@ -29,7 +29,7 @@ def store(mlflow_db: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def _spec():  # type: ignore[no-untyped-def]
-    return parse_study_spec({"base": {"name": "t", "model": TINY_VIT}, "objectives": ["top1", "inter_node_bytes"],
+    return parse_study_spec({"base": {"name": "t", "model": TINY_VIT, "method": {"name": "ab"}}, "objectives": ["top1", "inter_node_bytes"],
                              "layout": {"nproc": 4, "ranks_per_node": 2}, "trials": 12,
                              "constraints": {"max_inter_node_mb": 150}}, "test")
 

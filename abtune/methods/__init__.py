@@ -1,10 +1,11 @@
 """Training methods, looked up by the `method.name` of the run config.
 
-Each method is its module (the `Method`, torch) and its settings module beside it (a `MethodSettings`
-whose `name` field is a Literal of the names it answers to; torch-free, so the configuration, the
-CLI and the study read it without importing torch). Adding a method is those two modules and one
-line in METHODS: the run config's `method:` section, `compare --methods` and the study's checks
-follow from it.
+Each method is one package: its `method.py` (the `Method`, torch) and its `settings.py` (a
+`MethodSettings` whose `name` field is a Literal of the names it answers to, and which declares what
+is searchable, promoted and shown; torch-free, so the configuration, the CLI and the study read it
+without importing torch) under a light `__init__.py`. Adding a method is that package and one line
+in METHODS: the run config's `method:` section, `compare --methods`, the study's default space and
+guideline, promotion and the study's checks follow from it.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import Field
 
-from abtune.methods.ab_settings import AbConfig
-from abtune.methods.ddp_settings import DdpConfig
-from abtune.methods.fp16_settings import Fp16Config
-from abtune.methods.powersgd_settings import PowerSgdConfig
-from abtune.methods.sbc_settings import SbcConfig
+from abtune.methods.ab.settings import AbConfig
+from abtune.methods.ddp.settings import DdpConfig
+from abtune.methods.fp16.settings import Fp16Config
+from abtune.methods.powersgd.settings import PowerSgdConfig
+from abtune.methods.sbc.settings import SbcConfig
 from abtune.methods.settings import MethodSettings
 
 if TYPE_CHECKING:
@@ -26,17 +27,29 @@ if TYPE_CHECKING:
 
 # name -> (its settings, its Method as "module:Class", imported only when a run builds it)
 METHODS: dict[str, tuple[type[MethodSettings], str]] = {
-    "ddp": (DdpConfig, "abtune.methods.ddp:DDP"),
-    "ab": (AbConfig, "abtune.methods.ab:ABTraining"),
-    "ab-nogroups": (AbConfig, "abtune.methods.ab:ABTraining"),
-    "sbc": (SbcConfig, "abtune.methods.sbc:SparseBinaryCompression"),
-    "powersgd": (PowerSgdConfig, "abtune.methods.powersgd:PowerSGD"),
-    "fp16": (Fp16Config, "abtune.methods.fp16:Fp16"),
+    "ddp": (DdpConfig, "abtune.methods.ddp.method:DDP"),
+    "ab": (AbConfig, "abtune.methods.ab.method:ABTraining"),
+    "ab-nogroups": (AbConfig, "abtune.methods.ab.method:ABTraining"),
+    "sbc": (SbcConfig, "abtune.methods.sbc.method:SparseBinaryCompression"),
+    "powersgd": (PowerSgdConfig, "abtune.methods.powersgd.method:PowerSGD"),
+    "fp16": (Fp16Config, "abtune.methods.fp16.method:Fp16"),
 }
 METHOD_NAMES = tuple(METHODS)
 METHOD_CONFIGS: dict[str, type[MethodSettings]] = {name: settings for name, (settings, _) in METHODS.items()}
 # The run config's `method:` section: any method's settings, told apart by `name`.
 MethodConfig = Annotated[Union[tuple(dict.fromkeys(METHOD_CONFIGS.values()))], Field(discriminator="name")]  # type: ignore[valid-type]  # noqa: UP007
+
+
+def declared_keys(declaration: str) -> tuple[str, ...]:
+    """The dotted keys (`method.FIELD`) that any registered method lists in one of its settings' declarations
+    (`promoted_fields`, `schedule_fields`, `rank_fields`, ...), in registry order."""
+    return tuple(dict.fromkeys(key for settings in METHOD_CONFIGS.values()
+                               for key in settings.keys(getattr(settings, declaration))))
+
+
+def declaring(key: str, declaration: str) -> type[MethodSettings] | None:
+    """The first registered method whose settings list the dotted `key` in `declaration`; None: none does."""
+    return next((s for s in METHOD_CONFIGS.values() if key in s.keys(getattr(s, declaration))), None)
 
 
 def build_method(config: Any, ctx: MethodContext) -> Method:
@@ -45,4 +58,4 @@ def build_method(config: Any, ctx: MethodContext) -> Method:
     return cls(config, ctx)
 
 
-__all__ = ["METHODS", "METHOD_CONFIGS", "METHOD_NAMES", "MethodConfig", "build_method"]
+__all__ = ["METHODS", "METHOD_CONFIGS", "METHOD_NAMES", "MethodConfig", "build_method", "declared_keys", "declaring"]

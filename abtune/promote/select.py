@@ -1,10 +1,10 @@
 """Which trials of a study are promoted, and what they carry.
 
-A promoted configuration carries only the settings that transfer between scales: AB's fractions,
-sigma cutoff and sync mode (never absolute step counts, batch sizes or the model). Trial params are
-named by dotted run-config keys (`method.warmup_frac`). The `ddp` reference trial (user attr
-`reference: ddp`) and other non-AB trials are never promoted: the DDP baseline is planned for every
-node count anyway. The `paper-defaults` reference competes like any other trial.
+A promoted configuration carries only the settings that transfer between scales: those its method's
+settings declare (`promoted_fields`; never absolute step counts, batch sizes or the model). Trial
+params are named by dotted run-config keys (`method.FIELD`). The `ddp` reference trial (user attr
+`reference: ddp`) and trials of methods that declare nothing promotable are never promoted: the DDP
+baseline is planned for every node count anyway. The `paper-defaults` reference competes like any other trial.
 
 What is promoted is the study's recommendation (study/recommendation.py), the record `study best` and
 `study status` print: after `abtune study confirm` it chooses among the confirmed configurations by their
@@ -21,12 +21,13 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from abtune.attrs import CONFIRMATION_ATTR, RUN_ID_ATTR, SEEDS_ATTR
+from abtune.methods import declared_keys
 from abtune.study import recommendation
 from abtune.study.importance import inert_in_study
 from abtune.study.ranking import DEFAULT_RULE, Rule
 
-PROMOTED_KEYS = ("method.name", "method.warmup_frac", "method.ab_frac", "method.rebound_frac",
-                 "method.lr_rebound_frac", "method.sigma_cutoff", "method.sync_mode")
+# what a promoted trial carries: its method and what the methods declare promotable (their promoted_fields)
+PROMOTED_KEYS = ("method.name", *declared_keys("promoted_fields"))
 
 
 @dataclass(frozen=True)

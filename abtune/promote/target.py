@@ -62,8 +62,8 @@ def _check_run_section(target: ScalingTarget, source: str) -> None:
         raise ConfigError(f"{source}: run.{planned[0]} is computed per node count; remove it "
                           "(set scaling.epochs and the batch sizes instead)")
     config = parse_run_config(with_root(target.run), source=f"{source}: run")
-    if not config.method.promotable:
-        promotable = [name for name, cls in METHOD_CONFIGS.items() if cls.promotable]
+    if not config.method.promoted_fields:
+        promotable = [name for name, cls in METHOD_CONFIGS.items() if cls.promoted_fields]
         raise ConfigError(f"{source}: run.method.name: promoted configurations are AB runs; "
                           f"choose one of {', '.join(promotable)} (got {config.method.name!r})")
 

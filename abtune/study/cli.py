@@ -177,7 +177,7 @@ def _grow(args: argparse.Namespace, storage: BaseStorage) -> None:
 def _spent(storage: BaseStorage, study_id: int) -> bool:
     """Nothing for a runner to do: no waiting trial, no trial to re-attach, no budget left."""
     from abtune.study.definition import stored_spec
-    from abtune.study.launch import work_left
+    from abtune.study.worker_array import work_left
 
     return not work_left(storage.get_all_trials(study_id, deepcopy=False), stored_spec(storage, study_id).trials)
 
@@ -197,11 +197,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from abtune.launch.base import SubmissionFailed
     from abtune.launch.launchers import load_launcher
     from abtune.rundir import check_writable
-    from abtune.study import launch
+    from abtune.study import worker_array
     from abtune.study.definition import stored_spec, stored_study_dir
     from abtune.study.storage import require_study
 
-    launcher = launch.require_workers(load_launcher(args.launcher), args.name)
+    launcher = worker_array.require_workers(load_launcher(args.launcher), args.name)
     if args.workers < 1 or (args.trials is not None and args.trials < 1):
         raise ConfigError("--workers and --trials must be at least 1")
     storage, url = _storage(args)
@@ -211,7 +211,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     _grow(args, storage)
     spec, study_dir = stored_spec(storage, study_id), stored_study_dir(storage, study_id)
     check_writable(study_dir, "study_dir")  # the workers write their logs and the trials' folders there
-    layout = launch.check_study_fits(spec, launcher, args.name)
+    layout = worker_array.check_study_fits(spec, launcher, args.name)
     unchecked = launcher.check_request(layout)
     if unchecked is None:
         unchecked = launcher.check_worker_room(layout, args.workers, f"abtune study run {args.name} --launcher {args.launcher}")
@@ -219,12 +219,12 @@ def cmd_launch(args: argparse.Namespace) -> int:
         unchecked += ", nor the room workers leave trials"
     if unchecked is not None and args.dry_run:  # a real launch asks the cluster itself, and fails there if it must
         print(f"abtune: note: {unchecked}", file=sys.stderr)
-    if not launch.work_left(storage.get_all_trials(study_id, deepcopy=False), spec.trials):
+    if not worker_array.work_left(storage.get_all_trials(study_id, deepcopy=False), spec.trials):
         print(f"study {args.name}: budget spent ({plural(spec.trials, 'trial')}), nothing launched; add trials with "
               f"`abtune study launch {args.name} --add-trials N` (see abtune study best {args.name})")
         return 0
     if args.dry_run:
-        print(launch.dry_run(study_dir, args.name, launcher, args.workers, layout), end="")
+        print(worker_array.dry_run(study_dir, args.name, launcher, args.workers, layout), end="")
         return 0
     from abtune.tracking import open_tracking
 
@@ -233,7 +233,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     # made their own (seen with 2 workers), as the look-up and the creation are two calls.
     tracking.study_parent_run(args.name, _shown(url))  # the storage as the runner records it
     try:
-        job_ids = launch.launch(study_dir, args.name, url, launcher, args.workers, args.trials,
+        job_ids = worker_array.launch(study_dir, args.name, url, launcher, args.workers, args.trials,
                                 tracking=not args.no_tracking)
     except SubmissionFailed as error:
         raise ConfigError(str(error)) from None
@@ -242,9 +242,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
     record_worker_jobs(storage, study_id, launcher.kind, job_ids)  # for `abtune study stop`
     print(f"submitted {len(job_ids)} worker(s) of study {args.name}: {launcher.job_type.label}(s) {' '.join(job_ids)}")
     print(f"each trial is a job of {layout.nodes} node(s) x {layout.ranks_per_node} rank(s); "
-          f"worker logs in {study_dir / launch.WORKERS_DIR}")
+          f"worker logs in {study_dir / worker_array.WORKERS_DIR}")
     storage_flag = f" --storage '{_shown(url)}'" if args.storage else ""
-    watch = launcher.watch_workers_command(launch.job_name(args.name))
+    watch = launcher.watch_workers_command(worker_array.job_name(args.name))
     print(f"watch: abtune study status {args.name}{storage_flag}" + (f"; {watch}" if watch else ""))
     return 0
 

@@ -11,10 +11,10 @@ results, and such importances are indistinguishable from shuffled values, not a 
 A searched parameter is **inert** when it took at least two distinct values among those trials and
 the quantity it drives was the same in every one of them:
 
-- `method.sigma_cutoff`, `method.rank_cap`: the ranks AB chose at its first decomposition (trial
-  attribute `first_ranks`) and the trained model's compression;
-- AB's fractions (`method.warmup_frac`, `ab_frac`, `rebound_frac`, `lr_rebound_frac`): AB's
-  schedule in steps (`schedule_steps`; fractions round to whole steps);
+- a field its method's settings list in `rank_fields`: the ranks chosen at the first decomposition
+  (trial attribute `first_ranks`) and the trained model's compression;
+- a field listed in `schedule_fields`: the method's schedule in steps (`schedule_steps`; fractions
+  round to whole steps);
 - any other parameter: every objective's value.
 
 An inert parameter is searched in vain: its value in the best trial says nothing, and promoting it
@@ -34,13 +34,13 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from abtune.attrs import FIRST_RANKS_ATTR, SCHEDULE_ATTR, SPEC_ATTR
+from abtune.methods import declaring
+from abtune.methods.settings import MethodSettings
 from abtune.objectives import OBJECTIVES
 from abtune.study import results
 from abtune.study.spec import StudySpec, parse_study_spec
 
-RANK_PARAMS = ("method.sigma_cutoff", "method.rank_cap")
 PERMUTATIONS = 19  # shufflings of an objective's values: the baseline an importance must beat (p <= 0.05)
-SCHEDULE_PARAMS = ("method.warmup_frac", "method.ab_frac", "method.rebound_frac", "method.lr_rebound_frac")
 
 
 @dataclass(frozen=True)
@@ -75,13 +75,13 @@ def inert_parameters(trials: Sequence[FrozenTrial], space: Sequence[str], object
 
 def _driven(name: str, objectives: Sequence[str]) -> tuple[Callable[[FrozenTrial], Any], Callable[[FrozenTrial], str]]:
     """How to read the quantity `name` drives from a trial, and how to say that it stayed the same."""
-    if name in RANK_PARAMS:
+    if declaring(name, "rank_fields") is not None:
         return (lambda t: (t.user_attrs[FIRST_RANKS_ATTR], round(float(t.user_attrs["compression"]), 4))
                 if FIRST_RANKS_ATTR in t.user_attrs and "compression" in t.user_attrs else None,
                 lambda t: _same_ranks(t))
-    if name in SCHEDULE_PARAMS:
+    if (settings := declaring(name, "schedule_fields")) is not None:
         return (lambda t: t.user_attrs.get(SCHEDULE_ATTR),
-                lambda t: f"every trial ran the same schedule in steps ({_schedule(t.user_attrs.get(SCHEDULE_ATTR))})")
+                lambda t: f"every trial ran the same schedule in steps ({_schedule(settings, t.user_attrs.get(SCHEDULE_ATTR))})")
     return (lambda t: tuple(t.user_attrs[o] for o in objectives) if all(o in t.user_attrs for o in objectives) else None,
             lambda t: f"every trial had the same {', '.join(objectives)}")
 
@@ -92,11 +92,8 @@ def _same_ranks(trial: FrozenTrial) -> str:
     return f"every trial {factored} (compression {float(trial.user_attrs['compression']):.2f}:1)"
 
 
-def _schedule(steps: dict[str, int] | None) -> str:
-    if not steps:
-        return "none recorded"
-    return (f"warmup {steps['warmup_steps']}, AB {steps['ab_steps']} x{steps['ab_cycles']}, "
-            f"rebound {steps['rebound_steps']}, LR rebound {steps['lr_rebound_steps']}")
+def _schedule(settings: type[MethodSettings], steps: dict[str, int] | None) -> str:
+    return settings.schedule_text(steps) if steps else "none recorded"
 
 
 def importances(trials: Sequence[FrozenTrial], objectives: Sequence[str]) -> dict[str, dict[str, float]]:

@@ -28,6 +28,9 @@ WINNER_WAIT_S = 10  # a concurrent `study create` records its definition right a
 
 def validate(spec: StudySpec, source: str) -> dict[str, Any] | None:
     """Every check that needs no storage; returns the paper-defaults parameters (None when not enqueued)."""
+    if not spec.space:
+        raise ConfigError(f"{source}: space: empty, and method {spec.base['method']['name']!r} declares no default "
+                          "search space; list the fields to search under space:")
     distributions = build_distributions(spec, source)
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -50,8 +53,8 @@ def validate(spec: StudySpec, source: str) -> dict[str, Any] | None:
     if not spec.references.paper_defaults:
         return None
     base_method = spec.base["method"]["name"]
-    if not METHOD_CONFIGS[base_method].has_paper_defaults:
-        known = [name for name, cls in METHOD_CONFIGS.items() if cls.has_paper_defaults]
+    if not METHOD_CONFIGS[base_method].guideline:
+        known = [name for name, cls in METHOD_CONFIGS.items() if cls.guideline]
         raise ConfigError(f"{source}: references.paper_defaults needs an AB method in the base config "
                           f"(method.name: {known[0]}), got {base_method}; or set it to false")
     return paper_default_params(spec, distributions, source)

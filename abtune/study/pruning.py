@@ -27,6 +27,7 @@ from abtune.attrs import EVALUATIONS_ATTR
 from abtune.objectives import OBJECTIVES
 from abtune.study import stats
 from abtune.study.definition import SearchStudy, build_pruner, stored_spec
+from abtune.study.optuna_private import storage_of
 from abtune.study.storage import open_storage, quiet_optuna, url_from_environment
 from abtune.training.hooks import TrainingHook, evaluation_rows
 
@@ -42,7 +43,7 @@ class PruningHook(TrainingHook):
         self.objectives = [m for m in objectives if OBJECTIVES[m].at_evaluation is not None]
         self.prune = prune
         self.earlier = [evaluation_rows(Path(d)) for d in earlier or []]
-        stored = study._storage.get_trial(trial_id).user_attrs.get(EVALUATIONS_ATTR, {})
+        stored = storage_of(study).get_trial(trial_id).user_attrs.get(EVALUATIONS_ATTR, {})
         self.evaluations: dict[str, StepValues] = dict(stored)
 
     def on_evaluation(self, row: dict[str, Any]) -> str | None:
@@ -51,12 +52,12 @@ class PruningHook(TrainingHook):
         values = mean_values(rows, self.objectives)
         self.evaluations[str(step)] = values
         self.trial.set_user_attr(EVALUATIONS_ATTR, self.evaluations)
-        if not self.study._is_multi_objective() and values.get("top1") is not None:
+        if len(self.study.directions) == 1 and values.get("top1") is not None:
             # Trial.report keeps the first value of a step; a repeated trial's running mean replaces it
-            self.study._storage.set_trial_intermediate_value(self.trial_id, step, values["top1"])
+            storage_of(self.study).set_trial_intermediate_value(self.trial_id, step, values["top1"])
         if not self.prune:
             return None
-        return PRUNED if self.study.pruner.prune(self.study, self.study._storage.get_trial(self.trial_id)) else None
+        return PRUNED if self.study.pruner.prune(self.study, storage_of(self.study).get_trial(self.trial_id)) else None
 
 
 def mean_values(rows: Sequence[dict[str, Any]], objectives: Sequence[str]) -> StepValues:

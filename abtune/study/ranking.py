@@ -85,9 +85,9 @@ def _score(trial: FrozenTrial, directions: list[StudyDirection], index: int) -> 
 
 
 def promotable(trial: FrozenTrial) -> bool:
-    """Not the ddp reference, and an AB configuration (a study may also try other methods)."""
+    """Not the ddp reference, and of a method that declares what it promotes (a study may also try other methods)."""
     searched = trial.params.get("method.name")  # unsearched: the study's base method, promotable or refused later
-    return trial.user_attrs.get(REFERENCE_ATTR) != DDP and (searched is None or METHOD_CONFIGS[searched].promotable)
+    return trial.user_attrs.get(REFERENCE_ATTR) != DDP and (searched is None or bool(METHOD_CONFIGS[searched].promoted_fields))
 
 
 def top_single(trials: list[FrozenTrial], direction: StudyDirection, top: int, name: str) -> list[FrozenTrial]:

@@ -50,6 +50,7 @@ from abtune.rundir import prepare_run_dir
 from abtune.runfiles import CONFIG_FILE, SUMMARY_FILE, complete_checkpoints, read_summary, summary_path
 from abtune.runs import FAILED, FINISHED, KILLED, Run
 from abtune.study import results, stats
+from abtune.study.optuna_private import trial_id
 from abtune.study.pool import JobPool
 from abtune.study.pruning import mean_evaluations
 from abtune.study.trials import adopt_checkpoint, record_launcher, trial_dir, trial_hook_specs
@@ -279,7 +280,7 @@ def _repeated_run(runner: TrialRunner, trial: Any, config: RunConfig, run_id: st
             trial.set_user_attr(EVALUATIONS_ATTR, evaluations)
             if not runner.spec.multi_objective:  # Optuna's intermediate values hold one objective
                 for step, values in evaluations.items():
-                    runner.storage.set_trial_intermediate_value(trial._trial_id, int(step), values["top1"])
+                    runner.storage.set_trial_intermediate_value(trial_id(trial), int(step), values["top1"])
         attrs = trial_attrs(trial_dir, seeds, 0.0)
         if isinstance(attrs, dict):
             runner.tracking.log_metrics(run_id, spread_metrics(attrs))

@@ -29,6 +29,7 @@ from abtune.attrs import (
     RETRY_OF_ATTR,
 )
 from abtune.study import workers
+from abtune.study.optuna_private import storage_of, trial_id
 from abtune.study.spec import StudySpec
 from abtune.training.hang import is_hang
 
@@ -82,14 +83,14 @@ def fail_unfollowed(study: optuna.Study, trial: FrozenTrial, reason: str, retry_
     """FAIL a RUNNING trial no worker follows, re-enqueued as `retry_kind` unless None; False when
     another process finished it first. The state change is the claim: the storage lets exactly one
     process move RUNNING to FAIL."""
-    storage = study._storage
+    storage = storage_of(study)
     try:
-        storage.set_trial_user_attr(trial._trial_id, FAIL_REASON_ATTR, reason)
+        storage.set_trial_user_attr(trial_id(trial), FAIL_REASON_ATTR, reason)
         if retry_kind is not None:
-            storage.set_trial_user_attr(trial._trial_id, RETRIED_ATTR, True)
-        claimed = storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            storage.set_trial_user_attr(trial_id(trial), RETRIED_ATTR, True)
+        claimed = storage.set_trial_state_values(trial_id(trial), TrialState.FAIL)
     except optuna.exceptions.UpdateFinishedTrialError:
         claimed = False
     if claimed and retry_kind is not None:
-        enqueue(study, storage.get_trial(trial._trial_id), retry_kind)
+        enqueue(study, storage.get_trial(trial_id(trial)), retry_kind)
     return claimed

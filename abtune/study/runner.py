@@ -73,7 +73,8 @@ from abtune.study import (
     workers,
 )
 from abtune.study.definition import open_search_study, stored_study_dir
-from abtune.study.display import RunDisplay
+from abtune.study.live_view import RunDisplay
+from abtune.study.optuna_private import trial_id
 from abtune.study.space import build_distributions
 from abtune.study.storage import absolute_url, storage_environment
 from abtune.study.trials import (
@@ -293,7 +294,7 @@ class StudyRunner:
             for active in self.active:
                 # another worker may have found our heartbeat too old and failed the trial
                 with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-                    self.storage.set_trial_system_attr(active.trial._trial_id, HEARTBEAT_ATTR, now)
+                    self.storage.set_trial_system_attr(trial_id(active.trial), HEARTBEAT_ATTR, now)
         if now - self._last_scan >= self.spec.retries.stale_after_s / 2:
             self.recover_stale()
 
@@ -305,7 +306,7 @@ class StudyRunner:
         active = Active(trial)
         self.active.append(active)
         self.started += 1
-        self._claim(trial._trial_id)
+        self._claim(trial_id(trial))
         try:
             config = trial_config(self.spec, self.study.study_name, self.distributions, trial, self.layout)
             run_id = self.tracking.start_trial_run(
@@ -343,7 +344,7 @@ class StudyRunner:
         """Another worker took the last trial of the budget between our check and our ask: do not run
         this one (FAIL, not counted). Trial numbers are handed out in order, so of two workers asking
         at once only the later one steps back. Waiting trials (references, retries) always run."""
-        frozen = self.storage.get_trial(trial._trial_id)
+        frozen = self.storage.get_trial(trial_id(trial))
         if "fixed_params" in frozen.system_attrs or frozen.user_attrs.get(REFERENCE_ATTR):
             return False
         earlier = [t for t in self.all_trials() if t.number < trial.number]
@@ -432,7 +433,7 @@ class StudyRunner:
         reason, kind = self.stop_watch.interrupted_as(reason, kind)
         trial.set_user_attr(FAIL_REASON_ATTR, reason)
         self._end_tracking(active, KILLED if kind == retries.INTERRUPTED else FAILED)
-        frozen = self.storage.get_trial(trial._trial_id)
+        frozen = self.storage.get_trial(trial_id(trial))
         retry = retries.allowed(self.spec, frozen, kind)
         if retry:
             trial.set_user_attr(RETRIED_ATTR, True)
@@ -446,9 +447,9 @@ class StudyRunner:
         """Other workers' dead trials: a job that may still run, or ended with a result, is re-attached
         (SLURM: any host; local: this host); anything else failed."""
         self._last_scan = time.time()
-        mine = {a.trial._trial_id for a in self.active}
+        mine = {trial_id(a.trial) for a in self.active}
         for trial in self.storage.get_all_trials(self.study_id, deepcopy=False, states=(TrialState.RUNNING,)):
-            if trial._trial_id in mine:
+            if trial_id(trial) in mine:
                 continue
             if workers.same_worker_job(trial, self.worker) or workers.is_stale(trial, self.spec.retries.stale_after_s):
                 if repeats.is_repeated(trial):
@@ -464,17 +465,17 @@ class StudyRunner:
 
     def _reattach(self, frozen: FrozenTrial, job: Job) -> None:
         """Follow a trial's job from here on: its worker (an earlier run, a requeued worker) is gone."""
-        self._claim(frozen._trial_id)
+        self._claim(trial_id(frozen))
         run = Run(job.run_dir, self.launcher, self.layout, job=job)
         run.track(self.tracking, frozen.user_attrs.get(RUN_ID_ATTR))
         ended = " (ended; its result is told)" if job.poll() is not None else ""
-        self._follow(frozen, optuna.Trial(self.study, frozen._trial_id), run, f"re-attached to {job.describe()}{ended}")
+        self._follow(frozen, optuna.Trial(self.study, trial_id(frozen)), run, f"re-attached to {job.describe()}{ended}")
 
     def _reattach_seeds(self, frozen: FrozenTrial) -> None:
         """Follow a repeated trial from here on, seed by seed: finished seeds kept, live seed jobs followed,
         the others started again from their own checkpoints (repeats.resume_trial)."""
-        self._claim(frozen._trial_id)
-        trial = optuna.Trial(self.study, frozen._trial_id)
+        self._claim(trial_id(frozen))
+        trial = optuna.Trial(self.study, trial_id(frozen))
         run, notes = repeats.resume_trial(self, trial, frozen.user_attrs.get(RUN_ID_ATTR))
         self._follow(frozen, trial, run, f"re-attached seed by seed ({'; '.join(notes)})")
 

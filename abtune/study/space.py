@@ -23,7 +23,8 @@ from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import ConfigError
 from abtune.launch.profiles import Layout, check_fits
 from abtune.methods import METHOD_CONFIGS
-from abtune.study.spec import GUIDELINE, Dimension, StudySpec
+from abtune.study.optuna_private import contains
+from abtune.study.spec import Dimension, StudySpec
 
 Kind = Literal["int", "float", "categorical"]
 MAX_CHECKED_INTS = 256  # an int range up to this size has every value checked against the schema
@@ -126,13 +127,16 @@ def check_value(spec: StudySpec, overrides: dict[str, Any]) -> RunConfig:
 
 
 def paper_default_params(spec: StudySpec, distributions: dict[str, BaseDistribution], source: str) -> dict[str, Any]:
-    """The guideline for the paper's fields, the base config's value for every other searched field."""
+    """The guideline for the fields the base method publishes one for (its settings' guideline), the base
+    config's value for every other searched field."""
     base = RunConfig.model_validate(spec.base)
+    settings = type(base.method)
+    guideline = dict(zip(settings.keys(settings.guideline), settings.guideline.values(), strict=True))
     params = {}
     for name, distribution in distributions.items():
-        value = GUIDELINE.get(name, _lookup(base, name))
-        if not distribution._contains(_internal(distribution, value)):
-            origin = "the paper's guideline" if name in GUIDELINE else "the base config's value"
+        value = guideline.get(name, _lookup(base, name))
+        if not contains(distribution, value):
+            origin = "the paper's guideline" if name in guideline else "the base config's value"
             raise ConfigError(
                 f"{source}: space.{name}: {origin} {value!r} (the paper-defaults reference trial) lies outside "
                 f"{_describe(distribution)}; widen the range or set references.paper_defaults: false"
@@ -146,13 +150,6 @@ def _lookup(config: BaseModel, dotted: str) -> Any:
     for key in dotted.split("."):
         value = getattr(value, key)
     return list(value) if isinstance(value, tuple) else value
-
-
-def _internal(distribution: BaseDistribution, value: Any) -> float:
-    try:
-        return distribution.to_internal_repr(value)
-    except ValueError:
-        return float("nan")
 
 
 def _describe(distribution: BaseDistribution) -> str:

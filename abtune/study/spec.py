@@ -12,8 +12,9 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from abtune.config import apply_overrides, describe_validation_error, parse_run_config
+from abtune.config import RunConfig, apply_overrides, describe_validation_error, parse_run_config
 from abtune.errors import ConfigError
+from abtune.methods import METHOD_CONFIGS
 from abtune.objectives import OBJECTIVES, ObjectiveName
 from abtune.schema import StrictModel
 from abtune.timing import check_fits, load_cluster
@@ -22,23 +23,6 @@ from abtune.yamlfile import read_yaml
 SamplerName = Literal["tpe", "random", "nsgaii", "nsgaiii", "gp", "qmc", "cmaes"]
 PrunerName = Literal["none", "median", "hyperband", "pareto-asha"]
 CONSTRAINED_SAMPLERS = ("tpe", "nsgaii", "nsgaiii", "gp")
-
-# The paper's guideline (section 4.3) and the design's default search space around it.
-GUIDELINE: dict[str, float] = {
-    "method.warmup_frac": 0.2,
-    "method.ab_frac": 1 / 30,
-    "method.rebound_frac": 0.25,
-    "method.lr_rebound_frac": 0.5,
-    "method.sigma_cutoff": 0.1,
-}
-DEFAULT_SPACE: dict[str, dict[str, Any]] = {
-    "method.warmup_frac": {"low": 0.1, "high": 0.3},
-    "method.ab_frac": {"low": 0.015, "high": 0.07, "log": True},
-    "method.rebound_frac": {"low": 0.1, "high": 0.5},
-    "method.lr_rebound_frac": {"low": 0.25, "high": 1.0},
-    "method.sigma_cutoff": {"low": 0.01, "high": 0.5, "log": True},
-}
-
 
 class Layout(StrictModel):
     nproc: int = Field(4, ge=1, description="ranks (processes) per trial")
@@ -129,7 +113,8 @@ class StudySpec(StrictModel):
     description: str = ""
     base: dict[str, Any] = Field(description="the run config every trial starts from (resolved)")
     layout: Layout = Layout()
-    space: dict[str, Dimension] = Field(default_factory=lambda: {k: Dimension(**v) for k, v in DEFAULT_SPACE.items()})
+    space: dict[str, Dimension] = Field(description="dotted run-config fields searched; default: the base method's "
+                                        "default space (its settings' default_space)")
     objectives: list[ObjectiveName] = Field(default_factory=lambda: ["top1"], min_length=1)
     constraints: Constraints = Constraints()
     sampler: SamplerSpec = SamplerSpec()
@@ -144,6 +129,20 @@ class StudySpec(StrictModel):
                                 "or a path): sets base train.cluster, for the predicted_time_to_target objective")
     storage: str | None = Field(None, description="default storage for `study create`; --storage wins")
     study_dir: str | None = Field(None, description="folder of the trial runs; default runs/studies/NAME")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _method_default_space(cls, raw: Any) -> Any:
+        """No `space:` searches what the base config's method declares searchable (its default_space; none:
+        an empty space, which `study create` refuses)."""
+        if not isinstance(raw, dict) or "space" in raw:
+            return raw
+        name = _dotted(raw.get("base") or {}, "method.name") or _default_method_name()
+        settings = METHOD_CONFIGS.get(name) if isinstance(name, str) else None
+        if settings is None:
+            return raw  # the base's own validation names the problem
+        return {**raw, "space": dict(zip(settings.keys(settings.default_space), settings.default_space.values(),
+                                         strict=True))}
 
     @property
     def multi_objective(self) -> bool:
@@ -203,6 +202,11 @@ def _inconsistency(spec: StudySpec) -> str | None:
     if needs_nodes and not spec.layout.multi_node:
         return "layout: inter-node traffic needs more than one node: set layout.ranks_per_node below nproc"
     return None
+
+
+def _default_method_name() -> str:
+    """The method of a run config that names none."""
+    return RunConfig.model_fields["method"].get_default(call_default_factory=True).name
 
 
 def _dotted(config: dict[str, Any], key: str) -> Any:

@@ -41,6 +41,7 @@ from abtune.launch.base import Job, Launcher
 from abtune.launch.launchers import worker_job, worker_launcher_type
 from abtune.runfiles import summary_path
 from abtune.study import reattach, retries, workers
+from abtune.study.optuna_private import trial_id
 from abtune.study.repeats import seed_dir
 from abtune.study.spec import StudySpec
 from abtune.tracking import Tracking
@@ -131,16 +132,16 @@ def stop_study(storage: BaseStorage, name: str, spec: StudySpec, mode: str,
         followed = mode != LET_FINISH and any(follower_alive(t, spec.retries.stale_after_s) for t in running())
         return followed or bool(launcher.queued(queued))
 
-    was_running = {t.number: t._trial_id for t in running()}
+    was_running = {t.number: trial_id(t) for t in running()}
     _wait_until(lambda: not busy(), wait_s)
     study = optuna.load_study(study_name=name, storage=storage)
     left = running()
     for trial in left:
         say(_stop_trial(study, trial, spec, mode, tracking or Tracking()))
     still = {t.number for t in left}
-    for number, trial_id in sorted(was_running.items()):
+    for number, stored_id in sorted(was_running.items()):
         if number not in still:
-            say(_fate(storage, study_id, storage.get_trial(trial_id)))
+            say(_fate(storage, study_id, storage.get_trial(stored_id)))
     if not was_running and not left:
         say("no trial is running")
     if mode != LET_FINISH and tracking is not None and not running():

@@ -21,6 +21,7 @@ from abtune.launch.launchers import study_launcher_kinds
 from abtune.launch.profiles import check_fits
 from abtune.runfiles import CHECKPOINTS_DIR, METRICS_FILE, complete_checkpoints, latest_checkpoint_step
 from abtune.runs import Run
+from abtune.study.optuna_private import trial_id
 from abtune.study.pruning import make_hook
 from abtune.study.space import ddp_reference_config
 from abtune.study.spec import StudySpec
@@ -41,7 +42,7 @@ def trial_hook_specs(spec: StudySpec, study_name: str, trial: optuna.Trial) -> l
     specs: list[dict[str, Any]] = []
     if reference != DDP:
         prune = spec.pruner.name != "none" and reference is None
-        specs.append(hook_spec(make_hook, study=study_name, trial_id=trial._trial_id, prune=prune))
+        specs.append(hook_spec(make_hook, study=study_name, trial_id=trial_id(trial), prune=prune))
     return specs
 
 

@@ -19,6 +19,7 @@ from optuna.distributions import BaseDistribution
 from abtune.attrs import ATTEMPT_ATTR, WARM_START_ATTR
 from abtune.errors import ConfigError
 from abtune.study import recommendation
+from abtune.study.optuna_private import contains
 
 
 def seeds_of(old: optuna.Study, distributions: dict[str, BaseDistribution],
@@ -44,7 +45,7 @@ def _carried(params: dict[str, Any], distributions: dict[str, BaseDistribution])
     kept = {}
     for name, value in params.items():
         distribution = distributions.get(name)
-        if distribution is not None and distribution._contains(distribution.to_internal_repr(value)):
+        if distribution is not None and contains(distribution, value):
             kept[name] = value
     return kept
 

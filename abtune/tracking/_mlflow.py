@@ -435,7 +435,7 @@ def _write_run_plots(run_dir: Path, folder: Path, run: str) -> None:
         plots.accuracy_and_loss(records, phase_segments(config, summary), folder / "accuracy_loss.png", run)
     if summary is not None:
         plots.traffic_per_phase(summary.raw, folder / "traffic_per_phase.png", run)
-        plots.spectra(summary.raw, getattr(config.method, "sigma_cutoff", None), folder / "spectra.png", run)
+        plots.spectra(summary.raw, config.method.spectrum_cutoff(), folder / "spectra.png", run)
 
 
 def phase_segments(config: RunConfig, summary: RunSummary | None) -> list[tuple[str, int, int]]:

@@ -19,7 +19,11 @@ from abtune.phases import TRAINING_PHASES, Phase
 from abtune.timing import predict
 
 if TYPE_CHECKING:
-    from abtune.training.trainer import Trainer
+    from abtune.comm import CommGroup, Topology
+    from abtune.config import RunConfig
+    from abtune.data import DatasetInfo
+    from abtune.timing import Cluster
+    from abtune.training.state import TrainState
 
 INTER = "inter_node_bytes"
 MESSAGES, FRAMING = "inter_node_messages", "inter_node_framing_bytes"
@@ -29,19 +33,18 @@ GIGA = 1e9
 ECR_FULL_RANK_SHARE, ECR_COMPRESSED_SHARE = 0.25, 0.75
 
 
-def gather_rows(trainer: Trainer) -> list[list[dict[str, Any]]]:
+def gather_rows(meter: CommMeter, world: CommGroup, device: Any) -> list[list[dict[str, Any]]]:
     """Every rank's meter rows, via a metered all-gather of their JSON. The rows each rank sent could
     not hold that gather itself; it is the same on every rank (world all-gathers of the same sizes),
     so it is added to each from this rank's count, with the bytes that rank sent to other nodes."""
-    meter = trainer.meter
     meter.phase = Phase.REPORT
     mine = json.dumps(meter.rows()).encode()
-    blobs = all_gather_bytes(meter, mine, trainer.world, trainer.env.device)
+    blobs = all_gather_bytes(meter, mine, world, device)
     per_rank = [json.loads(blob) for blob in blobs]
     report = [row for row in meter.rows() if row["phase"] == Phase.REPORT]
     for rank, rows in enumerate(per_rank):
         rows[:] = [row for row in rows if row["phase"] != Phase.REPORT] + [
-            _as_sent_by(meter, rank, row, trainer.world.ranks) for row in report]
+            _as_sent_by(meter, rank, row, world.ranks) for row in report]
     return per_rank
 
 
@@ -158,13 +161,14 @@ def compression_summary(method: Method, counts: ParameterCounts) -> dict[str, An
     }
 
 
-def build_summary(trainer: Trainer) -> dict[str, Any]:
-    per_rank = gather_rows(trainer)
-    method, topology, config = trainer.method, trainer.topology, trainer.config
+def build_summary(config: RunConfig, state: TrainState, method: Method, topology: Topology,
+                  per_rank: list[list[dict[str, Any]]], rank: int, loss_scale: float | None) -> dict[str, Any]:
+    """The summary of a run at `state`: `per_rank` is every rank's meter rows (gather_rows), `rank` this
+    rank's number, `loss_scale` the gradient scaler's (None without one)."""
     counts = method.parameter_counts()
     element = next(method.model.parameters()).element_size()
     ddp_step_bytes = counts.dense * element * wire_factor(Op.ALL_REDUCE, topology.world_size)
-    history = trainer.state.history
+    history = state.history
     final = history[-1] if history else {}
     summary: dict[str, Any] = {
         "name": config.name,
@@ -173,23 +177,23 @@ def build_summary(trainer: Trainer) -> dict[str, Any]:
         "num_nodes": topology.num_nodes,
         "ranks_per_node": topology.ranks_per_node,
         "steps": config.train.steps,
-        "steps_done": trainer.state.step,
+        "steps_done": state.step,
         "strict_device": strict_device.active(),
-        "stopped_early": trainer.state.stopped_early,
+        "stopped_early": state.stopped_early,
         "final": {k: final.get(k) for k in ("val_top1", "val_top5", "val_loss")},
         "best_top1": max((h["val_top1"] for h in history), default=None),
         "history": history,
         "compression": compression_summary(method, counts),
-        "traffic": traffic_summary(per_rank, trainer.state.step, trainer.state.train_seconds,
+        "traffic": traffic_summary(per_rank, state.step, state.train_seconds,
                                    topology.node_of_rank, ddp_step_bytes),
-        "memory": {"rank": trainer.env.rank, "held_bytes_by_phase": method.held_bytes_by_phase},
-        "precision": {"name": config.train.precision, "skipped_steps": trainer.state.skipped_steps,
-                      "loss_scale": trainer.precision.loss_scale()},
-        "timing": {"train_seconds": trainer.state.train_seconds,
-                   "seconds_per_step": trainer.state.train_seconds / max(1, trainer.state.step),
+        "memory": {"rank": rank, "held_bytes_by_phase": method.held_bytes_by_phase},
+        "precision": {"name": config.train.precision, "skipped_steps": state.skipped_steps,
+                      "loss_scale": loss_scale},
+        "timing": {"train_seconds": state.train_seconds,
+                   "seconds_per_step": state.train_seconds / max(1, state.step),
                    "by_phase": {phase: {"steps": int(steps), "seconds": seconds}
-                                for phase, (steps, seconds) in trainer.state.seconds_by_phase.items()},
-                   "phase_starts": [list(start) for start in trainer.state.phase_starts],
+                                for phase, (steps, seconds) in state.seconds_by_phase.items()},
+                   "phase_starts": [list(start) for start in state.phase_starts],
                    "local_batch_size": config.train.local_batch_size,
                    "target_top1": config.train.target_top1,
                    "time_to_target_seconds": time_to_target(history, config.train.target_top1)},
@@ -199,12 +203,12 @@ def build_summary(trainer: Trainer) -> dict[str, Any]:
     return summary
 
 
-def add_cluster_time(summary: dict[str, Any], trainer: Trainer) -> None:
+def add_cluster_time(summary: dict[str, Any], config: RunConfig, data_info: DatasetInfo, cluster: Cluster | None) -> None:
     """What the cluster time model needs beyond the run's counts (its forward FLOPs a sample), and with
     train.cluster the prediction itself (abtune/timing.py). Rank 0's, for the summary it writes."""
-    summary["timing"]["forward_flops_per_sample"] = forward_flops_per_sample(trainer.config.model, trainer.data_info)
-    if trainer.cluster is not None:
-        summary["predicted"] = predict(summary, trainer.cluster).as_dict()
+    summary["timing"]["forward_flops_per_sample"] = forward_flops_per_sample(config.model, data_info)
+    if cluster is not None:
+        summary["predicted"] = predict(summary, cluster).as_dict()
 
 
 def time_to_target(history: list[dict[str, Any]], target: float | None) -> float | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,21 +40,8 @@ from abtune.training.hooks import MetricsFile, TrainingHook, build_hooks, config
 from abtune.training.lr import scheduled_lr
 from abtune.training.precision import Precision
 from abtune.training.progress import ProgressReporter
-from abtune.training.summary import add_cluster_time, build_summary, intra_node_bytes
-
-
-@dataclass
-class TrainState:
-    step: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0
-    train_seconds: float = 0.0
-    # {phase: [steps, seconds]}: the run's compute profile for the cluster time model (abtune/timing.py)
-    seconds_by_phase: dict[str, list[float]] = field(default_factory=dict)
-    phase_starts: list[tuple[str, int]] = field(default_factory=list)  # (phase, first step) at each change
-    skipped_steps: int = 0  # fp16: steps the gradient scaler skipped (overflow)
-    stopped_early: str | None = None
-    history: list[dict[str, Any]] = field(default_factory=list)
+from abtune.training.state import TrainState
+from abtune.training.summary import add_cluster_time, build_summary, gather_rows, intra_node_bytes
 
 
 def _make_optimizer(config: RunConfig):  # noqa: ANN202 - returns a factory
@@ -300,9 +287,11 @@ class Trainer:
     # --- the summary ----------------------------------------------------------------------
     def _report(self) -> dict[str, Any] | None:
         self.hang.ending(self.state.step, self.method.phase)  # rank 0's trackers may upload for a while
-        summary = build_summary(self)
+        per_rank = gather_rows(self.meter, self.world, self.env.device)
+        summary = build_summary(self.config, self.state, self.method, self.topology, per_rank,
+                                rank=self.env.rank, loss_scale=self.precision.loss_scale())
         if self.env.is_main:
-            add_cluster_time(summary, self)
+            add_cluster_time(summary, self.config, self.data_info, self.cluster)
             write_summary(self.run_dir, summary)
             for hook in self.hooks:
                 hook.on_end(summary)

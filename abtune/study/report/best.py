@@ -20,7 +20,7 @@ from abtune.study.definition import stored_spec
 from abtune.study.ranking import DEFAULT_RULE, Rule
 from abtune.study.report.importances import print_importances
 from abtune.study.report.rerun import repeated_faults_note, rerun_command
-from abtune.study.report.tables import print_front, print_trials
+from abtune.study.report.trial_tables import print_front, print_trials
 from abtune.study.spec import StudySpec
 
 

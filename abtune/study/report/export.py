@@ -30,6 +30,7 @@ from abtune.errors import ConfigError
 from abtune.launch.launchers import describe_job, recorded_job
 from abtune.study import recommendation, repeats, results
 from abtune.study.definition import stored_spec
+from abtune.study.optuna_private import study_id
 
 EXPORTED_ATTRS = (REFERENCE_ATTR, RETRY_OF_ATTR, ATTEMPT_ATTR, *results.RESULT_KEYS, TRAFFIC_EXCESS_ATTR,
                   FAIL_REASON_ATTR, RUN_DIR_ATTR)
@@ -115,10 +116,10 @@ def print_list(storage: BaseStorage, url: str) -> None:
                tables.Column("created", tables.KEY, "left", wrap=True)]
     rows = []
     for study in sorted(storage.get_all_studies(), key=lambda s: s.study_name):
-        trials = storage.get_all_trials(study._study_id, deepcopy=False)
+        trials = storage.get_all_trials(study_id(study), deepcopy=False)
         best = results.best_trial(trials)
         try:
-            spec = stored_spec(storage, study._study_id)
+            spec = stored_spec(storage, study_id(study))
             objectives, budget = ", ".join(spec.objectives), f"{spec.trials}"
         except ConfigError:  # a study made by plain Optuna: listed, but it has no abtune definition
             objectives, budget = "(not an abtune study)", "-"

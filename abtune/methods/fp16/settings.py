@@ -1,4 +1,4 @@
-"""The settings of `method: fp16` (abtune/methods/fp16.py)."""
+"""The settings of `method: fp16` (abtune/methods/fp16/method.py)."""
 
 from __future__ import annotations
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from abtune.methods import METHOD_CONFIGS
 from abtune.runfiles import RunSummary, summary_path
 from abtune.words import plural
 
@@ -62,29 +62,15 @@ def result_table(summary: RunSummary) -> Table:
     raw = summary.raw
     if raw.get("compression_during_ab"):
         rows.insert(4, ("compression (each AB phase)", ", ".join(f"{c:.2f}" for c in raw["compression_during_ab"][:6])))
+    settings = METHOD_CONFIGS[summary.method]
     if summary.decompositions:
-        rows.insert(4, ("factored at first decomposition", first_decomposition_text(summary.decompositions[0])))
+        rows.insert(4, ("factored at first decomposition", settings.decomposition_text(summary.decompositions[0])))
     if "schedule" in raw:
-        s = raw["schedule"]
-        rows.insert(0, ("schedule (steps)", f"warmup {s['warmup_steps']}, AB {s['ab_steps']} x{s['ab_cycles']}, "
-                                            f"rebound {s['rebound_steps']}, LR rebound {s['lr_rebound_steps']}"))
+        rows.insert(0, ("schedule (steps)", settings.schedule_text(raw["schedule"])))
     rows += _time_and_link_rows(summary)
     for name, value in rows:
         table.add_row(name, value)
     return table
-
-
-def first_decomposition_text(decomposition: dict[str, Any]) -> str:
-    """`8 of 8 weights, ranks 13-65 (step 60)`; when nothing was factored, the cutoff from which something would be."""
-    weights = decomposition.get("weights", {})
-    ranks = sorted(decomposition["ranks"].values())
-    text = f"{len(ranks)} of {len(weights)} weights"
-    if ranks:
-        text += f", rank{'s' if len(ranks) > 1 else ''} {ranks[0]}" + (f"-{ranks[-1]}" if ranks[-1] != ranks[0] else "")
-    else:
-        cutoffs = [w["factors_from_cutoff"] for w in weights.values() if w["factors_from_cutoff"] is not None]
-        text += f" (from sigma_cutoff {min(cutoffs):.3g})" if cutoffs else " (no cutoff would: see rank_cap)"
-    return f"{text} (step {decomposition['step']})"
 
 
 def _time_and_link_rows(summary: RunSummary) -> list[tuple[str, str]]:

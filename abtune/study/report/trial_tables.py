@@ -16,7 +16,7 @@ from abtune.attrs import (
 )
 from abtune.objectives import OBJECTIVES
 from abtune.study import importance, results
-from abtune.study.display import with_spread
+from abtune.study.live_view import with_spread
 from abtune.study.spec import StudySpec
 
 MEGA = 1e6

@@ -1,4 +1,4 @@
-"""The settings of `method: sbc` (abtune/methods/sbc/)."""
+"""The settings of `method: sbc` (abtune/methods/sbc/method.py)."""
 
 from __future__ import annotations
 

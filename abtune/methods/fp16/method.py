@@ -8,7 +8,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from abtune.comm import Op
-from abtune.methods.ddp import DDP, DataParallel, MeteredHookState
+from abtune.methods.ddp.method import DDP, DataParallel, MeteredHookState
 
 FP16_BYTES = 2
 

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 
 from abtune.comm import Op
-from abtune.methods.ddp import DDP, DataParallel, MeteredHookState
+from abtune.methods.ddp.method import DDP, DataParallel, MeteredHookState
 
 # Resuming keeps the iteration, the random state and the counters, but not the error-feedback and
 # warm-start memories: they are keyed by DDP bucket index, and a rebuilt DDP may order its buckets

@@ -1,4 +1,4 @@
-"""The settings of `method: ab` and `ab-nogroups` (abtune/methods/ab/), and AB's phase schedule.
+"""The settings of `method: ab` and `ab-nogroups` (abtune/methods/ab/method.py), and AB's phase schedule.
 
 warmup (full-rank DDP) | AB | rebound | AB | rebound | ... until the step budget is spent, turned
 from the settings' fractions into absolute steps once (ABSchedule). A change of shape happens at the
@@ -9,12 +9,14 @@ the trackers read the schedule without importing the method."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from abtune.errors import ConfigError
+from abtune.methods.schedule import Segment
 from abtune.methods.settings import MethodSettings
 from abtune.phases import Phase
 from abtune.schema import Fraction
@@ -45,8 +47,23 @@ class AbConfig(MethodSettings):
         (), description="extra module-name globs kept full rank (head and first layer always are)"
     )
 
-    promotable: ClassVar[bool] = True
-    has_paper_defaults: ClassVar[bool] = True
+    # The paper's guideline (section 4.3) and the default search space around it.
+    guideline: ClassVar[Mapping[str, Any]] = {
+        "warmup_frac": 0.2, "ab_frac": 1 / 30, "rebound_frac": 0.25, "lr_rebound_frac": 0.5, "sigma_cutoff": 0.1}
+    default_space: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        "warmup_frac": {"low": 0.1, "high": 0.3},
+        "ab_frac": {"low": 0.015, "high": 0.07, "log": True},
+        "rebound_frac": {"low": 0.1, "high": 0.5},
+        "lr_rebound_frac": {"low": 0.25, "high": 1.0},
+        "sigma_cutoff": {"low": 0.01, "high": 0.5, "log": True},
+    }
+    # What transfers between scales: fractions, the cutoff and the sync mode (never steps or batch sizes).
+    promoted_fields: ClassVar[tuple[str, ...]] = (
+        "warmup_frac", "ab_frac", "rebound_frac", "lr_rebound_frac", "sigma_cutoff", "sync_mode")
+    schedule_fields: ClassVar[tuple[str, ...]] = ("warmup_frac", "ab_frac", "rebound_frac", "lr_rebound_frac")
+    rank_fields: ClassVar[tuple[str, ...]] = ("sigma_cutoff", "rank_cap")
+    schedule_columns: ClassVar[Mapping[str, str]] = {
+        "warmup": "warmup_steps", "AB": "ab_steps", "rebound": "rebound_steps", "LR rebound": "lr_rebound_steps"}
 
     @property
     def grouped(self) -> bool:
@@ -76,6 +93,19 @@ class AbConfig(MethodSettings):
 
     def phase_schedule(self, total_steps: int) -> ABSchedule:
         return ABSchedule.from_config(self, total_steps)
+
+    @classmethod
+    def schedule_text(cls, steps: Mapping[str, int]) -> str:
+        return (f"warmup {steps['warmup_steps']}, AB {steps['ab_steps']} x{steps['ab_cycles']}, "
+                f"rebound {steps['rebound_steps']}, LR rebound {steps['lr_rebound_steps']}")
+
+    @classmethod
+    def nothing_factored_text(cls, weights: Mapping[str, Any]) -> str:
+        cutoffs = [w["factors_from_cutoff"] for w in weights.values() if w["factors_from_cutoff"] is not None]
+        return f" (from sigma_cutoff {min(cutoffs):.3g})" if cutoffs else " (no cutoff would: see rank_cap)"
+
+    def spectrum_cutoff(self) -> float:
+        return self.sigma_cutoff
 
     def derived_params(self, total_steps: int, ranks_per_node: int) -> dict[str, Any]:
         steps = self.phase_schedule(total_steps).describe()
@@ -117,13 +147,6 @@ AB_PHASES = (Phase.WARMUP, Phase.AB, Phase.REBOUND)  # the phases of AB's segmen
 
 def round_half_up(value: float) -> int:
     return math.floor(value + 0.5)
-
-
-@dataclass(frozen=True)
-class Segment:
-    phase: Phase
-    start: int
-    end: int  # exclusive
 
 
 @dataclass(frozen=True)

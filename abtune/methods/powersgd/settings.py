@@ -1,4 +1,4 @@
-"""The settings of `method: powersgd` (abtune/methods/powersgd.py)."""
+"""The settings of `method: powersgd` (abtune/methods/powersgd/method.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The settings of `method: ddp` (abtune/methods/ddp.py)."""
+"""The settings of `method: ddp` (abtune/methods/ddp/method.py)."""
 
 from __future__ import annotations
 
