@@ -193,6 +193,29 @@ def _warm_rank_server() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _importances_computed_once_per_input() -> Iterator[None]:
+    """Optuna's importances of one set of trials (fANOVA, seeded: the same parameters, values and objective
+    give the same numbers) computed once in this process: `study best` fits 40 forests for them (an
+    objective's and 19 shufflings', twice), seconds each time, and dozens of tests print the same stored
+    study. A test that stubs `_importances_of` itself replaces this for its duration."""
+    from abtune.study import importance
+
+    computed = importance._importances_of
+    known: dict[Any, dict[str, float]] = {}
+
+    def once(trials: Any, values: Any, objective: str) -> dict[str, float]:
+        key = (objective, tuple(map(repr, values)),
+               tuple((repr(list(t.params.items())), repr(list(t.distributions.items()))) for t in trials))
+        if key not in known:
+            known[key] = computed(trials, values, objective)
+        return dict(known[key])
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(importance, "_importances_of", once)
+        yield
+
+
 TRACKING_VARIABLES = ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
 
 
