@@ -3,9 +3,6 @@ refuses to replace a different definition; the space follows the RunConfig's fie
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,7 +19,7 @@ from abtune.study.space import build_distributions
 from abtune.study.spec import GUIDELINE, load_study_spec
 from abtune.study.storage import open_storage
 from tests.conftest import CliResult, run_cli
-from tests.study_helpers import TINY_BASE, study_attrs, trials_of, write_study
+from tests.study_helpers import TINY_BASE, gone_worker, study_attrs, trials_of, write_study
 
 ROOT = Path(__file__).parent.parent
 
@@ -429,9 +426,7 @@ def test_status_names_a_dead_workers_trial_and_the_latest_failure_reasons(
     for reason in reasons:
         study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={FAIL_REASON_ATTR: reason}))
     study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={FAIL_REASON_ATTR: "not run", OVER_BUDGET_ATTR: True}))
-    ended = subprocess.run([sys.executable, "-c", "import json; from abtune.study.workers import this_worker; "
-                            "print(json.dumps(this_worker()))"], capture_output=True, text=True, check=True)
-    worker = json.loads(ended.stdout)  # a `study run` that is gone (killed, its host rebooted)
+    worker = gone_worker()
     orphan = study.ask()
     study._storage.set_trial_system_attr(orphan._trial_id, WORKER_ATTR, worker)
     status = abtune_main("study", "status", "tiny", "--storage", url).stdout
