@@ -172,7 +172,8 @@ def test_base_from_a_file_with_overrides(tmp_path: Path) -> None:
         validate(load_study_spec(ddp_base), "d.yaml")
 
 
-def test_the_installed_command_creates_and_lists(tmp_path: Path) -> None:
+def test_the_installed_command_creates_and_lists(tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
+    """Through the installed command: `study create`, `list` and `status` (`study best`'s is test_terminal_tables.py's)."""
     study = write_study(tmp_path / "s.yaml")
     run_cli("study", "create", str(study), cwd=tmp_path)
     assert (tmp_path / "optuna.db").exists()
@@ -180,7 +181,7 @@ def test_the_installed_command_creates_and_lists(tmp_path: Path) -> None:
     assert "tiny" in listing and "top1" in listing
     status = run_cli("study", "status", "tiny", cwd=tmp_path).stdout
     assert "budget 0/4 finished; waiting 2" in status
-    missing = run_cli("study", "best", "nope", cwd=tmp_path, check=False)
+    missing = abtune_main("study", "best", "nope", cwd=tmp_path)
     assert missing.returncode == 2 and "no study named 'nope'" in missing.stderr and "studies there: tiny" in missing.stderr
 
 
