@@ -34,8 +34,9 @@ def python_without(folder: Path, packages: tuple[str, ...] = (), commands: tuple
             if entry.suffix == ".pth" or entry.name.startswith(hidden) or (site / entry.name).exists():
                 continue
             (site / entry.name).symlink_to(entry)
-    for command in commands:
-        (folder / "bin" / command).symlink_to(Path(sys.executable).parent / command)
+    for command in commands:  # this Python's, or else the one on PATH (a venv that borrows another's packages)
+        beside = Path(sys.executable).parent / command
+        (folder / "bin" / command).symlink_to(beside if beside.exists() else shutil.which(command) or beside)
     return folder / "bin" / "python"
 
 
