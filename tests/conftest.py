@@ -200,7 +200,8 @@ def _importances_computed_once_per_input(tmp_path_factory: pytest.TempPathFactor
     """Optuna's importances of one set of trials (fANOVA, seeded: the same parameters, values and objective
     give the same numbers) computed once in this session, by whichever pytest-xdist worker needs them first:
     `study best` fits 40 forests for them (an objective's and 19 shufflings', twice), seconds each time, and
-    dozens of tests print the same stored study. A test that stubs `_importances_of` replaces this meanwhile."""
+    dozens of tests print the same stored study. A test that stubs `_importances_of` replaces this meanwhile; one
+    that stubs what it calls (Optuna's evaluator) must stub `_importances_of` instead, or it may read a stored result."""
     from abtune.study import importance
 
     computed = importance._importances_of
