@@ -30,6 +30,20 @@ def write_study(path: Path, **fields: Any) -> Path:
     return path
 
 
+def gone_worker() -> dict[str, Any]:
+    """The stamp of a `study run` that is gone (killed, its host rebooted): `this_worker()` as a process that
+    has since ended wrote it (a short `sleep`, not a Python that imports abtune for it)."""
+    from abtune.launch.pids import process_start
+    from abtune.study.workers import this_worker
+
+    process = subprocess.Popen(["sleep", "60"])
+    try:
+        return {**this_worker(), "pid": process.pid, "start": process_start(process.pid)}
+    finally:
+        process.kill()
+        process.wait()
+
+
 def trials_of(url: str, name: str = "tiny") -> list[FrozenTrial]:
     storage = open_storage(url)
     return storage.get_all_trials(storage.get_study_id_from_name(name))

@@ -3,16 +3,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import pty
 import re
 import struct
+import sys
 import termios
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from rich.cells import cell_len
 
 from tests.conftest import CLI_TIMEOUT_S, abtune_command, with_checkout_on_path
@@ -47,9 +52,72 @@ def run_in_terminal(args: list[str], columns: int, cwd: Path, env: dict[str, str
         output += chunk
     os.close(fd)
     _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), _lines(output)
+
+
+def run_here_in_terminal(args: list[str], columns: int, cwd: Path, rows: int = 50) -> tuple[int, list[str]]:
+    """What `run_in_terminal` shows, from `abtune.cli.main(ARGS)` in this process (torch and the study code
+    imported once, not per command): its stdin, stdout and stderr (file descriptors 0-2, as rich measures
+    them, and sys's streams) are a `columns` x `rows` pseudo-terminal for the call, without $COLUMNS, $LINES
+    or a variable that forces colours. The installed command in a terminal of its own is `run_in_terminal`."""
+    from abtune.cli import main
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    output = bytearray()
+    reader = threading.Thread(target=_drain, args=(master, output), daemon=True)
+    reader.start()
+    try:
+        with _std_streams_on(slave), pytest.MonkeyPatch.context() as patch:
+            for name in ("COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE", "NO_COLOR"):
+                patch.delenv(name, raising=False)
+            patch.setenv("TERM", "xterm-256color")
+            patch.chdir(cwd)
+            try:
+                code = main(list(args))
+            except SystemExit as exit_:  # argparse's usage errors
+                code = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+    finally:
+        os.close(slave)  # the last descriptor of the terminal: the reader sees its end
+        reader.join(timeout=CLI_TIMEOUT_S)
+        os.close(master)
+    return code, _lines(output)
+
+
+@contextlib.contextmanager
+def _std_streams_on(terminal: int) -> Iterator[None]:
+    saved_fds = [os.dup(fd) for fd in (0, 1, 2)]
+    saved_streams = (sys.stdin, sys.stdout, sys.stderr)
+    try:
+        for fd in (0, 1, 2):
+            os.dup2(terminal, fd)
+        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False, buffering=1)  # noqa: SIM115
+        sys.stderr = open(2, "w", encoding="utf-8", closefd=False, buffering=1)  # noqa: SIM115
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        sys.stdin, sys.stdout, sys.stderr = saved_streams
+        for fd, saved in zip((0, 1, 2), saved_fds, strict=True):
+            os.dup2(saved, fd)
+            os.close(saved)
+
+
+def _drain(master: int, output: bytearray) -> None:
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: every descriptor of the terminal is closed
+            return
+        if not chunk:
+            return
+        output += chunk
+
+
+def _lines(output: bytes | bytearray) -> list[str]:
     text = ESCAPES.sub("", output.decode("utf-8", errors="replace")).replace("\r\n", "\n")
-    lines = [line.split("\r")[-1] for line in text.split("\n")]  # a progress bar redraws its line
-    return os.waitstatus_to_exitcode(status), lines
+    return [line.split("\r")[-1] for line in text.split("\n")]  # a progress bar redraws its line
 
 
 def too_wide(lines: list[str], columns: int) -> list[str]:

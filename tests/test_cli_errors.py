@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from abtune.study import lifecycle
 from tests.conftest import REPO, CliResult, abtune_command, run_cli, with_checkout_on_path, write_config
 from tests.study_helpers import trials_of, write_study
 
@@ -100,8 +101,8 @@ def test_a_closed_output_pipe_ends_without_a_traceback(tmp_path: Path, args: lis
     """`abtune ... | head -1`: the reader is gone before abtune writes (plain print and rich tables alike)."""
     root = Path(__file__).parent.parent
     storage = ["--storage", f"sqlite:///{tmp_path / 'o.db'}"] if args[0] == "study" else []
-    if storage:
-        run_cli("study", "create", str(write_study(tmp_path / "s.yaml")), *storage)
+    if storage:  # a study to list, created in process: the command under test is the one that writes
+        lifecycle.create(write_study(tmp_path / "s.yaml"), None, storage[1], force=False)
     read_end, write_end = os.pipe()
     os.close(read_end)
     process = subprocess.Popen([*abtune_command(), *args, *storage], stdout=write_end, stderr=subprocess.PIPE,

@@ -4,12 +4,13 @@ the trial is (a reference trial which one), its result and its parameters rounde
 from __future__ import annotations
 
 import optuna
-from optuna_dashboard._note import get_note_from_system_attrs
 
 from abtune.study import dashboard_notes
 
 
 def test_a_reference_trial_is_labelled_and_its_figures_read_as_a_person_reads_them() -> None:
+    from optuna_dashboard._note import get_note_from_system_attrs  # imports scikit-learn: not at collection
+
     study = optuna.create_study(directions=["maximize", "minimize"])
     study.enqueue_trial({"method.warmup_frac": 0.10135399851178005}, user_attrs={"reference": "paper-defaults"})
     trial = study.ask()

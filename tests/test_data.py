@@ -9,8 +9,6 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from abtune.config import DataConfig
@@ -63,10 +61,19 @@ def test_digits_split_is_deterministic_disjoint_and_complete() -> None:
     assert sorted(train.indices + val.indices) == list(range(DIGITS_COUNT))
 
 
+def _sklearn_digits() -> Any:
+    """scikit-learn's own digits, imported where a test compares with them (seconds of imports: not at collection)."""
+    from sklearn.datasets import load_digits
+
+    return load_digits()
+
+
 def test_digits_are_scikit_learns_and_so_is_their_split() -> None:
     """abtune reads the digits and splits them without importing scikit-learn (1.4 s per rank): the
     images, labels and the rows of every split must stay scikit-learn's, or a seed's trial would change."""
-    digits = load_digits()
+    from sklearn.model_selection import train_test_split
+
+    digits = _sklearn_digits()
     images, labels = read_digits()
     assert np.array_equal(images, digits.images) and np.array_equal(labels, digits.target)
     rows = np.arange(len(labels))
@@ -83,7 +90,7 @@ def test_digits_are_scikit_learns_and_so_is_their_split() -> None:
 def test_digits_values_are_normalized_with_train_statistics() -> None:
     train, val, _ = build_datasets(DataConfig(augment=False), seed=0)
     assert isinstance(train, DigitsDataset) and isinstance(val, DigitsDataset)
-    digits = load_digits()
+    digits = _sklearn_digits()
     raw = torch.from_numpy(digits.images).float() / 16.0
     mean, std = raw[train.indices].mean(), raw[train.indices].std()
     train_images, train_labels = stack(train)

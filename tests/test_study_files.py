@@ -3,9 +3,6 @@ refuses to replace a different definition; the space follows the RunConfig's fie
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,7 +20,7 @@ from abtune.study.space import build_distributions
 from abtune.study.spec import load_study_spec
 from abtune.study.storage import open_storage
 from tests.conftest import CliResult, run_cli
-from tests.study_helpers import TINY_BASE, study_attrs, trials_of, write_study
+from tests.study_helpers import TINY_BASE, gone_worker, study_attrs, trials_of, write_study
 
 ROOT = Path(__file__).parent.parent
 
@@ -176,7 +173,8 @@ def test_base_from_a_file_with_overrides(tmp_path: Path) -> None:
         validate(load_study_spec(ddp_base), "d.yaml")
 
 
-def test_the_installed_command_creates_and_lists(tmp_path: Path) -> None:
+def test_the_installed_command_creates_and_lists(tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
+    """Through the installed command: `study create`, `list` and `status` (`study best`'s is test_terminal_tables.py's)."""
     study = write_study(tmp_path / "s.yaml")
     run_cli("study", "create", str(study), cwd=tmp_path)
     assert (tmp_path / "optuna.db").exists()
@@ -184,7 +182,7 @@ def test_the_installed_command_creates_and_lists(tmp_path: Path) -> None:
     assert "tiny" in listing and "top1" in listing
     status = run_cli("study", "status", "tiny", cwd=tmp_path).stdout
     assert "budget 0/4 finished; waiting 2" in status
-    missing = run_cli("study", "best", "nope", cwd=tmp_path, check=False)
+    missing = abtune_main("study", "best", "nope", cwd=tmp_path)
     assert missing.returncode == 2 and "no study named 'nope'" in missing.stderr and "studies there: tiny" in missing.stderr
 
 
@@ -430,9 +428,7 @@ def test_status_names_a_dead_workers_trial_and_the_latest_failure_reasons(
     for reason in reasons:
         study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={FAIL_REASON_ATTR: reason}))
     study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={FAIL_REASON_ATTR: "not run", OVER_BUDGET_ATTR: True}))
-    ended = subprocess.run([sys.executable, "-c", "import json; from abtune.study.workers import this_worker; "
-                            "print(json.dumps(this_worker()))"], capture_output=True, text=True, check=True)
-    worker = json.loads(ended.stdout)  # a `study run` that is gone (killed, its host rebooted)
+    worker = gone_worker()
     orphan = study.ask()
     study._storage.set_trial_system_attr(orphan._trial_id, WORKER_ATTR, worker)
     status = abtune_main("study", "status", "tiny", "--storage", url).stdout

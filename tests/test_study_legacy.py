@@ -5,10 +5,8 @@ as those versions wrote it."""
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,24 +15,17 @@ import optuna
 import pytest
 
 from abtune.launch.pids import process_alive, process_start
-from abtune.study import reattach, stop
+from abtune.study import lifecycle, reattach, stop
 from abtune.study.storage import open_storage
 from tests.conftest import run_cli
-from tests.study_helpers import trials_of, write_study
+from tests.study_helpers import gone_worker, trials_of, write_study
 
 
 def _old_study(tmp_path: Path) -> tuple[str, optuna.Study]:
     url = f"sqlite:///{tmp_path}/optuna.db"
-    run_cli("study", "create", str(write_study(tmp_path / "s.yaml", references={"paper_defaults": False, "ddp": False})),
-            "--storage", url, cwd=tmp_path)
+    lifecycle.create(write_study(tmp_path / "s.yaml", references={"paper_defaults": False, "ddp": False}), None, url,
+                     force=False)
     return url, optuna.load_study(study_name="tiny", storage=open_storage(url))
-
-
-def _gone_worker() -> dict:
-    """A `study run` that is gone (killed, its host rebooted), as it stamped its trials."""
-    ended = subprocess.run([sys.executable, "-c", "import json; from abtune.study.workers import this_worker; "
-                            "print(json.dumps(this_worker()))"], capture_output=True, text=True, check=True)
-    return json.loads(ended.stdout)
 
 
 def _orphan(study: optuna.Study, tmp_path: Path, job: dict) -> optuna.Trial:
@@ -42,7 +33,7 @@ def _orphan(study: optuna.Study, tmp_path: Path, job: dict) -> optuna.Trial:
     and the job's own attribute."""
     trial = study.ask()
     storage = study._storage
-    storage.set_trial_system_attr(trial._trial_id, "abtune:worker", _gone_worker())
+    storage.set_trial_system_attr(trial._trial_id, "abtune:worker", gone_worker())
     storage.set_trial_system_attr(trial._trial_id, "abtune:heartbeat", time.time() - 3600)
     trial.set_user_attr("run_dir", str(tmp_path / "runs" / "trial"))
     for name, value in job.items():

@@ -1,5 +1,6 @@
 """Every line a reader sees fits the terminal or wraps at words, at 80 and 100 columns, in a real pseudo-terminal:
-`study best`, `study status`, `promote --dry-run` and `compare`; only a command to copy may run past the edge."""
+`study best`, `study status`, `promote --dry-run` (in this process, tests/terminal.py) and `compare` (the installed
+command); only a command to copy may run past the edge."""
 
 from __future__ import annotations
 
@@ -9,19 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import write_config
-from tests.quickstart_fixture import quickstart_study
-from tests.terminal import run_in_terminal, too_wide
+from tests.terminal import run_here_in_terminal, run_in_terminal, too_wide
 
 VIT_TARGET = Path(__file__).resolve().parent.parent / "studies" / "imagenet_vit_b16.yaml"
 # a command to copy (after its lead-in) stays one line; so does a batch script's line
 COPYABLE = re.compile(r"^(\s*|.*: )(abtune|srun|sbatch|python|torchrun|#SBATCH|export) |^\s*\S+$")
 WIDTHS = [80, 100]
-
-
-@pytest.fixture(scope="module")
-def quickstart(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    folder = tmp_path_factory.mktemp("quickstart")
-    return folder, quickstart_study(folder)
 
 
 def _overflow(lines: list[str], columns: int) -> list[str]:
@@ -37,7 +31,7 @@ def _broken_words(lines: list[str]) -> list[str]:
 @pytest.mark.parametrize("command", [["study", "best"], ["study", "status"]])
 def test_study_reports_fit_the_terminal(quickstart: tuple[Path, str], command: list[str], columns: int) -> None:
     folder, url = quickstart
-    code, lines = run_in_terminal([*command, "quickstart", "--storage", url], columns, folder)
+    code, lines = run_here_in_terminal([*command, "quickstart", "--storage", url], columns, folder)
     assert code == 0, "\n".join(lines)
     assert _overflow(lines, columns) == [], "\n".join(lines)
     assert _broken_words(lines) == [], "\n".join(lines)
@@ -46,7 +40,7 @@ def test_study_reports_fit_the_terminal(quickstart: tuple[Path, str], command: l
 @pytest.mark.parametrize("columns", WIDTHS)
 def test_promote_dry_run_fits_and_rounds_what_it_carries(quickstart: tuple[Path, str], columns: int) -> None:
     folder, url = quickstart
-    code, lines = run_in_terminal(["promote", "quickstart", "--storage", url, "--to", str(VIT_TARGET), "--nodes",
+    code, lines = run_here_in_terminal(["promote", "quickstart", "--storage", url, "--to", str(VIT_TARGET), "--nodes",
                                    "2,4,8,16,32", "--scaling", "local", "--dry-run"], columns, folder)
     assert code == 0, "\n".join(lines)
     assert _overflow(lines, columns) == [], "\n".join(lines)

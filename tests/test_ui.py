@@ -34,8 +34,9 @@ def python_without(folder: Path, packages: tuple[str, ...] = (), commands: tuple
             if entry.suffix == ".pth" or entry.name.startswith(hidden) or (site / entry.name).exists():
                 continue
             (site / entry.name).symlink_to(entry)
-    for command in commands:
-        (folder / "bin" / command).symlink_to(Path(sys.executable).parent / command)
+    for command in commands:  # this Python's, or else the one on PATH (a venv that borrows another's packages)
+        beside = Path(sys.executable).parent / command
+        (folder / "bin" / command).symlink_to(beside if beside.exists() else shutil.which(command) or beside)
     return folder / "bin" / "python"
 
 
@@ -101,15 +102,26 @@ def test_a_port_another_program_holds_is_refused_before_the_server_starts(tmp_pa
     assert _servers_on(tmp_path / "mlflow.db") == []
 
 
+SERVED_TWICE = ("import sys, time\n"
+                "deadline = time.monotonic() + 120\n"
+                "while open(sys.argv[1]).read().count('GET /') < int(sys.argv[2]) and time.monotonic() < deadline:\n"
+                "    time.sleep(0.05)\n")
+
+
 def test_a_page_another_program_serves_on_the_port_is_not_the_service_being_ready(tmp_path: Path) -> None:
     """A program that takes the port while the service starts answers 200 there; the service, unable to
     listen, exits: that is what wait_ready reports, not a UI that is somebody else's."""
     port = servers.free_port()
-    other = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    requests = tmp_path / "requests.log"  # http.server logs each request it answers, one line each
+    with requests.open("w") as log:
+        other = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                                 stdout=subprocess.DEVNULL, stderr=log, cwd=tmp_path)
     wait_for(lambda: _answers(port), 60, "a page on the port")
-    service = servers.Service("MLflow", f"http://127.0.0.1:{port}",
-                              subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"]))
+    asked = requests.read_text().count("GET /")
+    # the service runs until the other program's page has answered wait_ready twice (its 200 seen and not taken
+    # for the service's), then exits as a service that could not listen does
+    service = servers.Service("MLflow", f"http://127.0.0.1:{port}", subprocess.Popen(
+        [sys.executable, "-c", SERVED_TWICE, str(requests), str(asked + 2)]))
     try:
         with pytest.raises(AbtuneError, match="^MLflow exited with code 0$"):
             servers.wait_ready(service)
