@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 import submitit
 
+from abtune import jobenv
 from abtune.attrs import JOB_ATTR, RUN_ID_ATTR
 from abtune.config import RunConfig
 from abtune.errors import AbtuneError, ConfigError
@@ -26,20 +27,24 @@ from abtune.launch.base import (
     DEFAULT_LAUNCHER,
     DEFAULT_TIMEOUT_MIN,
     Job,
+    JobQueue,
     Launcher,
     Layout,
+    StudyWorkers,
     SubmissionFailed,
     exported,
 )
 from abtune.launch.outcome import RunOutcome, disk_full
 from abtune.launch.pids import process_alive, process_start
 from abtune.launch.profiles import (
+    DebugProfile,
     FabricProfile,
     LocalProfile,
-    Profile,
     SlurmProfile,
-    load_profile,
+    resolve_profile_path,
+    validate_profile,
 )
+from abtune.yamlfile import read_yaml
 
 JOBS_DIR = slurm.JOBS_DIR
 
@@ -51,8 +56,24 @@ def load_launcher(name_or_path: str) -> Launcher:
     return launcher
 
 
-def launcher_for(profile: Profile) -> Launcher:
+def launcher_for(profile: Any) -> Launcher:
+    """The launcher of a parsed profile (`parse_profile`), by its kind."""
     return LAUNCHERS[profile.kind](profile)
+
+
+def load_profile(name_or_path: str) -> Any:
+    """The profile `--launcher NAME|PATH` names (profiles.resolve_profile_path), parsed by its launcher's schema."""
+    path = resolve_profile_path(name_or_path)
+    return parse_profile(read_yaml(path), str(path))
+
+
+def parse_profile(raw: dict[str, Any], source: str) -> Any:
+    """A profile from its plain values (a YAML file's, or a `model_dump` sent to a study worker): the
+    `profile_type` of the launcher its `kind` names."""
+    launcher = LAUNCHERS.get(raw.get("kind"))  # type: ignore[arg-type]
+    if launcher is None:
+        raise ConfigError(f"{source}: kind: expected one of {', '.join(LAUNCHERS)} (got {raw.get('kind')!r})")
+    return validate_profile(launcher.profile_type, raw, source)
 
 
 def default_launcher() -> Launcher:
@@ -175,6 +196,7 @@ class LocalLauncher(Launcher):
     section the simulated nodes talk over an emulated, shaped network (one per run)."""
 
     kind = "local"
+    profile_type = LocalProfile
     job_type = LocalJob
     profile: LocalProfile
 
@@ -240,7 +262,7 @@ def run_in_process(run_dir: str, resume: bool) -> RunOutcome:
     """The body of a debug job: rank 0 of 1 in this very process (breakpoints work; crashes open pdb)."""
     from abtune.training.worker import run_rank
 
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", ABTUNE_NODE_RANK="0",
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", **{jobenv.NODE_RANK: "0"},
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(local.free_port()))
     try:
         run_rank(Path(run_dir), resume)
@@ -271,6 +293,7 @@ class DebugLauncher(Launcher):
     """One rank inside the `abtune` process itself, so breakpoints and debuggers work."""
 
     kind = "debug"
+    profile_type = DebugProfile
     job_type = DebugJob
     runs_studies = False
 
@@ -331,14 +354,15 @@ class SlurmJob(Job):
         return follow(self, out, poll_s)
 
 
-class SlurmLauncher(Launcher):
+class SlurmLauncher(Launcher, StudyWorkers):
     """One SLURM job of `nodes x tasks_per_node` tasks per run (the profile's layout); every task is one rank."""
 
     kind = "slurm"
+    profile_type = SlurmProfile
     job_type = SlurmJob
     jobs_outlive_driver = True
-    launches_workers = True
     worker_key = "slurm_job"
+    job_variables = slurm.JOB_VARIABLES
     profile: SlurmProfile
 
     def __init__(self, profile: SlurmProfile) -> None:
@@ -443,9 +467,10 @@ def _job_name(job: Job) -> str:
     return f"abtune-{job.run_dir.absolute().name}"
 
 
-# The launchers abtune knows, by profile kind: what load_launcher builds, re-attach follows and the tests cover.
-LAUNCHERS: dict[str, type[Launcher]] = {launcher.kind: launcher
-                                        for launcher in (LocalLauncher, DebugLauncher, SlurmLauncher)}
+# The registry: the launchers abtune knows, by profile kind. Adding a launcher is its module and one entry here;
+# load_launcher, parse_profile, reattach, `study launch|stop|status` and the tests read this table only.
+LAUNCHER_TYPES: tuple[type[Launcher], ...] = (LocalLauncher, DebugLauncher, SlurmLauncher)
+LAUNCHERS: dict[str, type[Launcher]] = {launcher.kind: launcher for launcher in LAUNCHER_TYPES}
 # the job kinds another process can follow (re-attach); a debug job lives and dies with its process
 JOB_KINDS = tuple(kind for kind, launcher in LAUNCHERS.items() if launcher.job_type.followable)
 
@@ -509,29 +534,48 @@ def rerun_args(entry: JobEntry | None, source: str | None, nproc: int, ranks_per
     return launcher.rerun_args(source, nproc, ranks_per_node)
 
 
-# --- study workers: the job a worker runs in, as it stamps its trials ----------------------------
+# --- capabilities: queues and study workers -------------------------------------------------------
+def job_queue(launcher: type[Launcher]) -> type[JobQueue] | None:
+    """The launcher as a queue of jobs asked about by id; None for one whose jobs sit in no queue."""
+    return launcher if issubclass(launcher, JobQueue) else None
+
+
+def worker_launchers() -> list[str]:
+    """The kinds of launcher that can submit study workers (`study launch`)."""
+    return [kind for kind, launcher in LAUNCHERS.items() if issubclass(launcher, StudyWorkers)]
+
+
+def study_workers(launcher: Launcher, study: str = "NAME") -> StudyWorkers:
+    """The launcher as one that submits study workers; else why `study launch` cannot use it, and what works."""
+    if isinstance(launcher, StudyWorkers):
+        return launcher
+    raise ConfigError(f"--launcher {launcher.source or launcher.kind}: `study launch` submits study workers that run "
+                      f"on after it returns, which {launcher.kind} jobs do not; use a profile of kind "
+                      f"{' or '.join(worker_launchers())}, or run the study here with `abtune study run {study}`")
+
+
 def this_worker_job() -> dict[str, str]:
     """The job this process runs in, as a study worker stamps its trials with it ({} outside one)."""
     for launcher in LAUNCHERS.values():
-        if launcher.worker_key is not None and (found := launcher.job_environment()):
+        if issubclass(launcher, StudyWorkers) and (found := launcher.job_environment()):
             return {launcher.worker_key: found}
     return {}
 
 
-def worker_job(worker: Mapping[str, Any]) -> tuple[type[Launcher], str] | None:
+def worker_job(worker: Mapping[str, Any]) -> tuple[type[StudyWorkers], str] | None:
     """The launcher and id of the job a stamped worker runs in; None for a worker outside one."""
     for launcher in LAUNCHERS.values():
-        if launcher.worker_key is not None and worker.get(launcher.worker_key):
+        if issubclass(launcher, StudyWorkers) and worker.get(launcher.worker_key):
             return launcher, str(worker[launcher.worker_key])
     return None
 
 
 def worker_launcher_type(kind: str | None) -> type[Launcher]:
-    """The launcher of a study's launched workers; studies launched before the kind was recorded: the one
+    """The launcher of a study's launched workers; studies launched before the kind was recorded: the first
     launcher that launches workers."""
     if kind is not None:
         return LAUNCHERS[kind]
-    return next(launcher for launcher in LAUNCHERS.values() if launcher.launches_workers)
+    return LAUNCHERS[worker_launchers()[0]]
 
 
 def _result(job: submitit.Job[RunOutcome]) -> RunOutcome:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+from abtune import jobenv
 from abtune.errors import ConfigError, TrainingFailed
 from abtune.launch import netns, warm
 from abtune.launch.fabric import NodeNetwork, node_network
@@ -50,10 +51,10 @@ def free_port() -> int:
 
 
 def rank_environment(rank: int, nproc: int, ranks_per_node: int, port: int) -> dict[str, str]:
-    env = dict(os.environ)
+    env = {key: value for key, value in os.environ.items() if key not in jobenv.JOB_VARIABLES}  # no job of ours
     env.update(
         RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank % ranks_per_node),
-        ABTUNE_NODE_RANK=str(rank // ranks_per_node), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **{jobenv.NODE_RANK: str(rank // ranks_per_node)},
         OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"), **{QUIET_VARIABLE: "1"},
     )
     return env

@@ -1,4 +1,4 @@
-"""Launcher profiles: the typed YAML file behind each launcher (`local`, `debug`, `slurm`; launchers.py).
+"""Launcher profiles: the typed YAML file behind each launcher (its `profile_type`; parsed in launchers.py).
 
 `--launcher NAME|PATH`: a path to a YAML file, or a name looked up as `./launchers/NAME.yaml` (a
 project's own profiles) and then among the shipped profiles (the checkout's top-level `launchers/`,
@@ -19,7 +19,7 @@ from abtune.errors import ConfigError
 from abtune.launch.base import Layout
 from abtune.schema import StrictModel
 from abtune.words import plural
-from abtune.yamlfile import find_named, names_in, read_yaml
+from abtune.yamlfile import find_named, names_in
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 # Installed from a wheel the profiles sit inside the package; in a checkout (editable install or
@@ -203,10 +203,6 @@ class SlurmProfile(StrictModel):
         return parse_time_limit(self.time_limit)
 
 
-Profile = LocalProfile | DebugProfile | SlurmProfile
-KINDS: dict[str, type[Profile]] = {"local": LocalProfile, "debug": DebugProfile, "slurm": SlurmProfile}
-
-
 def resolve_profile_path(name_or_path: str) -> Path:
     """A path if it looks like one (or exists), else ./launchers/NAME.yaml, else the shipped NAME.yaml."""
     found = find_named(name_or_path, (PROJECT_DIR, BUILTIN_DIR))
@@ -220,16 +216,8 @@ def profile_names() -> list[str]:
     return names_in((PROJECT_DIR, BUILTIN_DIR))
 
 
-def load_profile(name_or_path: str) -> Profile:
-    path = resolve_profile_path(name_or_path)
-    return parse_profile(read_yaml(path), str(path))
-
-
-def parse_profile(raw: dict[str, Any], source: str) -> Profile:
-    """A profile from its plain values (a YAML file's, or a `model_dump` sent to a study worker)."""
-    schema = KINDS.get(raw.get("kind"))  # type: ignore[arg-type]
-    if schema is None:
-        raise ConfigError(f"{source}: kind: expected one of {', '.join(KINDS)} (got {raw.get('kind')!r})")
+def validate_profile(schema: type[StrictModel], raw: dict[str, Any], source: str) -> StrictModel:
+    """A profile of the launcher whose schema is `schema` (launchers.parse_profile picks it by `kind`)."""
     try:
         return schema.model_validate(raw)
     except ValidationError as error:

@@ -34,13 +34,16 @@ from submitit.core.utils import FailedJobError
 from submitit.helpers import Checkpointable, DelayedSubmission, TorchDistributedEnvironment
 from submitit.slurm.slurm import _make_sbatch_string
 
+from abtune import jobenv
 from abtune.errors import ConfigError
-from abtune.launch.base import Layout, SubmissionFailed
+from abtune.launch.base import JobVariables, Layout, SubmissionFailed
 from abtune.launch.outcome import RunOutcome, recorded_failure
 from abtune.launch.profiles import SlurmProfile
 from abtune.runfiles import FAILURES_DIR
 
 JOBS_DIR = "jobs"
+KIND = "slurm"
+JOB_VARIABLES = JobVariables(job_id="SLURM_JOB_ID", node_rank="SLURM_NODEID", node_name="SLURMD_NODENAME")
 POLL_SECONDS = 2.0  # a runner's squeue view of its jobs is at most this old (QueueView)
 STUDY_POLLS_PER_S = 2.0  # squeue calls a second that all workers of one `study launch` make together, at most
 SQUEUE_TIMEOUT_S = 30
@@ -98,7 +101,8 @@ def export_rank_environment() -> None:
     os.environ.setdefault("MASTER_PORT", str(master_port(os.environ["SLURM_JOB_ID"])))
     env = TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
     os.environ["MASTER_ADDR"] = _reachable(env.master_addr)
-    os.environ["ABTUNE_NODE_RANK"] = os.environ.get("SLURM_NODEID", "0")  # not one inherited from the submitter
+    os.environ[jobenv.NODE_RANK] = "0"  # not one inherited from the submitter: SLURM_NODEID's below, where set
+    os.environ.update(JOB_VARIABLES.identity(KIND))
     os.environ.setdefault("OMP_NUM_THREADS", os.environ.get("SLURM_CPUS_PER_TASK", "1"))
 
 

@@ -201,7 +201,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from abtune.study.definition import stored_spec, stored_study_dir
     from abtune.study.storage import require_study
 
-    launcher = launch.require_workers(load_launcher(args.launcher), args.name)
+    launcher = load_launcher(args.launcher)
+    workers = launch.require_workers(launcher, args.name)
     if args.workers < 1 or (args.trials is not None and args.trials < 1):
         raise ConfigError("--workers and --trials must be at least 1")
     storage, url = _storage(args)
@@ -214,7 +215,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     layout = launch.check_study_fits(spec, launcher, args.name)
     unchecked = launcher.check_request(layout)
     if unchecked is None:
-        unchecked = launcher.check_worker_room(layout, args.workers, f"abtune study run {args.name} --launcher {args.launcher}")
+        unchecked = workers.check_worker_room(layout, args.workers, f"abtune study run {args.name} --launcher {args.launcher}")
     else:
         unchecked += ", nor the room workers leave trials"
     if unchecked is not None and args.dry_run:  # a real launch asks the cluster itself, and fails there if it must
@@ -244,7 +245,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     print(f"each trial is a job of {layout.nodes} node(s) x {layout.ranks_per_node} rank(s); "
           f"worker logs in {study_dir / launch.WORKERS_DIR}")
     storage_flag = f" --storage '{_shown(url)}'" if args.storage else ""
-    watch = launcher.watch_workers_command(launch.job_name(args.name))
+    watch = workers.watch_workers_command(launch.job_name(args.name))
     print(f"watch: abtune study status {args.name}{storage_flag}" + (f"; {watch}" if watch else ""))
     return 0
 
