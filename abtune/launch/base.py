@@ -46,6 +46,7 @@ from abtune.launch.outcome import RunOutcome
 from abtune.schema import StrictModel
 
 DEFAULT_TIMEOUT_MIN = 24 * 60
+JOBS_DIR = "jobs"  # in a run folder: its job's files (logs, the submitted body, its result)
 DEFAULT_LAUNCHER = "local"  # the kind `--launcher` means when it is not given
 POLL_SECONDS = 0.5
 
