@@ -44,6 +44,7 @@ from abtune.launch.profiles import (
     validate_profile,
 )
 from abtune.launch.slurm import SlurmLauncher
+from abtune.ports import free_port
 from abtune.yamlfile import read_yaml
 
 
@@ -261,7 +262,7 @@ def run_in_process(run_dir: str, resume: bool) -> RunOutcome:
     from abtune.training.worker import run_rank
 
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", **{jobenv.NODE_RANK: "0"},
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(local.free_port()))
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     try:
         run_rank(Path(run_dir), resume)
     except AbtuneError as error:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from abtune.launch import netns, warm
 from abtune.launch.fabric import NodeNetwork, node_network
 from abtune.launch.outcome import disk_full, first_lines
 from abtune.launch.profiles import FabricProfile
+from abtune.ports import free_port
 from abtune.runfiles import FAILURES_DIR
 from abtune.training.worker import QUIET_VARIABLE
 
@@ -42,12 +42,6 @@ class RankProcess(Protocol):
     def terminate(self) -> None: ...
 
     def kill(self) -> None: ...
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def rank_environment(rank: int, nproc: int, ranks_per_node: int, port: int) -> dict[str, str]:

@@ -9,6 +9,7 @@ validated once, when it is loaded (unknown keys, ranges), and again against the 
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -16,16 +17,12 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from abtune.config import RunConfig, describe_validation_error
 from abtune.errors import ConfigError
-from abtune.launch.base import Layout
+from abtune.launch.base import DEFAULT_LAUNCHER, Layout
+from abtune.named_yaml import NamedFiles
 from abtune.schema import StrictModel
-from abtune.yamlfile import find_named, names_in
 
-_PACKAGE_DIR = Path(__file__).resolve().parent.parent
-# Installed from a wheel the profiles sit inside the package; in a checkout (editable install or
-# PYTHONPATH) they are the top-level launchers/ folder beside abtune/.
-_INSTALLED_DIR = _PACKAGE_DIR / "launchers"
-BUILTIN_DIR = _INSTALLED_DIR if _INSTALLED_DIR.is_dir() else _PACKAGE_DIR.parent / "launchers"
-PROJECT_DIR = Path("launchers")
+PROFILES = NamedFiles("launchers")
+BUILTIN_DIR = PROFILES.shipped
 
 
 def parse_rate_bits(text: str) -> float:
@@ -99,15 +96,20 @@ class DebugProfile(StrictModel):
 
 def resolve_profile_path(name_or_path: str) -> Path:
     """A path if it looks like one (or exists), else ./launchers/NAME.yaml, else the shipped NAME.yaml."""
-    found = find_named(name_or_path, (PROJECT_DIR, BUILTIN_DIR))
+    found = PROFILES.find(name_or_path)
     if found is not None:
         return found
     raise ConfigError(f"--launcher {name_or_path}: no such profile; choose one of {', '.join(profile_names())} "
                       "or give the path of a YAML file")
 
 
+def add_launcher_argument(parser: argparse.ArgumentParser, help: str, default: str = DEFAULT_LAUNCHER) -> None:
+    """The `--launcher NAME|PATH` option of a command that starts runs (`resolve_profile_path` reads it)."""
+    parser.add_argument("--launcher", default=default, metavar="NAME|PATH", help=help)
+
+
 def profile_names() -> list[str]:
-    return names_in((PROJECT_DIR, BUILTIN_DIR))
+    return PROFILES.names()
 
 
 def validate_profile(schema: type[StrictModel], raw: dict[str, Any], source: str) -> StrictModel:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from abtune.errors import INTERRUPTED_EXIT, AbtuneError, ConfigError
+from abtune.launch.profiles import add_launcher_argument
 from abtune.redact import redact
 from abtune.study.ranking import DEFAULT_MARGIN, DEFAULT_RULE, RULES, Rule
 from abtune.tracking.uri import add_tracking_arguments, tracking_arguments
@@ -410,13 +411,12 @@ def register_study_commands(commands: argparse._SubParsersAction) -> None:
                      help="raise the study's budget by N trials first, keeping every trial (a spent study grows)")
     run.add_argument("--parallel", type=int, default=1, help="trials at a time (each starts layout.nproc ranks)")
     add_tracking_arguments(run)
-    run.add_argument("--launcher", default="local", metavar="NAME|PATH",
-                     help="local (default: layout.nproc processes here) or a slurm profile (a job per trial)")
+    add_launcher_argument(run, "local (default: layout.nproc processes here) or a slurm profile (a job per trial)")
     run.add_argument("--cluster", default=None, metavar="NAME|PATH", help=COST_HELP)
     run.add_argument("--yes", action="store_true", help="run a local study estimated beyond a few hours without asking")
     launch = add("launch", cmd_launch, "submit W SLURM workers (one job array) that run the study; returns at once")
     launch.add_argument("--workers", type=int, default=1, help="worker jobs, each running one trial at a time")
-    launch.add_argument("--launcher", default="slurm", metavar="NAME|PATH", help="slurm profile (default: slurm)")
+    add_launcher_argument(launch, "slurm profile (default: slurm)", default="slurm")
     launch.add_argument("--trials", type=int, default=None, help="at most this many trials per worker")
     launch.add_argument("--dry-run", action="store_true", help="print the sbatch scripts; submit nothing")
     launch.add_argument("--add-trials", type=int, default=None, metavar="N",
@@ -440,8 +440,7 @@ def register_study_commands(commands: argparse._SubParsersAction) -> None:
     confirm.add_argument("--seeds", type=int, default=5, help="fresh seeds per configuration (default: %(default)s)")
     add_rule_arguments(confirm)
     confirm.add_argument("--parallel", type=int, default=1, help="runs at a time (each starts layout.nproc ranks)")
-    confirm.add_argument("--launcher", default="local", metavar="NAME|PATH",
-                         help="local (default) or a slurm profile (a job per run)")
+    add_launcher_argument(confirm, "local (default) or a slurm profile (a job per run)")
     add_tracking_arguments(confirm)
     add("list", cmd_list, "studies in the storage", named=False)
     delete = add("delete", cmd_delete, "delete a study and its trial folders")
