@@ -52,6 +52,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
+import psutil
+
 from abtune.launch import netns
 from abtune.launch.base import exported
 from abtune.launch.pids import process_alive
@@ -526,14 +528,13 @@ def _run_worker(args: list[str]) -> int:
 
 def _preload() -> str | None:
     """Import what every rank imports; a reason to refuse every request if that failed."""
-    import pkgutil
-
     try:
         for name in PRELOAD:
             importlib.import_module(name)
-        methods = importlib.import_module("abtune.methods")
-        for module in pkgutil.iter_modules(methods.__path__, "abtune.methods."):
-            importlib.import_module(module.name)
+        from abtune.methods import METHODS  # each method's torch half, named by the registry
+
+        for _, where in METHODS.values():
+            importlib.import_module(where.partition(":")[0])
     except Exception as error:  # the ranks will meet it too, cold, and report it
         return f"preloading failed: {type(error).__name__}: {error}"
     return _threads()
@@ -541,7 +542,7 @@ def _preload() -> str | None:
 
 def _threads() -> str | None:
     """A fork keeps only the forking thread: another thread's locks would stay held in the child."""
-    count = len(os.listdir("/proc/self/task"))
+    count = psutil.Process().num_threads()
     return f"the server runs {count} threads" if count > 1 else None
 
 
