@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import hashlib
@@ -137,7 +138,36 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             return xdist_group(nodeid)
 
+        def _assign_work_unit(self, node: Any) -> None:
+            if not getattr(self, "_slow_first", False):  # the first assignment: the queue is complete
+                self.workqueue = collections.OrderedDict(sorted(self.workqueue.items(), key=_slow_units_first))
+                self._slow_first = True
+            super()._assign_work_unit(node)
+
     return Groups(config, log)
+
+
+def _slow_units_first(unit: tuple[str, dict[str, bool]]) -> tuple[bool, int]:
+    """Longest first, so that the run does not end on one worker training while the other idles: the units
+    with a slow test (the SLURM and fabric groups, studies, trained runs), the biggest of them first."""
+    scope, tests = unit
+    return not any(_is_slow(nodeid) for nodeid in tests), -len(tests)
+
+
+def _is_slow(nodeid: str) -> bool:
+    path, _, name = nodeid.partition("::")
+    marks = _slow_marks(path)
+    return marks[0] or name.split("[")[0] in marks[1]
+
+
+@functools.cache
+def _slow_marks(path: str) -> tuple[bool, frozenset[str]]:
+    """Whether the whole file is marked slow (pytestmark), and the tests marked one by one."""
+    file = REPO / path
+    text = file.read_text() if file.is_file() else ""
+    whole = re.search(r"^pytestmark = .*pytest\.mark\.slow", text, re.MULTILINE) is not None
+    marked = re.findall(r"^@pytest\.mark\.slow.*\n(?:@.*\n|\s.*\n)*?def (test_\w+)", text, re.MULTILINE)
+    return whole, frozenset(marked)
 
 
 def xdist_group(nodeid: str) -> str:

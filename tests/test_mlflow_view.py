@@ -3,7 +3,7 @@
 A 2-trial study (the DDP reference and one AB trial) on real stores in the working directory; `abtune ui`
 without options starts the dashboards and prints the study experiment's link; chromium opens that link,
 lets the React app fetch its data, saves a screenshot and dumps the DOM; then it opens the DDP trial's metrics
-tab the same way. The screenshot goes to
+tab the same way, from the same `abtune ui`. The screenshot goes to
 $ABTUNE_SCREENSHOT_DIR if set (pytest removes old tmp_path folders), else to the test's tmp_path.
 """
 
@@ -63,11 +63,15 @@ def test_the_study_experiment_opens_on_its_trials_and_their_results(tmp_path: Pa
               if r.data.tags.get("abtune.role") == "trial"}
     assert len(trials) == 2
 
-    process, links = _start_ui(tmp_path, env)
+    (ddp,) = [r for r in trials.values() if r.data.tags["optuna.trial_number"] == "0"]
+    process, links = _start_ui(tmp_path, env)  # once, for both pages
     try:
         assert set(links) == {"tiny"}
         screenshot = Path(os.environ.get(SCREENSHOT_DIR_VARIABLE) or tmp_path) / "mlflow-study-experiment.png"
         dom = browser.render(links["tiny"], screenshot, tmp_path / "chromium-profile")
+        page = links["tiny"].split("/runs?")[0] + f"/runs/{ddp.info.run_id}/model-metrics"
+        trial_dom = browser.render(page, screenshot.with_name("mlflow-trial-metrics.png"),
+                                   tmp_path / "chromium-profile")
     finally:
         os.killpg(process.pid, signal.SIGINT)
         assert process.wait(timeout=60) == 0
@@ -90,17 +94,9 @@ def test_the_study_experiment_opens_on_its_trials_and_their_results(tmp_path: Pa
     assert top1 == sorted(top1, reverse=True)  # best final top-1 first
 
     # A trial's page: its name says what it is, its results are the first section of its metrics tab.
-    (ddp,) = [r for r in trials.values() if r.data.tags["optuna.trial_number"] == "0"]
     assert ddp.info.run_name == "trial-0 · DDP reference"
-    process, links = _start_ui(tmp_path, env)
-    try:
-        page = links["tiny"].split("/runs?")[0] + f"/runs/{ddp.info.run_id}/model-metrics"
-        dom = browser.render(page, screenshot.with_name("mlflow-trial-metrics.png"), tmp_path / "chromium-profile")
-    finally:
-        os.killpg(process.pid, signal.SIGINT)
-        assert process.wait(timeout=60) == 0
-    assert "trial-0 · DDP reference" in dom
-    sections = browser.chart_sections(dom)
+    assert "trial-0 · DDP reference" in trial_dom
+    sections = browser.chart_sections(trial_dom)
     assert sections[0] == (HEADLINE_SECTION, len(HEADLINE)), sections
 
 

@@ -1,10 +1,12 @@
-"""Real multi-process runs (gloo on CPU, 4 ranks as 2 simulated nodes) through the `abtune` command.
+"""Real multi-process runs (gloo on CPU, 4 ranks as 2 simulated nodes) through the `abtune` command, and the
+run folder's contract (abtune.runfiles) read from the AB run (trained once, for both).
 
 The schedule used here (40 steps): warmup [0,10) | AB [10,20) | rebound [20,25) | AB [25,35) | rebound [35,40).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -19,6 +21,7 @@ from abtune.config import load_run_config
 from abtune.data import DatasetInfo
 from abtune.methods.ab import lowrank
 from abtune.models import build_model
+from abtune.runfiles import CONFIG_FILE, SUMMARY_FILE, read_summary
 from tests.conftest import abtune_command, train_and_read, write_config
 
 NPROC, RANKS_PER_NODE = 4, 2
@@ -193,3 +196,70 @@ def test_killed_mid_ab_run_resumes_to_the_same_parameters(
     assert all_reduces(resumed) == all_reduces(uninterrupted)
     extra = resumed["traffic"]["total_bytes"]["mean"] - uninterrupted["traffic"]["total_bytes"]["mean"]
     assert 0 < extra < 200
+
+
+# --- the run folder's contract (abtune.runfiles), read from the same AB run ------------------------------
+STEPS = 40  # write_config's
+
+
+def test_the_typed_summary_reads_what_the_trainer_wrote(ab_run: tuple[Path, dict[str, Any]]) -> None:
+    run_dir, _ = ab_run
+    raw = json.loads((run_dir / SUMMARY_FILE).read_text())  # the file itself, read independently
+    summary = read_summary(run_dir)
+    assert summary.raw == raw
+    assert (summary.name, summary.method, summary.world_size, summary.num_nodes) == ("tiny", "ab", NPROC, 2)
+    assert (summary.steps_done, summary.stopped_early) == (STEPS, None)
+    assert (summary.final_top1, summary.final_loss, summary.best_top1) == (
+        raw["final"]["val_top1"], raw["final"]["val_loss"], raw["best_top1"])
+    assert (summary.compression, summary.method_ratio, summary.ecr_percent) == (
+        raw["compression"]["trained_model_ratio"], raw["compression"]["method_ratio"], raw["compression"]["ecr_percent"])
+    assert summary.ecr_percent is not None  # AB decomposed: equation 4 applies
+    assert summary.training_inter_node_bytes == raw["traffic"]["training_inter_node_bytes"] > 0
+    assert summary.non_training_bytes == sum(raw["traffic"]["non_training_bytes"].values())
+    assert (summary.train_seconds, summary.time_to_target_seconds) == (raw["timing"]["train_seconds"], None)
+    assert summary.measured_inter_node_bytes is None  # no emulated interconnect
+
+
+def test_the_ab_summary_holds_the_schedule_its_config_plans(ab_run: tuple[Path, dict[str, Any]]) -> None:
+    run_dir, _ = ab_run
+    config = load_run_config(run_dir / CONFIG_FILE)
+    raw = read_summary(run_dir).raw
+    assert raw["schedule"] == config.method.phase_schedule(STEPS).describe()
+    assert raw["groups"]["num_groups"] == 2 and raw["compression_during_ab"]
+
+
+def test_the_run_report_reads_the_typed_summary(ab_run: tuple[Path, dict[str, Any]],
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from abtune.training.run_tables import print_summary
+
+    run_dir, _ = ab_run
+    summary = read_summary(run_dir)
+    print_summary(summary, run_dir)
+    shown = capsys.readouterr().out
+    assert f"{summary.final_top1:.4f}" in shown and "schedule (steps)" in shown and SUMMARY_FILE in shown
+
+
+def test_the_run_reports_title_counts_one_rank_and_one_node_in_the_singular(
+        ab_run: tuple[Path, dict[str, Any]]) -> None:
+    from abtune.runfiles import RunSummary
+    from abtune.training.run_tables import result_table
+
+    four = read_summary(ab_run[0])
+    assert result_table(four).title == "tiny: ab on 4 ranks / 2 nodes"
+    one = RunSummary({**four.raw, "world_size": 1, "num_nodes": 1})  # `abtune train` without --nproc
+    assert result_table(one).title == "tiny: ab on 1 rank / 1 node"
+
+
+def test_every_objective_reads_its_figure_from_a_real_summary(ab_run: tuple[Path, dict[str, Any]]) -> None:
+    from abtune.objectives import OBJECTIVES
+
+    run_dir, _ = ab_run
+    raw = json.loads((run_dir / SUMMARY_FILE).read_text())  # the file itself, read independently
+    summary = read_summary(run_dir)
+    read = {name: objective.read(summary) for name, objective in OBJECTIVES.items()}
+    assert read == {"top1": raw["final"]["val_top1"],
+                    "inter_node_bytes": raw["traffic"]["training_inter_node_bytes"],
+                    "compression": raw["compression"]["trained_model_ratio"],
+                    "train_seconds": raw["timing"]["train_seconds"],
+                    "time_to_target": float("inf"),  # no train.target_top1: never reached, worst when minimized
+                    "predicted_time_to_target": float("inf")}  # no train.cluster: no prediction, the worst too
