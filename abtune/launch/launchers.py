@@ -31,6 +31,7 @@ from abtune.launch.base import (
     SubmissionFailed,
     exported,
 )
+from abtune.launch.gridengine.launcher import GridEngineLauncher
 from abtune.launch.outcome import RunOutcome, disk_full
 from abtune.launch.pids import process_alive, process_start
 from abtune.launch.profiles import (
@@ -445,7 +446,8 @@ def _job_name(job: Job) -> str:
 
 # The launchers abtune knows, by profile kind: what load_launcher builds, re-attach follows and the tests cover.
 LAUNCHERS: dict[str, type[Launcher]] = {launcher.kind: launcher
-                                        for launcher in (LocalLauncher, DebugLauncher, SlurmLauncher)}
+                                        for launcher in (LocalLauncher, DebugLauncher, SlurmLauncher,
+                                                         GridEngineLauncher)}
 # the job kinds another process can follow (re-attach); a debug job lives and dies with its process
 JOB_KINDS = tuple(kind for kind, launcher in LAUNCHERS.items() if launcher.job_type.followable)
 

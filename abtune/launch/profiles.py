@@ -203,8 +203,11 @@ class SlurmProfile(StrictModel):
         return parse_time_limit(self.time_limit)
 
 
-Profile = LocalProfile | DebugProfile | SlurmProfile
-KINDS: dict[str, type[Profile]] = {"local": LocalProfile, "debug": DebugProfile, "slurm": SlurmProfile}
+from abtune.launch.gridengine.profile import GridEngineProfile  # noqa: E402  (it reads this module's time limits)
+
+Profile = LocalProfile | DebugProfile | SlurmProfile | GridEngineProfile
+KINDS: dict[str, type[Profile]] = {"local": LocalProfile, "debug": DebugProfile, "slurm": SlurmProfile,
+                                   "gridengine": GridEngineProfile}
 
 
 def resolve_profile_path(name_or_path: str) -> Path:
