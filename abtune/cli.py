@@ -26,7 +26,7 @@ from abtune.config import RunConfig, load_run_config
 from abtune.errors import INTERRUPTED_EXIT, AbtuneError, ConfigError, TrainingFailed
 from abtune.launch.base import Job, Launcher, Layout
 from abtune.launch.launchers import JOBS_DIR, load_launcher
-from abtune.launch.profiles import check_fits
+from abtune.launch.profiles import add_launcher_argument, check_fits
 from abtune.launch.warm import owned_server
 from abtune.methods import METHOD_NAMES
 from abtune.promote.plan import STRATEGIES
@@ -423,8 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser("train", help="train one run (local processes, in-process debug, or SLURM)")
     train.add_argument("config", type=Path, help="run config YAML")
-    train.add_argument("--launcher", default="local", metavar="NAME|PATH",
-                       help="launcher profile: local (default), emulated, debug, slurm, or a YAML file")
+    add_launcher_argument(train, "launcher profile: local (default), emulated, debug, slurm, or a YAML file")
     train.add_argument("--nproc", type=int, default=None, help="local: number of ranks (processes; default 1)")
     train.add_argument("--ranks-per-node", type=int, default=None, help="local: ranks per simulated node (default: all)")
     train.add_argument("--run-dir", type=Path, default=None, help="output folder (default: runs/NAME-METHOD-TIME)")
@@ -441,8 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="comma-separated methods (default: %(default)s)")
     comp.add_argument("--nproc", type=int, default=1, help="number of ranks (processes)")
     comp.add_argument("--ranks-per-node", type=int, default=None, help="ranks per simulated node (default: all)")
-    comp.add_argument("--launcher", default="local", metavar="NAME|PATH",
-                      help="a local profile: local (default), emulated (an emulated, shaped interconnect)")
+    add_launcher_argument(comp, "a local profile: local (default), emulated (an emulated, shaped interconnect)")
     comp.add_argument("--out", type=Path, default=None, help="output folder (default: runs/NAME-compare-TIME)")
     comp.add_argument("--cluster", default=None, metavar="NAME|PATH",
                       help="also predict each method's time on this cluster (clusters/NAME.yaml) and the link rate "
@@ -463,8 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_rule_arguments(promote)
     promote.add_argument("--wide", action="store_true", help="every column of the campaign table, however wide")
     promote.add_argument("--storage", default=None, help="Optuna storage URL (default: $ABTUNE_STORAGE or sqlite:///optuna.db)")
-    promote.add_argument("--launcher", default="local", metavar="NAME|PATH",
-                         help="launcher profile: local (default), emulated, debug, slurm, or a YAML file")
+    add_launcher_argument(promote, "launcher profile: local (default), emulated, debug, slurm, or a YAML file")
     promote.add_argument("--campaign-dir", type=Path, default=None, help="output folder (default: runs/STUDY-TARGET-SCALING-TIME)")
     promote.add_argument("--data-root", type=Path, default=None, help="the data folder (overrides the target's run.data.root)")
     promote.add_argument("--ranks-per-node", type=int, default=None, help="override the target's ranks per node (local tests)")

@@ -1,8 +1,9 @@
 """Process-group set-up: who am I, how many are we, which node is each rank on.
 
 Ranks read the usual torch.distributed variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-MASTER_PORT). The node of a rank comes from ABTUNE_NODE_RANK (set by the local launcher, which
-simulates nodes), else SLURM_NODEID, else torchrun's GROUP_RANK, else 0.
+MASTER_PORT). The node of a rank comes from ABTUNE_NODE_RANK (set by the launcher that started it: the
+local launcher simulates nodes, a cluster's copies its scheduler's; abtune/jobenv.py), else torchrun's
+GROUP_RANK, else 0.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from abtune import jobenv
 from abtune.comm import CommMeter, Op, Topology, check_device
 from abtune.errors import ConfigError
 
-NODE_RANK_VARIABLES = ("ABTUNE_NODE_RANK", "SLURM_NODEID", "GROUP_RANK")
+NODE_RANK_VARIABLES = (jobenv.NODE_RANK, "GROUP_RANK")
 
 
 @dataclass(frozen=True)
@@ -86,8 +88,8 @@ def discover_topology(env: DistEnv) -> tuple[Topology, CommMeter]:
 
 
 def node_name() -> str:
-    """The name of this rank's node: SLURM's (the one to drain), else the host's."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    """The name of this rank's node: its scheduler's (the one to drain; jobenv.py), else the host's."""
+    return os.environ.get(jobenv.NODE_NAME) or socket.gethostname()
 
 
 PROGRESS_KEY = "abtune/progress/"

@@ -54,13 +54,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from abtune import wire
 from abtune.errors import ConfigError
+from abtune.named_yaml import NamedFiles
 from abtune.phases import TRAINING_PHASES, Phase
-from abtune.yamlfile import find_named, names_in, read_yaml
+from abtune.yamlfile import read_yaml
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
-_INSTALLED_DIR = _PACKAGE_DIR / "clusters"
-BUILTIN_DIR = _INSTALLED_DIR if _INSTALLED_DIR.is_dir() else _PACKAGE_DIR.parent / "clusters"
-PROJECT_DIR = Path("clusters")
+CLUSTERS = NamedFiles("clusters")
 BACKWARD_FLOPS_PER_FORWARD = 2.0  # a step: one forward, a backward of about twice its FLOPs
 GIGA = 1e9
 FLOOR_KINDS = ("measured", "published", "assumed")
@@ -194,7 +192,7 @@ class Cluster(_Strict):
 
 
 def resolve_cluster_path(name_or_path: str) -> Path:
-    found = find_named(name_or_path, (PROJECT_DIR, BUILTIN_DIR))
+    found = CLUSTERS.find(name_or_path)
     if found is not None:
         return found
     raise ConfigError(f"cluster {name_or_path}: no such description; choose one of {', '.join(cluster_names())} "
@@ -202,7 +200,7 @@ def resolve_cluster_path(name_or_path: str) -> Path:
 
 
 def cluster_names() -> list[str]:
-    return names_in((PROJECT_DIR, BUILTIN_DIR))
+    return CLUSTERS.names()
 
 
 def load_cluster(name_or_path: str) -> Cluster:

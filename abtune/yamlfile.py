@@ -88,17 +88,3 @@ def _line_and_column(text: str, position: int) -> tuple[int, int]:
 
 def _kind(expected: type) -> str:
     return {dict: "mapping", list: "list"}.get(expected, expected.__name__)
-
-
-def find_named(name_or_path: str, folders: tuple[Path, ...]) -> Path | None:
-    """A path if it looks like one (a .yaml/.yml suffix, a slash, or an existing file), else FOLDER/NAME.yaml
-    in the first of `folders` that has it (a project's own folder before the shipped one); None: no such name."""
-    given = Path(name_or_path)
-    if given.suffix in (".yaml", ".yml") or given.exists() or "/" in name_or_path:
-        return given
-    return next((folder / f"{name_or_path}.yaml" for folder in folders if (folder / f"{name_or_path}.yaml").is_file()),
-                None)
-
-
-def names_in(folders: tuple[Path, ...]) -> list[str]:
-    return sorted({p.stem for folder in folders if folder.is_dir() for p in folder.glob("*.yaml")})

@@ -8,7 +8,8 @@ import pytest
 
 from abtune.errors import ConfigError
 from abtune.launch.base import Layout
-from abtune.launch.capacity import (
+from abtune.launch.slurm import STUDY_POLLS_PER_S, SlurmProfile, poll_interval, worker_profile
+from abtune.launch.slurm.capacity import (
     Node,
     _check_node_resources,
     _gpus,
@@ -17,11 +18,9 @@ from abtune.launch.capacity import (
     _minutes,
     never_starts,
     nodes_left,
-    pending_note,
     room_advice,
 )
-from abtune.launch.profiles import SlurmProfile
-from abtune.launch.slurm import STUDY_POLLS_PER_S, poll_interval, worker_profile
+from abtune.launch.slurm.queue import QueueRow, pending_note
 
 TWO_BY_TWO = [Node("n1", 2), Node("n2", 2)]
 TEST_CLUSTER = [Node("n1", 4), Node("n2", 4)]
@@ -60,13 +59,13 @@ def test_worker_section_sets_where_workers_run() -> None:
 
 
 def test_a_trial_pending_on_nodes_its_own_workers_hold_is_named() -> None:
-    pending = {"state": "PENDING", "reason": "Resources", "partition": "debug", "nodes": ""}
-    worker = {"state": "RUNNING", "reason": "None", "partition": "debug", "nodes": "n1"}
+    pending = QueueRow("PENDING", "Resources", 1, "debug", "")
+    worker = QueueRow("RUNNING", "None", 1, "debug", "n1")
     assert pending_note(pending, {"n1", "n2"}, [worker, worker]) == (
         " (Resources); the study's own workers hold CPUs on n1 of partition debug: it may wait for as long as "
         "they run (`worker: {partition: ...}` in the launcher profile keeps them apart)")
     assert pending_note(pending, {"g1", "g2"}, [worker]) == " (Resources)"  # workers on another partition
-    assert pending_note({**pending, "reason": "Dependency"}, {"n1"}, [worker]) == " (Dependency)"
+    assert pending_note(QueueRow("PENDING", "Dependency", 1, "debug"), {"n1"}, [worker]) == " (Dependency)"
 
 
 def test_room_advice_names_only_what_works() -> None:

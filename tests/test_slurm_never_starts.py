@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from abtune.launch import capacity
+from abtune.launch.slurm import capacity
 
 FOUR_NODES = "".join(f"n{i}|debug*|4|8000|(null)|infinite|1-infinite\n" for i in range(1, 5))
 

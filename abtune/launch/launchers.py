@@ -12,37 +12,41 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 import submitit
 
+from abtune import jobenv
 from abtune.attrs import JOB_ATTR, RUN_ID_ATTR
 from abtune.config import RunConfig
 from abtune.errors import AbtuneError, ConfigError
-from abtune.launch import local, slurm
+from abtune.launch import local
 from abtune.launch.base import (
     DEFAULT_LAUNCHER,
     DEFAULT_TIMEOUT_MIN,
+    JOBS_DIR,
     Job,
+    JobQueue,
     Launcher,
     Layout,
-    SubmissionFailed,
+    StudyWorkers,
     exported,
 )
-from abtune.launch.gridengine.launcher import GridEngineLauncher
+from abtune.launch.gridengine import GridEngineLauncher
 from abtune.launch.outcome import RunOutcome, disk_full
 from abtune.launch.pids import process_alive, process_start
 from abtune.launch.profiles import (
+    DebugProfile,
     FabricProfile,
     LocalProfile,
-    Profile,
-    SlurmProfile,
-    load_profile,
+    resolve_profile_path,
+    validate_profile,
 )
-
-JOBS_DIR = slurm.JOBS_DIR
+from abtune.launch.slurm import SlurmLauncher
+from abtune.ports import free_port
+from abtune.yamlfile import read_yaml
 
 
 def load_launcher(name_or_path: str) -> Launcher:
@@ -52,8 +56,24 @@ def load_launcher(name_or_path: str) -> Launcher:
     return launcher
 
 
-def launcher_for(profile: Profile) -> Launcher:
+def launcher_for(profile: Any) -> Launcher:
+    """The launcher of a parsed profile (`parse_profile`), by its kind."""
     return LAUNCHERS[profile.kind](profile)
+
+
+def load_profile(name_or_path: str) -> Any:
+    """The profile `--launcher NAME|PATH` names (profiles.resolve_profile_path), parsed by its launcher's schema."""
+    path = resolve_profile_path(name_or_path)
+    return parse_profile(read_yaml(path), str(path))
+
+
+def parse_profile(raw: dict[str, Any], source: str) -> Any:
+    """A profile from its plain values (a YAML file's, or a `model_dump` sent to a study worker): the
+    `profile_type` of the launcher its `kind` names."""
+    launcher = LAUNCHERS.get(raw.get("kind"))  # type: ignore[arg-type]
+    if launcher is None:
+        raise ConfigError(f"{source}: kind: expected one of {', '.join(LAUNCHERS)} (got {raw.get('kind')!r})")
+    return validate_profile(launcher.profile_type, raw, source)
 
 
 def default_launcher() -> Launcher:
@@ -176,6 +196,7 @@ class LocalLauncher(Launcher):
     section the simulated nodes talk over an emulated, shaped network (one per run)."""
 
     kind = "local"
+    profile_type = LocalProfile
     job_type = LocalJob
     profile: LocalProfile
 
@@ -241,8 +262,8 @@ def run_in_process(run_dir: str, resume: bool) -> RunOutcome:
     """The body of a debug job: rank 0 of 1 in this very process (breakpoints work; crashes open pdb)."""
     from abtune.training.worker import run_rank
 
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", ABTUNE_NODE_RANK="0",
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(local.free_port()))
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", **{jobenv.NODE_RANK: "0"},
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     try:
         run_rank(Path(run_dir), resume)
     except AbtuneError as error:
@@ -272,6 +293,7 @@ class DebugLauncher(Launcher):
     """One rank inside the `abtune` process itself, so breakpoints and debuggers work."""
 
     kind = "debug"
+    profile_type = DebugProfile
     job_type = DebugJob
     runs_studies = False
 
@@ -286,168 +308,10 @@ class DebugLauncher(Launcher):
         return DebugJob(executor.submit(run_in_process, str(run_dir), resume), run_dir, env)
 
 
-# --- SLURM -----------------------------------------------------------------------------------------
-class SlurmJob(Job):
-    """A SLURM job of the run's ranks; it keeps running when abtune stops following it."""
-
-    kind = "slurm"
-    label = "SLURM job"
-    outlives_driver = True
-    followable = True
-    legacy_attr = "slurm_job_id"
-
-    def __init__(self, job: submitit.Job[RunOutcome], run_dir: Path) -> None:
-        super().__init__(str(job.job_id), run_dir)
-        self.submitit_job = job
-        slurm.QUEUE.follow(self.job_id)  # asked about in the same squeue call as every other job followed
-
-    @classmethod
-    def reattach(cls, record: Any, run_dir: Path) -> SlurmJob:
-        """Any SLURM job can be followed from any host of the cluster: sacct knows it."""
-        return cls(slurm.attach(str(record), slurm.job_folder(run_dir)), run_dir)
-
-    def poll(self) -> RunOutcome | None:
-        return slurm.outcome(self.submitit_job, self.run_dir)
-
-    def cancel(self) -> None:
-        self.submitit_job.cancel(check=False)
-
-    def gone(self) -> bool:
-        """Out of squeue: sacct may call a cancelled job CANCELLED while its tasks are still ending."""
-        return not slurm.in_queue(self.job_id)
-
-    @property
-    def state(self) -> str:
-        return slurm.state(self.submitit_job)
-
-    def watch_command(self) -> str:
-        return f"squeue -j {self.job_id}"
-
-    def cancel_command(self) -> str:
-        return f"scancel {self.job_id}"
-
-    def follow(self, out: TextIO = sys.stdout, poll_s: float = slurm.POLL_SECONDS) -> RunOutcome:
-        from abtune.launch.follow import follow
-
-        return follow(self, out, poll_s)
-
-
-class SlurmLauncher(Launcher):
-    """One SLURM job of `nodes x tasks_per_node` tasks per run (the profile's layout); every task is one rank."""
-
-    kind = "slurm"
-    job_type = SlurmJob
-    jobs_outlive_driver = True
-    launches_workers = True
-    worker_key = "slurm_job"
-    profile: SlurmProfile
-
-    def __init__(self, profile: SlurmProfile) -> None:
-        super().__init__(profile)
-        self.poll_s = slurm.poll_interval(profile)  # one squeue per poll for all jobs (slurm.QueueView)
-
-    def layout(self, nproc: int | None, ranks_per_node: int | None) -> Layout:
-        if nproc is not None or ranks_per_node is not None:
-            raise ConfigError("--nproc and --ranks-per-node are for --launcher local; "
-                              "set nodes and tasks_per_node in the profile")
-        return Layout(self.profile.nodes, self.profile.tasks_per_node)
-
-    def trial_layout(self, nproc: int, ranks_per_node: int, measures_inter_node: bool) -> Layout:
-        """The profile wins over the study's `layout` (which is for local runs)."""
-        if measures_inter_node and self.profile.nodes < 2:
-            raise ConfigError("launcher profile: nodes is 1, but this study measures inter-node traffic; "
-                              "use a profile with nodes >= 2")
-        return self.layout(None, None)
-
-    def resized(self, layout: Layout) -> SlurmLauncher:
-        return SlurmLauncher(self.profile.model_copy(update={"nodes": layout.nodes,
-                                                             "tasks_per_node": layout.ranks_per_node}))
-
-    def batch_script(self, run_dir: Path, layout: Layout, job_name: str | None = None) -> str:
-        return slurm.sbatch_script(run_dir, layout, self.profile, job_name)
-
-    def check_request(self, layout: Layout, config: RunConfig | None = None) -> str | None:
-        """What sinfo tells of the partition: a job it can never hold is refused (capacity.check_request)."""
-        from abtune.launch.capacity import check_request
-
-        return check_request(self.profile, layout)
-
-    def submit(self, run_dir: Path, layout: Layout, *, resume: bool = False, job_name: str | None = None,
-               timeout_min: int = DEFAULT_TIMEOUT_MIN, env: dict[str, str] | None = None) -> Job:
-        """sbatch (the profile's time limit, not `timeout_min`); from inside a job as from a login node. A
-        job the cluster can never start is refused as sbatch refuses one (SubmissionFailed)."""
-        try:
-            self.check_request(layout)
-        except ConfigError as error:
-            raise SubmissionFailed(str(error)) from None
-        with slurm.nested_submission(), exported(env):
-            return SlurmJob(slurm.submit(run_dir, layout, self.profile, resume, job_name), run_dir)
-
-    def after(self, job: Job, body: Callable[[], Any], folder: Path) -> Job:
-        """A light one-task job that starts when `job` leaves the queue (sbatch --dependency=afterany)."""
-        with slurm.nested_submission():
-            return SlurmJob(slurm.submit_after(job.job_id, folder, self.profile, body, f"{_job_name(job)}-after"),
-                            job.run_dir)
-
-    # --- study workers: one job array of light jobs (see abtune/study/launch.py) ---------------
-    def submit_workers(self, folder: Path, body: Callable[[], Any], count: int, job_name: str) -> list[str]:
-        jobs = slurm.submit_array(folder, slurm.WORKER_LAYOUT, slurm.worker_profile(self.profile), [body] * count,
-                                  job_name)
-        return [job.job_id for job in jobs]
-
-    def workers_script(self, folder: Path, count: int, job_name: str) -> str:
-        return f"# {count} worker(s): one job array, 1 task each\n" + slurm.array_script(folder, slurm.WORKER_LAYOUT, slurm.worker_profile(self.profile), count, job_name)
-
-    def check_worker_room(self, layout: Layout, count: int, rerun: str) -> str | None:
-        """Workers sit on the cluster's nodes as long as they run: refuse a layout where they can hold
-        every node a trial needs (capacity.py). Array tasks beyond `array_parallelism` wait, holding nothing."""
-        from abtune.launch.capacity import check_workers_leave_room
-
-        return check_workers_leave_room(self.profile, slurm.worker_profile(self.profile), layout,
-                                        min(count, self.profile.array_parallelism), rerun)
-
-    def watch_workers_command(self, job_name: str) -> str:
-        return f"squeue --name {job_name}"
-
-    @classmethod
-    def job_environment(cls) -> str | None:
-        """The SLURM job this process runs in, as squeue shows it (`ARRAY_TASK` for an array task)."""
-        array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-        return f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID")
-
-    @classmethod
-    def rerun_args(cls, source: str | None, nproc: int, ranks_per_node: int) -> list[str]:
-        """The profile sets nodes and tasks."""
-        return ["--launcher", source or cls.kind]
-
-    @classmethod
-    def queued(cls, job_ids: Sequence[str]) -> list[str]:
-        from abtune.launch.capacity import queued
-
-        return queued(job_ids)
-
-    @classmethod
-    def cancel(cls, job_ids: Sequence[str]) -> None:
-        from abtune.launch.capacity import slurm_output
-
-        if job_ids:  # a job that ended meanwhile makes scancel complain; callers check the queue afterwards
-            slurm_output("scancel", *job_ids)
-
-    @classmethod
-    def waiting_notes(cls, trial_jobs: dict[int, str], worker_jobs: Sequence[str]) -> dict[int, str]:
-        from abtune.launch.capacity import trial_job_notes
-
-        return trial_job_notes(trial_jobs, worker_jobs)
-
-
-def _job_name(job: Job) -> str:
-    return f"abtune-{job.run_dir.absolute().name}"
-
-
-# The launchers abtune knows, by profile kind: what load_launcher builds, re-attach follows and the tests cover.
-LAUNCHERS: dict[str, type[Launcher]] = {launcher.kind: launcher
-                                        for launcher in (LocalLauncher, DebugLauncher, SlurmLauncher,
-                                                         GridEngineLauncher)}
+# The registry: the launchers abtune knows, by profile kind. Adding a launcher is its module and one entry here;
+# load_launcher, parse_profile, reattach, `study launch|stop|status` and the tests read this table only.
+LAUNCHER_TYPES: tuple[type[Launcher], ...] = (LocalLauncher, DebugLauncher, SlurmLauncher, GridEngineLauncher)
+LAUNCHERS: dict[str, type[Launcher]] = {launcher.kind: launcher for launcher in LAUNCHER_TYPES}
 # the job kinds another process can follow (re-attach); a debug job lives and dies with its process
 JOB_KINDS = tuple(kind for kind, launcher in LAUNCHERS.items() if launcher.job_type.followable)
 
@@ -511,29 +375,48 @@ def rerun_args(entry: JobEntry | None, source: str | None, nproc: int, ranks_per
     return launcher.rerun_args(source, nproc, ranks_per_node)
 
 
-# --- study workers: the job a worker runs in, as it stamps its trials ----------------------------
+# --- capabilities: queues and study workers -------------------------------------------------------
+def job_queue(launcher: type[Launcher]) -> type[JobQueue] | None:
+    """The launcher as a queue of jobs asked about by id; None for one whose jobs sit in no queue."""
+    return launcher if issubclass(launcher, JobQueue) else None
+
+
+def worker_launchers() -> list[str]:
+    """The kinds of launcher that can submit study workers (`study launch`)."""
+    return [kind for kind, launcher in LAUNCHERS.items() if issubclass(launcher, StudyWorkers)]
+
+
+def study_workers(launcher: Launcher, study: str = "NAME") -> StudyWorkers:
+    """The launcher as one that submits study workers; else why `study launch` cannot use it, and what works."""
+    if isinstance(launcher, StudyWorkers):
+        return launcher
+    raise ConfigError(f"--launcher {launcher.source or launcher.kind}: `study launch` submits study workers that run "
+                      f"on after it returns, which {launcher.kind} jobs do not; use a profile of kind "
+                      f"{' or '.join(worker_launchers())}, or run the study here with `abtune study run {study}`")
+
+
 def this_worker_job() -> dict[str, str]:
     """The job this process runs in, as a study worker stamps its trials with it ({} outside one)."""
     for launcher in LAUNCHERS.values():
-        if launcher.worker_key is not None and (found := launcher.job_environment()):
+        if issubclass(launcher, StudyWorkers) and (found := launcher.job_environment()):
             return {launcher.worker_key: found}
     return {}
 
 
-def worker_job(worker: Mapping[str, Any]) -> tuple[type[Launcher], str] | None:
+def worker_job(worker: Mapping[str, Any]) -> tuple[type[StudyWorkers], str] | None:
     """The launcher and id of the job a stamped worker runs in; None for a worker outside one."""
     for launcher in LAUNCHERS.values():
-        if launcher.worker_key is not None and worker.get(launcher.worker_key):
+        if issubclass(launcher, StudyWorkers) and worker.get(launcher.worker_key):
             return launcher, str(worker[launcher.worker_key])
     return None
 
 
 def worker_launcher_type(kind: str | None) -> type[Launcher]:
-    """The launcher of a study's launched workers; studies launched before the kind was recorded: the one
+    """The launcher of a study's launched workers; studies launched before the kind was recorded: the first
     launcher that launches workers."""
     if kind is not None:
         return LAUNCHERS[kind]
-    return next(launcher for launcher in LAUNCHERS.values() if launcher.launches_workers)
+    return LAUNCHERS[worker_launchers()[0]]
 
 
 def _result(job: submitit.Job[RunOutcome]) -> RunOutcome:

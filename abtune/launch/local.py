@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Protocol
 
+from abtune import jobenv
 from abtune.errors import ConfigError, TrainingFailed
 from abtune.launch import netns, warm
 from abtune.launch.fabric import NodeNetwork, node_network
 from abtune.launch.outcome import disk_full, first_lines
 from abtune.launch.profiles import FabricProfile
+from abtune.ports import free_port
 from abtune.runfiles import FAILURES_DIR
 from abtune.training.worker import QUIET_VARIABLE
 
@@ -43,17 +44,11 @@ class RankProcess(Protocol):
     def kill(self) -> None: ...
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def rank_environment(rank: int, nproc: int, ranks_per_node: int, port: int) -> dict[str, str]:
-    env = dict(os.environ)
+    env = {key: value for key, value in os.environ.items() if key not in jobenv.JOB_VARIABLES}  # no job of ours
     env.update(
         RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank % ranks_per_node),
-        ABTUNE_NODE_RANK=str(rank // ranks_per_node), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **{jobenv.NODE_RANK: str(rank // ranks_per_node)},
         OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"), **{QUIET_VARIABLE: "1"},
     )
     return env

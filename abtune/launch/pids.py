@@ -1,39 +1,39 @@
-"""Whether a process still runs on this host: for runs, trials and fabrics whose owner may have died."""
+"""Whether a process still runs on this host: for runs, trials and fabrics whose owner may have died (psutil)."""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
+
+import psutil
 
 
 def process_start(pid: int) -> str | None:
-    """The kernel's start time of a process (Linux), which tells a reused pid from the original."""
-    stat = _stat(pid)
-    return stat[19] if stat else None
+    """When the process started (psutil's create time), which tells a reused pid from the original."""
+    try:
+        return str(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
 
 
 def process_alive(record: dict[str, Any]) -> bool:
     """The process named by `pid` (and `start`, when known) runs on this host. A zombie has ended: an
     orphan whose new parent does not reap it would otherwise look alive for ever."""
-    pid = int(record["pid"])
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        process = psutil.Process(int(record["pid"]))
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return record.get("start") is None or _same_start(str(record["start"]), process)
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
-        return True
-    stat = _stat(pid)
-    if stat is None:
-        return True  # no /proc: the signal said it exists
-    if stat[0] == "Z":
-        return False
-    return record.get("start") is None or stat[19] == record["start"]
+    except psutil.AccessDenied:
+        return True  # it exists; another user's
 
 
-def _stat(pid: int) -> list[str] | None:
-    """/proc/PID/stat from the field after the command name (state, ppid, ...)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return None
+def _same_start(recorded: str, process: psutil.Process) -> bool:
+    """`recorded` is the process's start: psutil's create time, or (a record of an earlier version) the kernel's
+    start in clock ticks since boot, as /proc/PID/stat gives it."""
+    if recorded.isdigit():
+        ticks = (process.create_time() - psutil.boot_time()) * os.sysconf("SC_CLK_TCK")
+        return round(ticks) == int(recorded)
+    return recorded == str(process.create_time())

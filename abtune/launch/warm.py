@@ -52,6 +52,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
+import psutil
+
 from abtune.launch import netns
 from abtune.launch.base import exported
 from abtune.launch.pids import process_alive
@@ -541,7 +543,7 @@ def _preload() -> str | None:
 
 def _threads() -> str | None:
     """A fork keeps only the forking thread: another thread's locks would stay held in the child."""
-    count = len(os.listdir("/proc/self/task"))
+    count = psutil.Process().num_threads()
     return f"the server runs {count} threads" if count > 1 else None
 
 

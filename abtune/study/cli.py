@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from abtune.errors import INTERRUPTED_EXIT, AbtuneError, ConfigError
+from abtune.launch.profiles import add_launcher_argument
 from abtune.redact import redact
 from abtune.study.ranking import DEFAULT_MARGIN, DEFAULT_RULE, RULES, Rule
 from abtune.tracking.uri import add_tracking_arguments, tracking_arguments
@@ -201,7 +202,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from abtune.study.definition import stored_spec, stored_study_dir
     from abtune.study.storage import require_study
 
-    launcher = launch.require_workers(load_launcher(args.launcher), args.name)
+    launcher = load_launcher(args.launcher)
+    workers = launch.require_workers(launcher, args.name)
     if args.workers < 1 or (args.trials is not None and args.trials < 1):
         raise ConfigError("--workers and --trials must be at least 1")
     storage, url = _storage(args)
@@ -214,7 +216,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     layout = launch.check_study_fits(spec, launcher, args.name)
     unchecked = launcher.check_request(layout)
     if unchecked is None:
-        unchecked = launcher.check_worker_room(layout, args.workers, f"abtune study run {args.name} --launcher {args.launcher}")
+        unchecked = workers.check_worker_room(layout, args.workers, f"abtune study run {args.name} --launcher {args.launcher}")
     else:
         unchecked += ", nor the room workers leave trials"
     if unchecked is not None and args.dry_run:  # a real launch asks the cluster itself, and fails there if it must
@@ -244,7 +246,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     print(f"each trial is a job of {layout.nodes} node(s) x {layout.ranks_per_node} rank(s); "
           f"worker logs in {study_dir / launch.WORKERS_DIR}")
     storage_flag = f" --storage '{_shown(url)}'" if args.storage else ""
-    watch = launcher.watch_workers_command(launch.job_name(args.name))
+    watch = workers.watch_workers_command(launch.job_name(args.name))
     print(f"watch: abtune study status {args.name}{storage_flag}" + (f"; {watch}" if watch else ""))
     return 0
 
@@ -409,13 +411,12 @@ def register_study_commands(commands: argparse._SubParsersAction) -> None:
                      help="raise the study's budget by N trials first, keeping every trial (a spent study grows)")
     run.add_argument("--parallel", type=int, default=1, help="trials at a time (each starts layout.nproc ranks)")
     add_tracking_arguments(run)
-    run.add_argument("--launcher", default="local", metavar="NAME|PATH",
-                     help="local (default: layout.nproc processes here) or a slurm profile (a job per trial)")
+    add_launcher_argument(run, "local (default: layout.nproc processes here) or a slurm profile (a job per trial)")
     run.add_argument("--cluster", default=None, metavar="NAME|PATH", help=COST_HELP)
     run.add_argument("--yes", action="store_true", help="run a local study estimated beyond a few hours without asking")
     launch = add("launch", cmd_launch, "submit W SLURM workers (one job array) that run the study; returns at once")
     launch.add_argument("--workers", type=int, default=1, help="worker jobs, each running one trial at a time")
-    launch.add_argument("--launcher", default="slurm", metavar="NAME|PATH", help="slurm profile (default: slurm)")
+    add_launcher_argument(launch, "slurm profile (default: slurm)", default="slurm")
     launch.add_argument("--trials", type=int, default=None, help="at most this many trials per worker")
     launch.add_argument("--dry-run", action="store_true", help="print the sbatch scripts; submit nothing")
     launch.add_argument("--add-trials", type=int, default=None, metavar="N",
@@ -439,8 +440,7 @@ def register_study_commands(commands: argparse._SubParsersAction) -> None:
     confirm.add_argument("--seeds", type=int, default=5, help="fresh seeds per configuration (default: %(default)s)")
     add_rule_arguments(confirm)
     confirm.add_argument("--parallel", type=int, default=1, help="runs at a time (each starts layout.nproc ranks)")
-    confirm.add_argument("--launcher", default="local", metavar="NAME|PATH",
-                         help="local (default) or a slurm profile (a job per run)")
+    add_launcher_argument(confirm, "local (default) or a slurm profile (a job per run)")
     add_tracking_arguments(confirm)
     add("list", cmd_list, "studies in the storage", named=False)
     delete = add("delete", cmd_delete, "delete a study and its trial folders")

@@ -24,17 +24,17 @@ from optuna.trial import TrialState
 from submitit.helpers import Checkpointable
 
 from abtune.config import parse_run_config
-from abtune.launch.base import Launcher, Layout, exported
+from abtune.launch.base import Launcher, Layout, StudyWorkers, exported
 from abtune.launch.profiles import check_fits
 
 WORKERS_DIR = "workers"
 
 
-def require_workers(launcher: Launcher, name: str) -> Launcher:
-    """Workers must outlive `study launch`: only a launcher whose jobs do (SLURM) can take them."""
-    if not launcher.launches_workers:
-        raise launcher.workers_refused(name)
-    return launcher
+def require_workers(launcher: Launcher, name: str) -> StudyWorkers:
+    """Workers must outlive `study launch`: only a launcher that can submit study workers can take them."""
+    from abtune.launch.launchers import study_workers
+
+    return study_workers(launcher, name)
 
 
 def job_name(study: str) -> str:
@@ -53,8 +53,7 @@ class StudyWorker(Checkpointable):
         self.source = source  # the `--launcher NAME|PATH` of `study launch`: each trial records it (`study best`)
 
     def __call__(self) -> dict[str, Any]:
-        from abtune.launch.launchers import launcher_for
-        from abtune.launch.profiles import parse_profile
+        from abtune.launch.launchers import launcher_for, parse_profile
         from abtune.study.runner import StudyRunner
         from abtune.study.storage import open_storage, quiet_optuna, url_from_environment
         from abtune.tracking import open_tracking
@@ -93,7 +92,7 @@ def dry_run(study_dir: Path, name: str, launcher: Launcher, workers: int, layout
     from abtune.study.trials import trial_dir, trial_job_name
 
     script = launcher.batch_script(trial_dir(study_dir, "N"), layout, trial_job_name(name, "N")) or ""
-    return (launcher.workers_script(study_dir / WORKERS_DIR, workers, job_name(name))
+    return (require_workers(launcher, name).workers_script(study_dir / WORKERS_DIR, workers, job_name(name))
             + f"\n# each trial: one job of {layout.nodes} node(s) x {layout.ranks_per_node} rank(s) (trial N)\n"
             + script)
 
@@ -105,4 +104,4 @@ def launch(study_dir: Path, name: str, url: str, launcher: Launcher, workers: in
 
     body = StudyWorker(name, launcher.profile.model_dump(mode="json"), max_trials, tracking, launcher.source)
     with exported(storage_environment(url)):  # sbatch copies the environment into the jobs
-        return launcher.submit_workers(study_dir / WORKERS_DIR, body, workers, job_name(name))
+        return require_workers(launcher, name).submit_workers(study_dir / WORKERS_DIR, body, workers, job_name(name))

@@ -38,7 +38,7 @@ from abtune.attrs import (
     stored,
 )
 from abtune.launch.base import Job, Launcher
-from abtune.launch.launchers import worker_job, worker_launcher_type
+from abtune.launch.launchers import job_queue, worker_job, worker_launcher_type
 from abtune.runfiles import summary_path
 from abtune.study import reattach, retries, workers
 from abtune.study.repeats import seed_dir
@@ -118,10 +118,10 @@ def stop_study(storage: BaseStorage, name: str, spec: StudySpec, mode: str,
     study_id = storage.get_study_id_from_name(name)
     request_stop(storage, study_id, mode)
     say(f"study {name}: asked its workers to start no new trial")
-    launcher = worker_launcher(storage, study_id)
-    queued = launcher.queued(worker_jobs(storage, study_id))
-    if queued:
-        launcher.cancel(queued)  # a job that ended meanwhile is no error: the queue is asked again below
+    queue = job_queue(worker_launcher(storage, study_id))
+    queued = queue.queued(worker_jobs(storage, study_id)) if queue is not None else []
+    if queue is not None and queued:
+        queue.cancel(queued)  # a job that ended meanwhile is no error: the queue is asked again below
         say(f"cancelled worker job(s) {' '.join(queued)}")
 
     def running() -> list[FrozenTrial]:
@@ -129,7 +129,7 @@ def stop_study(storage: BaseStorage, name: str, spec: StudySpec, mode: str,
 
     def busy() -> bool:  # local runners cancelling their trials; worker jobs leaving the queue
         followed = mode != LET_FINISH and any(follower_alive(t, spec.retries.stale_after_s) for t in running())
-        return followed or bool(launcher.queued(queued))
+        return followed or bool(queue is not None and queue.queued(queued))
 
     was_running = {t.number: t._trial_id for t in running()}
     _wait_until(lambda: not busy(), wait_s)

@@ -31,7 +31,6 @@ class LaunchInfo:
     launcher: str = "local"
     world_size: int = 1
     ranks_per_node: int = 1
-    slurm_job_id: str | None = None
 
     @property
     def nodes(self) -> int:

@@ -405,8 +405,6 @@ def run_params(config: RunConfig, launch: LaunchInfo) -> dict[str, Any]:
     params.update(method=config.method.name, world_size=launch.world_size, nodes=launch.nodes,
                   ranks_per_node=launch.ranks_per_node, launcher=launch.launcher, git_commit=git_commit(),
                   abtune_version=abtune.__version__)
-    if launch.slurm_job_id:
-        params["slurm_job_id"] = launch.slurm_job_id
     params.update(config.method.derived_params(config.train.steps, launch.ranks_per_node))
     return params
 

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from abtune import jobenv
 from abtune.redact import redact
 from abtune.tracking.records import MetricStream, Point
 from abtune.tracking.uri import URI_VARIABLE, quiet_secrets_in_mlflow_logs
@@ -89,10 +90,11 @@ class _Sender:
         self.thread.start()
 
     def describe_rank0(self) -> None:
-        """Where rank 0 ran: the node as a tag, the SLURM job as a param when there is one."""
+        """Where rank 0 ran: the node as a tag, its scheduler's job as a param (`KIND_job_id`) when there is one."""
         from mlflow.entities import Param, RunTag
 
-        params = [Param("slurm_job_id", os.environ["SLURM_JOB_ID"])] if "SLURM_JOB_ID" in os.environ else []
+        job = jobenv.job_param()
+        params = [Param(*job)] if job is not None else []
         self._send(lambda: self.client.log_batch(self.run_id, params=params,
                                                  tags=[RunTag("abtune.node", socket.gethostname())]))
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from abtune.errors import AbtuneError, ConfigError
+from abtune.ports import free_port
 from abtune.redact import redact
 from abtune.tracking.store import check_database, refused_revision
 from abtune.tracking.uri import local_artifact_root
@@ -31,12 +32,6 @@ STOP_GRACE_S = 10.0
 DASHBOARD_STORAGE_VARIABLE = "ABTUNE_DASHBOARD_STORAGE"
 MLFLOW = "MLflow"
 QUIET_SERVER = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

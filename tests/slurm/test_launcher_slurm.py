@@ -18,9 +18,8 @@ from submitit.slurm.slurm import SlurmJobEnvironment
 
 from abtune.config import load_run_config
 from abtune.launch.base import Layout
-from abtune.launch.launchers import SlurmJob, load_launcher, reattach
-from abtune.launch.profiles import load_profile
-from abtune.launch.slurm import in_queue, job_folder, submit, submit_array
+from abtune.launch.launchers import load_launcher, load_profile, reattach
+from abtune.launch.slurm import SlurmJob, in_queue, job_folder, submit, submit_array
 from abtune.launch.slurm import outcome as outcome_of
 from abtune.rundir import prepare_run_dir
 from abtune.runfiles import read_summary

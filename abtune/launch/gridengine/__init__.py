@@ -3,3 +3,8 @@
 profile.py is the `kind: gridengine` profile, commands.py wraps qsub/qstat/qacct/qdel, launcher.py
 writes the job script and follows the job, ranks.py is what the job runs: the run's ranks on its host.
 """
+
+from abtune.launch.gridengine.launcher import GridEngineJob, GridEngineLauncher
+from abtune.launch.gridengine.profile import GridEngineProfile
+
+__all__ = ["GridEngineJob", "GridEngineLauncher", "GridEngineProfile"]

@@ -7,22 +7,52 @@ h_rt, a killed host) is described from its accounting record (qacct).
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from abtune.errors import ConfigError
-from abtune.launch.base import DEFAULT_TIMEOUT_MIN, Job, Launcher, Layout, exported
+from abtune.launch.base import (
+    DEFAULT_TIMEOUT_MIN,
+    JOBS_DIR,
+    Job,
+    JobQueue,
+    JobVariables,
+    Launcher,
+    Layout,
+    exported,
+)
 from abtune.launch.gridengine import commands
 from abtune.launch.gridengine.profile import GridEngineProfile
-from abtune.launch.gridengine.ranks import JOBS_DIR, read_result, result_path
 from abtune.launch.outcome import RunOutcome, disk_full, recorded_failure
 
 POLL_SECONDS = 1.0
 ACCOUNTING_WAIT_S = 120.0  # how long a job that left the queue without a result may lack its qacct record
+
+
+def result_path(run_dir: Path, job_id: str) -> Path:
+    """Where the job's ranks.py leaves the run's outcome."""
+    return run_dir.absolute() / JOBS_DIR / f"gridengine-{job_id}.result.json"
+
+
+def write_result(path: Path, outcome: RunOutcome) -> None:
+    """Whole or not at all: the driver may read it at any moment."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps({"ok": outcome.ok, "reason": outcome.reason, "exit_code": outcome.exit_code}))
+    partial.replace(path)
+
+
+def read_result(path: Path) -> RunOutcome | None:
+    try:
+        raw: dict[str, Any] = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    return RunOutcome(bool(raw["ok"]), raw.get("reason"), int(raw.get("exit_code", 0)))
 
 
 def job_name(run_dir: Path) -> str:
@@ -132,13 +162,15 @@ def _end_of(record: dict[str, str]) -> str:
     return f"exit status {status}"
 
 
-class GridEngineLauncher(Launcher):
+class GridEngineLauncher(Launcher, JobQueue):
     """One Grid Engine job of `slots` slots per run, all on one host; every slot is one rank."""
 
     kind = "gridengine"
+    profile_type = GridEngineProfile
     job_type = GridEngineJob
     poll_s = POLL_SECONDS
     jobs_outlive_driver = True
+    job_variables = JobVariables(job_id="JOB_ID", node_name="HOSTNAME")
     profile: GridEngineProfile
 
     def layout(self, nproc: int | None, ranks_per_node: int | None) -> Layout:
@@ -150,7 +182,7 @@ class GridEngineLauncher(Launcher):
         """The profile wins over the study's `layout` (which is for local runs)."""
         if measures_inter_node:
             raise ConfigError("launcher profile: a Grid Engine job runs on one host, but this study measures "
-                              "inter-node traffic; use a slurm profile, or a local one with --ranks-per-node")
+                              "inter-node traffic; use a launcher whose runs span several nodes")
         return self.layout(None, None)
 
     def resized(self, layout: Layout) -> GridEngineLauncher:
@@ -170,16 +202,10 @@ class GridEngineLauncher(Launcher):
             return GridEngineJob(commands.qsub(script), run_dir)
 
     @classmethod
-    def job_environment(cls) -> str | None:
-        """The Grid Engine job this process runs in (`JOB_ID.TASK` for an array task), None outside one."""
-        job, task = os.environ.get("JOB_ID"), os.environ.get("SGE_TASK_ID", "undefined")
-        return None if not job else job if task == "undefined" else f"{job}.{task}"
-
-    @classmethod
-    def queued(cls, job_ids: list[str]) -> list[str]:  # type: ignore[override]
+    def queued(cls, job_ids: Sequence[str]) -> list[str]:
         states = commands.queue_states()
         return [job for job in job_ids if job in states]
 
     @classmethod
-    def cancel(cls, job_ids: list[str]) -> None:  # type: ignore[override]
+    def cancel(cls, job_ids: Sequence[str]) -> None:  # type: ignore[override]
         commands.qdel(list(job_ids))

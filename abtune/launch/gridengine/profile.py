@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator
 
-from abtune.launch.profiles import NO_TIME_LIMIT, parse_time_limit
 from abtune.schema import StrictModel
+
+_HARD_RUN_TIME = re.compile(r"^\d+:[0-5]\d:[0-5]\d$")
 
 # qsub options the profile sets through its own keys, or abtune itself ("")
 _TYPED_OPTIONS = {"-q": "queue", "-pe": "parallel_environment and slots", "-P": "project", "-wd": "workdir",
@@ -24,8 +26,7 @@ class GridEngineProfile(StrictModel):
                                                          "one host (allocation_rule $pe_slots)")
     slots: int = Field(1, ge=1, description="ranks per run, one slot each")
     project: str | None = Field(None, description="qsub -P")
-    time_limit: int | str = Field("1:00:00", description="hard run time (-l h_rt): minutes or [D-]HH:MM:SS; "
-                                                         "0 for none")
+    time_limit: int | str = Field("1:00:00", description="hard run time (-l h_rt): minutes, or H:MM:SS; 0 for none")
     resources: dict[str, str | int] = Field({}, description="more -l requests, e.g. {h_vmem: 4G, gpu: 1}")
     qsub: tuple[str, ...] = Field((), description="any other qsub options, one per item, e.g. ['-l hostname=n1']")
     setup: tuple[str, ...] = Field((), description="shell lines before the ranks start (module load ...)")
@@ -35,7 +36,8 @@ class GridEngineProfile(StrictModel):
     @field_validator("time_limit")
     @classmethod
     def _a_time(cls, value: int | str) -> int | str:
-        parse_time_limit(value)
+        if isinstance(value, int) and value < 0 or isinstance(value, str) and not _HARD_RUN_TIME.match(value):
+            raise ValueError(f"expected minutes or H:MM:SS (90, 1:30:00), got {value!r}")
         return value
 
     @field_validator("qsub")
@@ -50,5 +52,6 @@ class GridEngineProfile(StrictModel):
     @property
     def hard_run_time(self) -> str | None:
         """-l h_rt as HH:MM:SS; None for no limit."""
-        minutes = parse_time_limit(self.time_limit)
-        return None if minutes == NO_TIME_LIMIT else f"{minutes // 60}:{minutes % 60:02d}:00"
+        if isinstance(self.time_limit, str):
+            return self.time_limit
+        return f"{self.time_limit // 60}:{self.time_limit % 60:02d}:00" if self.time_limit else None

@@ -4,7 +4,6 @@ ranks as processes on the job's host, then the outcome in a file the driver read
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -13,13 +12,8 @@ from typing import Any
 
 from abtune.errors import AbtuneError
 from abtune.launch import local
+from abtune.launch.gridengine.launcher import GridEngineLauncher, result_path, write_result
 from abtune.launch.outcome import RunOutcome
-
-JOBS_DIR = "jobs"
-
-
-def result_path(run_dir: Path, job_id: str) -> Path:
-    return run_dir.absolute() / JOBS_DIR / f"gridengine-{job_id}.result.json"
 
 
 def run_ranks(run_dir: Path, ranks: int, resume: bool) -> RunOutcome:
@@ -28,21 +22,6 @@ def run_ranks(run_dir: Path, ranks: int, resume: bool) -> RunOutcome:
     except AbtuneError as error:
         return RunOutcome(False, str(error), error.exit_code)
     return RunOutcome(True)
-
-
-def write_result(path: Path, outcome: RunOutcome) -> None:
-    """Whole or not at all: the driver may read it at any moment."""
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps({"ok": outcome.ok, "reason": outcome.reason, "exit_code": outcome.exit_code}))
-    partial.replace(path)
-
-
-def read_result(path: Path) -> RunOutcome | None:
-    try:
-        raw: dict[str, Any] = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    return RunOutcome(bool(raw["ok"]), raw.get("reason"), int(raw.get("exit_code", 0)))
 
 
 def _stop(signum: int, frame: Any) -> None:
@@ -57,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # qdel and h_rt send SIGKILL to the whole job; a SIGTERM from anything else stops the ranks too
     signal.signal(signal.SIGTERM, _stop)
+    os.environ.update(GridEngineLauncher.rank_identity())  # the job's id and host, as every rank reads them
     outcome = run_ranks(args.run_dir, args.ranks, args.resume)
     write_result(result_path(args.run_dir, os.environ.get("JOB_ID", "0")), outcome)
     return 0 if outcome.ok else outcome.exit_code

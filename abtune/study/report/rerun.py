@@ -11,8 +11,8 @@ from abtune.attrs import (
     RUN_DIR_ATTR,
 )
 from abtune.errors import ConfigError
-from abtune.launch.launchers import recorded_job, rerun_args
-from abtune.launch.profiles import FabricFault, load_profile
+from abtune.launch.launchers import load_profile, recorded_job, rerun_args
+from abtune.launch.profiles import FabricFault
 from abtune.study.spec import StudySpec
 
 

@@ -18,7 +18,7 @@ from abtune.attrs import (
     OVER_BUDGET_ATTR,
     RETRIED_ATTR,
 )
-from abtune.launch.launchers import describe_job, job_id, launcher_type, recorded_job
+from abtune.launch.launchers import describe_job, job_id, job_queue, launcher_type, recorded_job
 from abtune.study import importance, recommendation, results, workers
 from abtune.study.definition import stored_spec, stored_study_dir
 from abtune.study.ranking import DEFAULT_RULE, Rule
@@ -54,7 +54,7 @@ def print_status(storage: BaseStorage, name: str, url: str, rule: Rule = DEFAULT
 
 
 def _waiting_notes(storage: BaseStorage, study_id: int, trials: list[FrozenTrial]) -> dict[int, str]:
-    """Why each running trial's job waits, as its launcher can tell (SLURM: state and pending reason)."""
+    """Why each running trial's job waits, as its launcher's queue can tell (its state and pending reason)."""
     by_kind: dict[str, dict[int, str]] = {}
     for trial in trials:
         entry = recorded_job(trial.user_attrs) if trial.state == TrialState.RUNNING else None
@@ -63,7 +63,9 @@ def _waiting_notes(storage: BaseStorage, study_id: int, trials: list[FrozenTrial
     launched = worker_jobs(storage, study_id)
     notes: dict[int, str] = {}
     for kind, jobs in by_kind.items():
-        notes.update(launcher_type(kind).waiting_notes(jobs, launched))
+        queue = job_queue(launcher_type(kind))
+        if queue is not None:
+            notes.update(queue.waiting_notes(jobs, launched))
     return notes
 
 

@@ -22,9 +22,7 @@ import random
 import shlex
 import shutil
 import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,16 +32,16 @@ from submitit.core.utils import FailedJobError
 from submitit.helpers import Checkpointable, DelayedSubmission, TorchDistributedEnvironment
 from submitit.slurm.slurm import _make_sbatch_string
 
-from abtune.errors import ConfigError
-from abtune.launch.base import Layout, SubmissionFailed
-from abtune.launch.outcome import RunOutcome, recorded_failure
-from abtune.launch.profiles import SlurmProfile
+from abtune import jobenv
+from abtune.launch.base import JOBS_DIR, JobVariables, Layout, SubmissionFailed
+from abtune.launch.outcome import RunOutcome
+from abtune.launch.slurm.profile import SlurmProfile
 from abtune.runfiles import FAILURES_DIR
 
-JOBS_DIR = "jobs"
-POLL_SECONDS = 2.0  # a runner's squeue view of its jobs is at most this old (QueueView)
+KIND = "slurm"
+JOB_VARIABLES = JobVariables(job_id="SLURM_JOB_ID", node_rank="SLURM_NODEID", node_name="SLURMD_NODENAME")
+POLL_SECONDS = 2.0  # a runner's squeue view of its jobs is at most this old (queue.QueueView)
 STUDY_POLLS_PER_S = 2.0  # squeue calls a second that all workers of one `study launch` make together, at most
-SQUEUE_TIMEOUT_S = 30
 SRUN_ARGS = ("--kill-on-bad-exit=1",)  # one failed rank ends the job instead of hanging its peers
 
 
@@ -98,7 +96,8 @@ def export_rank_environment() -> None:
     os.environ.setdefault("MASTER_PORT", str(master_port(os.environ["SLURM_JOB_ID"])))
     env = TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
     os.environ["MASTER_ADDR"] = _reachable(env.master_addr)
-    os.environ["ABTUNE_NODE_RANK"] = os.environ.get("SLURM_NODEID", "0")  # not one inherited from the submitter
+    os.environ[jobenv.NODE_RANK] = "0"  # not one inherited from the submitter: SLURM_NODEID's below, where set
+    os.environ.update(JOB_VARIABLES.identity(KIND))
     os.environ.setdefault("OMP_NUM_THREADS", os.environ.get("SLURM_CPUS_PER_TASK", "1"))
 
 
@@ -257,165 +256,3 @@ def poll_interval(profile: SlurmProfile) -> float:
     second (64 workers: every 32 s). A trial's end is seen that much later; its training is not slowed."""
     workers = min(int(os.environ.get("SLURM_ARRAY_TASK_COUNT", "1")), profile.array_parallelism)
     return max(POLL_SECONDS, workers / STUDY_POLLS_PER_S)
-
-
-# --- following a job --------------------------------------------------------------------------
-def attach(job_id: str, folder: Path) -> submitit.Job[RunOutcome]:
-    """The job with this id whose submitit files are in `folder` (RUN_DIR/jobs); rank 0's view."""
-    return submitit.SlurmJob(folder=folder, job_id=job_id)
-
-
-# SLURM's base job states that end a job (`squeue -t all` shows them for MinJobAge after the end). A
-# job ending shows COMPLETING (the flag wins over the state in %T) until its processes are gone.
-ENDED_STATES = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
-                          "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT"})
-# Those in which SLURM killed the ranks (scancel, time limit, preemption, a lost node) rather than a rank failing.
-ENDED_BY_SCHEDULER = frozenset({"CANCELLED", "DEADLINE", "NODE_FAIL", "PREEMPTED", "TIMEOUT"})
-
-
-# Each call costs slurmctld two RPCs: the jobs (one: REQUEST_JOB_INFO_SINGLE, several: REQUEST_JOB_INFO)
-# and the partitions, which squeue always loads; --local spares a third, the federation's (sdiag, 22.05).
-SQUEUE = ["squeue", "--local", "-h", "-r", "-t", "all", "-o", "%i|%T|%r|%D|%P"]  # id, state, reason, nodes, partition
-
-
-class QueueView:
-    """What squeue says of every job this process follows, from one squeue call per refresh for all.
-
-    Asking per job (submitit's forced sacct, or `squeue -j ID`) costs slurmctld or slurmdbd one RPC per
-    job per poll: a runner following P trials every 2 s makes P/2 calls a second, and W workers W
-    times that. Here one `squeue -j ID,ID,...` answers for all of them, at most once per `max_age_s`
-    (or sooner for a job the last call did not ask about). `squeue -t all` also shows a job's final
-    state for MinJobAge (300 s by default) after it ended, so sacct is asked only about a job the
-    controller has already forgotten (one re-attached long after its end).
-    """
-
-    def __init__(self, max_age_s: float = POLL_SECONDS) -> None:
-        self.max_age_s = max_age_s
-        self.calls = 0  # squeue calls made, for the RPC budget test and benchmarks
-        self._followed: set[str] = set()
-        self._asked: frozenset[str] = frozenset()
-        self._states: dict[str, str] | None = {}
-        self._pending: dict[str, tuple[str, int, str]] = {}  # pending jobs: reason, nodes, partition
-        self._at = float("-inf")
-
-    def follow(self, job_id: str) -> None:
-        self._followed.add(job_id)
-
-    def forget(self, job_id: str) -> None:
-        self._followed.discard(job_id)
-
-    def state(self, job_id: str) -> str | None:
-        """The job's state in squeue; "" when squeue does not list it (ended long ago, or never
-        existed), None when squeue cannot tell (it failed or timed out)."""
-        self.follow(job_id)
-        if job_id not in self._asked or time.monotonic() - self._at >= self.max_age_s:
-            self._refresh()
-        if self._states is None:
-            return None
-        return self._states.get(job_id, "")
-
-    def pending(self, job_id: str) -> tuple[str, int, str] | None:
-        """Why a job the last refresh saw PENDING waits (squeue's reason), its node count and partition."""
-        return self._pending.get(job_id)
-
-    def _refresh(self) -> None:
-        asked = frozenset(self._followed)
-        self.calls += 1
-        try:
-            listed = subprocess.run(SQUEUE + ["-j", ",".join(sorted(asked))], capture_output=True, text=True,
-                                    timeout=SQUEUE_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired):
-            self._states = None
-        else:
-            self._states, self._pending = _parse_states(listed)
-        self._asked, self._at = asked, time.monotonic()
-
-
-def _parse_states(listed: subprocess.CompletedProcess[str]) -> tuple[dict[str, str] | None,
-                                                                      dict[str, tuple[str, int, str]]]:
-    """Each listed job's state, and why each pending one waits (reason, nodes, partition)."""
-    if listed.returncode != 0:
-        # one id the controller has forgotten: squeue -j asks for that job alone and refuses it
-        return ({} if "Invalid job id" in listed.stderr else None), {}
-    states, pending = {}, {}
-    for line in listed.stdout.splitlines():
-        job_id, state, reason, nodes, partition = (line.strip().split("|") + [""] * 5)[:5]
-        if job_id:
-            states[job_id] = state
-            if state == "PENDING":
-                pending[job_id] = (reason, int(nodes) if nodes.isdigit() else 0, partition)
-    return states, pending
-
-
-QUEUE = QueueView()  # one per process: every SLURM job a runner follows shares its squeue calls
-
-
-def in_queue(job_id: str) -> bool:
-    """The job is pending, running or ending; False once it ended and its processes are gone."""
-    current = QUEUE.state(job_id)
-    if current is None or (current and current not in ENDED_STATES):
-        return True
-    QUEUE.forget(job_id)
-    return False
-
-
-def state(job: submitit.Job[Any]) -> str:
-    """SLURM's state: squeue's while the controller knows the job, else sacct's, first word only
-    ("CANCELLED by 0" -> "CANCELLED")."""
-    current = QUEUE.state(job.job_id)
-    if current:
-        return current
-    words = job.watcher.get_state(job.job_id, mode="force").split()
-    return words[0] if words else "UNKNOWN"
-
-
-def outcome(job: submitit.Job[Any], run_dir: Path) -> RunOutcome | None:
-    """None while the job is pending, running, requeued or ending; else how it ended, the SLURM state
-    as the reason. Costs no RPC of its own while the job runs: rank 0's result file and the shared
-    squeue view tell; sacct is asked only about a job squeue no longer lists."""
-    ended = _ended(job, run_dir)
-    if ended is not None:
-        QUEUE.forget(job.job_id)
-    return ended
-
-
-def _ended(job: submitit.Job[Any], run_dir: Path) -> RunOutcome | None:
-    result = _success(job.task(0))
-    if result is not None:
-        return result
-    current = QUEUE.state(job.job_id)
-    if current == "PENDING":
-        return _never_starts(job)
-    if current is None or (current and current not in ENDED_STATES):
-        return None
-    result = _success(job.task(0))  # it may have ended with its result since the first look
-    if result is not None:
-        return result
-    if not current:
-        current = state(job)
-        if not job.watcher.is_done(job.job_id, mode="cache"):  # slurmdbd has not recorded the end yet
-            return None
-    cause = recorded_failure(run_dir, crashes=current not in ENDED_BY_SCHEDULER)
-    return RunOutcome(False, f"SLURM job {job.job_id} {current}" + (f": {cause}" if cause else ""), 1)
-
-
-def _never_starts(job: submitit.Job[Any]) -> RunOutcome | None:
-    """A pending job that can never start is cancelled, and ends with why (capacity.never_starts); None while
-    it may yet start."""
-    from abtune.launch.capacity import never_starts
-
-    pending = QUEUE.pending(job.job_id)
-    why = never_starts(*pending) if pending is not None else None
-    if why is None:
-        return None
-    job.cancel(check=False)
-    return RunOutcome(False, f"SLURM job {job.job_id} can never start: {why}; cancelled it: fix the launcher profile",
-                      ConfigError.exit_code, never_started=True)
-
-
-def _success(rank0: submitit.Job[Any]) -> RunOutcome | None:
-    path = rank0.paths.result_pickle
-    if not path.exists():
-        return None
-    status, value = submitit.core.utils.pickle_load(path)
-    return value if status == "success" and isinstance(value, RunOutcome) else None

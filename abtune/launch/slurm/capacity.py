@@ -1,4 +1,4 @@
-"""Can a launched study's workers keep its own trials from starting? Asked of SLURM (sinfo, squeue).
+"""Can a launched study's workers keep its own trials from starting? Asked of SLURM's sinfo, once per check.
 The SLURM launcher's answers to the study-worker questions of the launcher interface (base.py).
 
 A worker holds its CPUs for as long as it runs, and SLURM places it on any node of its partition. A
@@ -16,16 +16,15 @@ whoever follows it, with that reason in one line.
 
 from __future__ import annotations
 
-import getpass
 import re
 import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from abtune.errors import ConfigError
-from abtune.launch.profiles import NO_TIME_LIMIT, Layout, SlurmProfile, parse_time_limit
+from abtune.launch.base import Layout
+from abtune.launch.slurm.profile import NO_TIME_LIMIT, SlurmProfile, parse_time_limit
 
 SLURM_TIMEOUT_S = 30
 # Each node of each partition, with the partition's limits: name, partition (default marked *), CPUs, memory
@@ -109,7 +108,11 @@ def _largest_job(size: str) -> int | None:
 def partition_nodes(partition: str | None) -> list[Node] | None:
     """The nodes of a partition (None: the cluster's default one) and their CPUs; None when sinfo cannot tell."""
     found, default = cluster_partitions()
-    chosen = found.get(partition or default or "")
+    return _nodes_of(found, partition or default)
+
+
+def _nodes_of(found: dict[str, Partition], partition: str | None) -> list[Node] | None:
+    chosen = found.get(partition or "")
     return list(chosen.nodes) if chosen is not None else None
 
 
@@ -226,13 +229,14 @@ def check_workers_leave_room(profile: SlurmProfile, worker: SlurmProfile, layout
     """Refuse (one line) a partition the cluster does not have, or a launch whose workers can keep every trial
     from starting, with advice that works (`rerun`: the `abtune study run ...` that drives the study from here
     instead). Returns what could not be checked (sinfo missing or silent), else None."""
-    known, default = partitions()
+    found, default = cluster_partitions()  # one sinfo answers every question below
+    known = sorted(found)
     if not known:
         return "sinfo gave no partitions here: the partitions and the room workers leave trials were not checked"
     for label, name in (("partition", profile.partition), ("worker.partition", worker.partition)):
         check_partition(label, name, known)
-    trial_nodes = partition_nodes(profile.partition)
-    worker_nodes = partition_nodes(worker.partition)
+    trial_nodes = _nodes_of(found, profile.partition or default)
+    worker_nodes = _nodes_of(found, worker.partition or default)
     if trial_nodes is None or worker_nodes is None:
         return "sinfo listed no nodes of the partitions: the room workers leave trials was not checked"
     shared = {n.name for n in trial_nodes} & {n.name for n in worker_nodes}
@@ -260,56 +264,3 @@ def room_advice(fewer: int, elsewhere: Sequence[str], rerun: str) -> str:
                     "launcher profile)")
     ways.append(f"run the study from this login node instead: `{rerun}` (every trial a SLURM job, no worker job)")
     return "; or ".join(ways)
-
-
-def partitions() -> tuple[list[str], str | None]:
-    """The cluster's partition names (sorted) and its default one; no names when sinfo cannot tell."""
-    found, default = cluster_partitions()
-    return sorted(found), default
-
-
-def job_states(job_ids: Sequence[str]) -> dict[str, dict[str, str]]:
-    """squeue's view of the given jobs: state, reason, partition, nodes; jobs that left the queue are absent."""
-    if not job_ids:
-        return {}
-    out = slurm_output("squeue", "-h", "-r", "-o", "%i|%T|%r|%P|%N")
-    if out is None:
-        return {}
-    rows = (line.split("|") for line in out.splitlines())
-    return {row[0]: {"state": row[1], "reason": row[2], "partition": row[3], "nodes": row[4]}
-            for row in rows if row[0] in job_ids}
-
-
-def queued(job_ids: Sequence[str]) -> list[str]:
-    """The given jobs (array tasks as ARRAY_TASK) still in the queue: pending, running or ending."""
-    if not job_ids:
-        return []
-    out = slurm_output("squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i", required=True)
-    return [job for job in (out or "").split() if job in job_ids]
-
-
-def trial_job_notes(trial_jobs: dict[int, str], worker_jobs: Sequence[str]) -> dict[int, str]:
-    """For each RUNNING trial (number -> SLURM job id): its job's state and pending reason, and whether
-    the study's own running workers sit on its partition's nodes while it waits for resources."""
-    states = job_states([*trial_jobs.values(), *worker_jobs])
-    workers_running = [s for job, s in states.items() if job in worker_jobs and s["state"] == "RUNNING"]
-    notes: dict[int, str] = {}
-    for number, job in trial_jobs.items():
-        state = states.get(job)
-        if state is None:
-            continue
-        notes[number] = state["state"]
-        if state["state"] == "PENDING":
-            nodes = {n.name for n in partition_nodes(state["partition"]) or []} if workers_running else set()
-            notes[number] += pending_note(state, nodes, workers_running)
-    return notes
-
-
-def pending_note(state: dict[str, str], partition_nodes: set[str], workers_running: list[dict[str, Any]]) -> str:
-    """` (REASON)`, and when it waits for resources while the study's own workers run on its partition, that."""
-    note = f" ({state['reason']})"
-    holding = sorted({w["nodes"] for w in workers_running if w["nodes"] in partition_nodes})
-    if state["reason"] not in ("Resources", "Priority") or not holding:
-        return note
-    return (f"{note}; the study's own workers hold CPUs on {', '.join(holding)} of partition {state['partition']}: "
-            "it may wait for as long as they run (`worker: {partition: ...}` in the launcher profile keeps them apart)")
