@@ -84,7 +84,7 @@ def test_a_job_deleted_with_qdel_ends_the_run_with_that_cause(gridengine_cell, t
         subprocess.run(["qdel", job_id], check=True, timeout=30, capture_output=True)
         _, stderr = cli.communicate(timeout=JOB_TIMEOUT_S)
 
-    assert cli.returncode == 1
+    assert cli.returncode == 1, stderr
     assert stderr.strip().splitlines() == [
         f"abtune: error: Grid Engine job {job_id} ended without a result: killed (qdel, or a limit such as h_rt; "
         f"exit status 137) (run folder {run_dir}; no checkpoint to resume from)"]

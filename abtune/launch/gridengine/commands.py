@@ -45,7 +45,7 @@ def qsub(script: Path) -> str:
 
 
 def queue_states() -> dict[str, str]:
-    """Every job of every user in the queue (pending, running, ending) -> its state as a word."""
+    """Every job of every user in the queue (pending, running, ending) -> its state letters (qw, r, Eqw, dr)."""
     done = _run("qstat", "-u", "*")
     if done.returncode != 0:
         raise GridEngineUnavailable(f"qstat failed: {_last_line(done.stderr)}")
@@ -53,8 +53,13 @@ def queue_states() -> dict[str, str]:
     for line in done.stdout.splitlines():
         fields = line.split()
         if len(fields) >= 5 and fields[0].isdigit():
-            states[fields[0]] = _STATES.get(fields[4], fields[4])
+            states[fields[0]] = fields[4]
     return states
+
+
+def state_word(letters: str) -> str:
+    """qstat's state letters as a person reads them: PENDING, RUNNING, ..."""
+    return _STATES.get(letters, letters)
 
 
 def error_reason(job_id: str) -> str:

@@ -97,12 +97,13 @@ class GridEngineJob(Job):
         return cls(str(record), run_dir)
 
     def poll(self) -> RunOutcome | None:
-        self._state = commands.queue_states().get(self.job_id, "DONE")
+        letters = commands.queue_states().get(self.job_id)
+        self._state = "DONE" if letters is None else commands.state_word(letters)
         result = read_result(result_path(self.run_dir, self.job_id))
         if result is not None:
             return result
-        if self._state != "DONE":
-            return self._never_starts() if "E" in self._state else None
+        if letters is not None:
+            return self._never_starts() if "E" in letters else None
         return self._without_result()
 
     def _never_starts(self) -> RunOutcome:
