@@ -1,8 +1,9 @@
-"""The launchers abtune ships: local processes (optionally on an emulated fabric), one in-process
-debug rank, and SLURM jobs through submitit. `load_launcher(NAME|PATH)` builds one from its profile.
+"""The launcher registry (`LAUNCHER_TYPES`) and the launchers that need no scheduler: local processes
+(optionally on an emulated fabric) and one in-process debug rank. `load_launcher(NAME|PATH)` builds a
+launcher from its profile, parsed with the `profile_type` of the registered launcher its `kind` names.
 
-The helpers they stand on sit beside this module: local.py starts ranks as processes, warm.py forks
-them from a warm server, fabric.py emulates an interconnect, slurm.py writes and follows SLURM jobs.
+Beside this module: local.py starts ranks as processes, warm.py forks them from a warm server, fabric.py
+emulates an interconnect; each scheduler's launcher is a package of its own (slurm/), registered here.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The SLURM launcher, all of it: the launcher and its jobs (launcher.py), its profile (profile.py), sbatch
-scripts and submission through submitit (submit.py), the shared squeue view and the queue questions
+scripts and submission through submitit (sbatch.py), the shared squeue view and the queue questions
 (queue.py), and what sinfo tells of the cluster's room (capacity.py). Nothing outside this package
 names SLURM but the command line (tests/test_launcher_registry.py checks it).
 """
@@ -14,7 +14,7 @@ from abtune.launch.slurm.queue import (
     in_queue,
     outcome,
 )
-from abtune.launch.slurm.submit import (
+from abtune.launch.slurm.sbatch import (
     POLL_SECONDS,
     STUDY_POLLS_PER_S,
     WORKER_LAYOUT,

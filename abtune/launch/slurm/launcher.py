@@ -1,5 +1,5 @@
 """The SLURM launcher: one SLURM job of `nodes x tasks_per_node` tasks per run through submitit
-(submit.py), followed through one shared squeue view (queue.py), its requests checked against what
+(sbatch.py), followed through one shared squeue view (queue.py), its requests checked against what
 sinfo tells of the cluster (capacity.py), and the study workers of `abtune study launch` as one job
 array of light jobs. Its profile is profile.py's SlurmProfile.
 """
@@ -26,14 +26,14 @@ from abtune.launch.base import (
     exported,
 )
 from abtune.launch.outcome import RunOutcome
-from abtune.launch.slurm import capacity, queue, submit
+from abtune.launch.slurm import capacity, queue, sbatch
 from abtune.launch.slurm.profile import SlurmProfile
 
 
 class SlurmJob(Job):
     """A SLURM job of the run's ranks; it keeps running when abtune stops following it."""
 
-    kind = submit.KIND
+    kind = sbatch.KIND
     label = "SLURM job"
     outlives_driver = True
     followable = True
@@ -47,7 +47,7 @@ class SlurmJob(Job):
     @classmethod
     def reattach(cls, record: Any, run_dir: Path) -> SlurmJob:
         """Any SLURM job can be followed from any host of the cluster: sacct knows it."""
-        return cls(queue.attach(str(record), submit.job_folder(run_dir)), run_dir)
+        return cls(queue.attach(str(record), sbatch.job_folder(run_dir)), run_dir)
 
     def poll(self) -> RunOutcome | None:
         return queue.outcome(self.submitit_job, self.run_dir)
@@ -69,7 +69,7 @@ class SlurmJob(Job):
     def cancel_command(self) -> str:
         return f"scancel {self.job_id}"
 
-    def follow(self, out: TextIO = sys.stdout, poll_s: float = submit.POLL_SECONDS) -> RunOutcome:
+    def follow(self, out: TextIO = sys.stdout, poll_s: float = sbatch.POLL_SECONDS) -> RunOutcome:
         from abtune.launch.follow import follow
 
         return follow(self, out, poll_s)
@@ -78,17 +78,17 @@ class SlurmJob(Job):
 class SlurmLauncher(Launcher, StudyWorkers):
     """One SLURM job of `nodes x tasks_per_node` tasks per run (the profile's layout); every task is one rank."""
 
-    kind = submit.KIND
+    kind = sbatch.KIND
     profile_type = SlurmProfile
     job_type = SlurmJob
     jobs_outlive_driver = True
     worker_key = "slurm_job"
-    job_variables = submit.JOB_VARIABLES
+    job_variables = sbatch.JOB_VARIABLES
     profile: SlurmProfile
 
     def __init__(self, profile: SlurmProfile) -> None:
         super().__init__(profile)
-        self.poll_s = submit.poll_interval(profile)  # one squeue per poll for all jobs (queue.QueueView)
+        self.poll_s = sbatch.poll_interval(profile)  # one squeue per poll for all jobs (queue.QueueView)
 
     def layout(self, nproc: int | None, ranks_per_node: int | None) -> Layout:
         if nproc is not None or ranks_per_node is not None:
@@ -108,7 +108,7 @@ class SlurmLauncher(Launcher, StudyWorkers):
                                                              "tasks_per_node": layout.ranks_per_node}))
 
     def batch_script(self, run_dir: Path, layout: Layout, job_name: str | None = None) -> str:
-        return submit.sbatch_script(run_dir, layout, self.profile, job_name)
+        return sbatch.sbatch_script(run_dir, layout, self.profile, job_name)
 
     def check_request(self, layout: Layout, config: RunConfig | None = None) -> str | None:
         """What sinfo tells of the partition: a job it can never hold is refused (capacity.check_request)."""
@@ -122,29 +122,29 @@ class SlurmLauncher(Launcher, StudyWorkers):
             self.check_request(layout)
         except ConfigError as error:
             raise SubmissionFailed(str(error)) from None
-        with submit.nested_submission(), exported(env):
-            return SlurmJob(submit.submit(run_dir, layout, self.profile, resume, job_name), run_dir)
+        with sbatch.nested_submission(), exported(env):
+            return SlurmJob(sbatch.submit(run_dir, layout, self.profile, resume, job_name), run_dir)
 
     def after(self, job: Job, body: Callable[[], Any], folder: Path) -> Job:
         """A light one-task job that starts when `job` leaves the queue (sbatch --dependency=afterany)."""
-        with submit.nested_submission():
-            return SlurmJob(submit.submit_after(job.job_id, folder, self.profile, body, f"{_job_name(job)}-after"),
+        with sbatch.nested_submission():
+            return SlurmJob(sbatch.submit_after(job.job_id, folder, self.profile, body, f"{_job_name(job)}-after"),
                             job.run_dir)
 
     # --- study workers: one job array of light jobs (see abtune/study/launch.py) ---------------
     def submit_workers(self, folder: Path, body: Callable[[], Any], count: int, job_name: str) -> list[str]:
-        jobs = submit.submit_array(folder, submit.WORKER_LAYOUT, submit.worker_profile(self.profile), [body] * count,
+        jobs = sbatch.submit_array(folder, sbatch.WORKER_LAYOUT, sbatch.worker_profile(self.profile), [body] * count,
                                    job_name)
         return [job.job_id for job in jobs]
 
     def workers_script(self, folder: Path, count: int, job_name: str) -> str:
-        script = submit.array_script(folder, submit.WORKER_LAYOUT, submit.worker_profile(self.profile), count, job_name)
+        script = sbatch.array_script(folder, sbatch.WORKER_LAYOUT, sbatch.worker_profile(self.profile), count, job_name)
         return f"# {count} worker(s): one job array, 1 task each\n" + script
 
     def check_worker_room(self, layout: Layout, count: int, rerun: str) -> str | None:
         """Workers sit on the cluster's nodes as long as they run: refuse a layout where they can hold
         every node a trial needs (capacity.py). Array tasks beyond `array_parallelism` wait, holding nothing."""
-        return capacity.check_workers_leave_room(self.profile, submit.worker_profile(self.profile), layout,
+        return capacity.check_workers_leave_room(self.profile, sbatch.worker_profile(self.profile), layout,
                                                  min(count, self.profile.array_parallelism), rerun)
 
     def watch_workers_command(self, job_name: str) -> str:

@@ -18,7 +18,7 @@ import submitit
 from abtune.errors import ConfigError
 from abtune.launch.outcome import RunOutcome, recorded_failure
 from abtune.launch.slurm.capacity import cluster_partitions, never_starts, slurm_output
-from abtune.launch.slurm.submit import POLL_SECONDS
+from abtune.launch.slurm.sbatch import POLL_SECONDS
 
 SQUEUE_TIMEOUT_S = 30
 

@@ -151,6 +151,13 @@ def sbatch_parameters(profile: SlurmProfile, layout: Layout, job_name: str) -> d
     return {key: value for key, value in params.items() if value is not None}
 
 
+def written_script(command: str, folder: Path, **parameters: Any) -> str:
+    """The sbatch script submitit's SlurmExecutor submits for these parameters, by submitit's own writer. It is
+    private (`_make_sbatch_string`): pyproject.toml bounds submitit's version, and
+    tests/test_launcher_registry.py checks that the writer takes every parameter abtune passes."""
+    return _make_sbatch_string(command=command, folder=folder, **parameters)
+
+
 def job_folder(run_dir: Path) -> Path:
     return run_dir.absolute() / JOBS_DIR
 
@@ -159,7 +166,7 @@ def sbatch_script(run_dir: Path, layout: Layout, profile: SlurmProfile, job_name
     """The script `submit` would hand to sbatch, written by submitit's own function; nothing is created."""
     folder = job_folder(run_dir)
     command = f"{python_command(profile)} -u -m submitit.core._submit {shlex.quote(str(folder))}"
-    return _make_sbatch_string(command=command, folder=folder, **sbatch_parameters(profile, layout, job_name or _name(run_dir)))
+    return written_script(command, folder, **sbatch_parameters(profile, layout, job_name or _name(run_dir)))
 
 
 def _name(run_dir: Path) -> str:
@@ -169,8 +176,7 @@ def _name(run_dir: Path) -> str:
 def array_script(folder: Path, layout: Layout, profile: SlurmProfile, count: int, job_name: str) -> str:
     """The script `submit_array` would hand to sbatch for `count` bodies; nothing is created."""
     command = f"{python_command(profile)} -u -m submitit.core._submit {shlex.quote(str(folder.absolute()))}"
-    return _make_sbatch_string(command=command, folder=folder.absolute(), map_count=count,
-                               **sbatch_parameters(profile, layout, job_name))
+    return written_script(command, folder.absolute(), map_count=count, **sbatch_parameters(profile, layout, job_name))
 
 
 # --- submitting -------------------------------------------------------------------------------
