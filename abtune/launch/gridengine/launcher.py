@@ -12,9 +12,11 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
+
+import cloudpickle
 
 from abtune.errors import ConfigError
 from abtune.launch.base import (
@@ -62,20 +64,30 @@ def job_name(run_dir: Path) -> str:
 def job_script(run_dir: Path, layout: Layout, profile: GridEngineProfile, name: str | None = None,
                resume: bool = False) -> str:
     """The script qsub gets: options as `#$` lines, the profile's setup, then the ranks (ranks.py)."""
-    folder = run_dir.absolute() / JOBS_DIR
-    options = [
-        "-S /bin/bash", f"-N {name or job_name(run_dir)}", f"-wd {shlex.quote(str((profile.workdir or Path.cwd()).absolute()))}",
-        f"-o {shlex.quote(str(folder))}/gridengine-$JOB_ID.out", f"-e {shlex.quote(str(folder))}/gridengine-$JOB_ID.err",
-        f"-pe {profile.parallel_environment} {layout.world_size}", "-V", "-r n",
-    ]
-    options += [f"-q {profile.queue}"] * (profile.queue is not None) + [f"-P {profile.project}"] * (profile.project is not None)
     limits = {**({"h_rt": profile.hard_run_time} if profile.hard_run_time else {}), **profile.resources}
-    options += [f"-l {key}={value}" for key, value in limits.items()] + list(profile.qsub)
+    options = [f"-pe {profile.parallel_environment} {layout.world_size}",
+               *(f"-l {key}={value}" for key, value in limits.items()), *profile.qsub]
+    command = (f"-m abtune.launch.gridengine.ranks {shlex.quote(str(run_dir.absolute()))} --ranks {layout.world_size}"
+               + (" --resume" if resume else ""))
+    return _script(run_dir.absolute() / JOBS_DIR, profile, name or job_name(run_dir), options, command)
+
+
+def after_script(held_job: str, pickled_body: Path, profile: GridEngineProfile, name: str) -> str:
+    """A one-slot job that runs a pickled body once `held_job` has left the queue, however it ended."""
+    command = f"-m abtune.launch.gridengine.after {shlex.quote(str(pickled_body))}"
+    return _script(pickled_body.parent, profile, name, [f"-hold_jid {held_job}"], command)
+
+
+def _script(folder: Path, profile: GridEngineProfile, name: str, options: list[str], command: str) -> str:
+    workdir = shlex.quote(str((profile.workdir or Path.cwd()).absolute()))
+    logs = f"{shlex.quote(str(folder))}/gridengine-$JOB_ID"
+    options = ["-S /bin/bash", f"-N {name}", f"-wd {workdir}", f"-o {logs}.out", f"-e {logs}.err", *options,
+               "-V", "-r n", *([f"-q {profile.queue}"] if profile.queue else []),
+               *([f"-P {profile.project}"] if profile.project else [])]
     python = profile.python or shlex.quote(sys.executable)
-    command = (f"exec {python} -u -m abtune.launch.gridengine.ranks {shlex.quote(str(run_dir.absolute()))} "
-               f"--ranks {layout.world_size}" + (" --resume" if resume else ""))
     path = [f"export PYTHONPATH={shlex.quote(os.environ['PYTHONPATH'])}"] if os.environ.get("PYTHONPATH") else []
-    return "\n".join(["#!/bin/bash", *(f"#$ {option}" for option in options), *path, *profile.setup, command, ""])
+    return "\n".join(["#!/bin/bash", *(f"#$ {option}" for option in options), *path, *profile.setup,
+                      f"exec {python} -u {command}", ""])
 
 
 class GridEngineJob(Job):
@@ -201,6 +213,15 @@ class GridEngineLauncher(Launcher, JobQueue):
         script.write_text(job_script(run_dir, layout, self.profile, job_name, resume))
         with exported(env):
             return GridEngineJob(commands.qsub(script), run_dir)
+
+    def after(self, job: Job, body: Callable[[], Any], folder: Path) -> Job:
+        """A one-slot job that runs `body` once `job` has left the queue, however it ended (qsub -hold_jid)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        pickled = folder.absolute() / f"gridengine-after-{job.job_id}.pkl"
+        pickled.write_bytes(cloudpickle.dumps(body))
+        script = folder / f"gridengine-after-{job.job_id}.sh"
+        script.write_text(after_script(job.job_id, pickled, self.profile, f"{job_name(job.run_dir)}-after"))
+        return GridEngineJob(commands.qsub(script), job.run_dir)
 
     @classmethod
     def queued(cls, job_ids: Sequence[str]) -> list[str]:

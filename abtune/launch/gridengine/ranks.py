@@ -18,7 +18,7 @@ from abtune.launch.outcome import RunOutcome
 
 def run_ranks(run_dir: Path, ranks: int, resume: bool) -> RunOutcome:
     try:
-        local.launch(run_dir, ranks, ranks, resume=resume)
+        local.launch(run_dir, ranks, ranks, resume=resume, job=GridEngineLauncher.rank_identity())
     except AbtuneError as error:
         return RunOutcome(False, str(error), error.exit_code)
     return RunOutcome(True)
@@ -36,7 +36,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # qdel and h_rt send SIGKILL to the whole job; a SIGTERM from anything else stops the ranks too
     signal.signal(signal.SIGTERM, _stop)
-    os.environ.update(GridEngineLauncher.rank_identity())  # the job's id and host, as every rank reads them
     outcome = run_ranks(args.run_dir, args.ranks, args.resume)
     write_result(result_path(args.run_dir, os.environ.get("JOB_ID", "0")), outcome)
     return 0 if outcome.ok else outcome.exit_code
