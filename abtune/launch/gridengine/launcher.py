@@ -225,6 +225,8 @@ class GridEngineLauncher(Launcher, JobQueue):
 
     @classmethod
     def queued(cls, job_ids: Sequence[str]) -> list[str]:
+        if not job_ids:
+            return []
         states = commands.queue_states()
         return [job for job in job_ids if job in states]
 
