@@ -72,7 +72,7 @@ def test_a_launcher_added_to_the_registry_reads_its_own_profiles(monkeypatch: py
     launcher = launchers.load_launcher(str(tmp_path / "echo.yaml"))
     assert isinstance(launcher, _EchoLauncher) and launcher.profile.greeting == "hi"
     assert launchers.job_queue(_EchoLauncher) is None and "echo" not in launchers.worker_launchers()
-    with pytest.raises(ConfigError, match="which echo jobs do not; use a profile of kind slurm, or run the study"):
+    with pytest.raises(ConfigError, match="which echo jobs do not; use a slurm profile, or run the study"):
         launchers.study_workers(launcher, "s")
     with pytest.raises(ConfigError, match="greeting: Input should be a valid string"):
         launchers.parse_profile({"kind": "echo", "greeting": 3}, "echo.yaml")

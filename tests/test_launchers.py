@@ -317,7 +317,7 @@ def test_every_registered_launcher_answers_the_interface(kind: str, tmp_path: Pa
     else:
         from abtune.launch.launchers import study_workers
 
-        with pytest.raises(ConfigError, match=f"which {kind} jobs do not; use a profile of kind slurm"):
+        with pytest.raises(ConfigError, match=f"which {kind} jobs do not; use a slurm profile"):
             study_workers(launcher)
     assert reattach("no-such-kind", {}, tmp_path) is None
 

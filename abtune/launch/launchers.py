@@ -392,8 +392,8 @@ def study_workers(launcher: Launcher, study: str = "NAME") -> StudyWorkers:
     if isinstance(launcher, StudyWorkers):
         return launcher
     raise ConfigError(f"--launcher {launcher.source or launcher.kind}: `study launch` submits study workers that run "
-                      f"on after it returns, which {launcher.kind} jobs do not; use a profile of kind "
-                      f"{' or '.join(worker_launchers())}, or run the study here with `abtune study run {study}`")
+                      f"on after it returns, which {launcher.kind} jobs do not; use a "
+                      f"{' or '.join(worker_launchers())} profile, or run the study here with `abtune study run {study}`")
 
 
 def this_worker_job() -> dict[str, str]:
