@@ -40,7 +40,7 @@ def qsub(script: Path) -> str:
         raise SubmissionFailed(str(error)) from None
     job_id = done.stdout.strip().split(".")[0]
     if done.returncode != 0 or not job_id.isdigit():
-        raise SubmissionFailed(f"qsub refused the job: {_last_line(done.stderr or done.stdout)}")
+        raise SubmissionFailed(f"qsub refused the job: {_qsub_error(done.stderr or done.stdout)}")
     return job_id
 
 
@@ -89,6 +89,13 @@ def qdel(job_ids: list[str]) -> None:
     """Ask the jobs to stop; one that ended meanwhile is no error."""
     if job_ids:
         _run("qdel", *job_ids)
+
+
+def _qsub_error(text: str) -> str:
+    """qsub's reason (`Unable to run job: job rejected: the requested parallel environment "mpi" does not
+    exist.`), without the `Exiting.` it ends with."""
+    return _last_line("\n".join(line for line in text.splitlines() if line.strip() != "Exiting.")).removeprefix(
+        "Unable to run job: ")
 
 
 def _last_line(text: str) -> str:
