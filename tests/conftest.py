@@ -119,10 +119,10 @@ def write_config(path: Path, **sections: Any) -> Path:
 
 
 # Tests that must not run beside each other on two pytest-xdist workers, by file: the SLURM cluster's fixed
-# ports (tests/slurm), the fabric tests' before/after snapshots of every namespace, link and qdisc; and a
-# server each worker would start a copy of (PostgreSQL).
-SHARED_MACHINE = {"tests/slurm/": "slurm", "tests/test_fabric.py": "fabric", "tests/postgres/": "postgres",
-                  "tests/test_study_postgres.py": "postgres"}
+# ports (tests/slurm) and the Grid Engine cell's (tests/gridengine), the fabric tests' before/after snapshots of
+# every namespace, link and qdisc; and a server each worker would start a copy of (PostgreSQL).
+SHARED_MACHINE = {"tests/slurm/": "slurm", "tests/gridengine/": "gridengine", "tests/test_fabric.py": "fabric",
+                  "tests/postgres/": "postgres", "tests/test_study_postgres.py": "postgres"}
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -43,7 +43,7 @@ def test_every_shipped_profile_parses_through_the_registry(path: Path) -> None:
 
 
 def test_an_unknown_kind_names_the_registered_ones() -> None:
-    with pytest.raises(ConfigError, match=r"^x.yaml: kind: expected one of local, debug, slurm \(got 'k8s'\)$"):
+    with pytest.raises(ConfigError, match=r"^x.yaml: kind: expected one of local, debug, slurm, gridengine \(got 'k8s'\)$"):
         launchers.parse_profile({"kind": "k8s"}, "x.yaml")
 
 

@@ -77,7 +77,7 @@ AB = {"name": "ab"}
                                    "1-12:00:00) (got '2h')"),  # the value once
         ({"mem": "lots"}, AB, "mem: String should match pattern"),
         ({"sbatch": {"time": "4:00:00"}}, AB, "sbatch: time is set by abtune; use the profile key time_limit"),
-        ({"kind": "kubernetes"}, AB, "kind: expected one of local, debug, slurm (got 'kubernetes')"),
+        ({"kind": "kubernetes"}, AB, "kind: expected one of local, debug, slurm, gridengine (got 'kubernetes')"),
         ({"worker": {"partitoin": "cpu"}}, AB,
          "worker.partitoin: unknown key (valid keys of worker: partition, account, qos, time_limit, cpus)"),
         ({"worker": {"time_limit": 5}}, AB, "worker.time_limit: 5 minutes is too short"),

@@ -35,6 +35,7 @@ from abtune.launch.base import (
     StudyWorkers,
     exported,
 )
+from abtune.launch.gridengine import GridEngineLauncher
 from abtune.launch.outcome import RunOutcome, disk_full
 from abtune.launch.pids import process_alive, process_start
 from abtune.launch.profiles import (
@@ -310,7 +311,7 @@ class DebugLauncher(Launcher):
 
 # The registry: the launchers abtune knows, by profile kind. Adding a launcher is its module and one entry here;
 # load_launcher, parse_profile, reattach, `study launch|stop|status` and the tests read this table only.
-LAUNCHER_TYPES: tuple[type[Launcher], ...] = (LocalLauncher, DebugLauncher, SlurmLauncher)
+LAUNCHER_TYPES: tuple[type[Launcher], ...] = (LocalLauncher, DebugLauncher, SlurmLauncher, GridEngineLauncher)
 LAUNCHERS: dict[str, type[Launcher]] = {launcher.kind: launcher for launcher in LAUNCHER_TYPES}
 # the job kinds another process can follow (re-attach); a debug job lives and dies with its process
 JOB_KINDS = tuple(kind for kind, launcher in LAUNCHERS.items() if launcher.job_type.followable)

@@ -62,19 +62,22 @@ def check_layout(nproc: int, ranks_per_node: int) -> None:
 
 
 def launch(run_dir: Path, nproc: int, ranks_per_node: int, resume: bool = False,
-           fabric: FabricProfile | None = None) -> None:
+           fabric: FabricProfile | None = None, job: dict[str, str] | None = None) -> None:
     """Start every rank, wait for all of them, raise TrainingFailed if any fails. With `fabric`, each
-    simulated node's ranks run in a network namespace of their own, behind an emulated link."""
+    simulated node's ranks run in a network namespace of their own, behind an emulated link. `job`: the
+    identity of the scheduler's job these ranks run in (`Launcher.rank_identity`), where a launcher starts
+    them as local processes inside its job."""
     check_layout(nproc, ranks_per_node)
     with node_network(fabric, nproc // ranks_per_node, run_dir, resume) as network:
-        _run_ranks(run_dir, nproc, ranks_per_node, resume, network)
+        _run_ranks(run_dir, nproc, ranks_per_node, resume, network, job or {})
 
 
-def _run_ranks(run_dir: Path, nproc: int, ranks_per_node: int, resume: bool, network: NodeNetwork) -> None:
+def _run_ranks(run_dir: Path, nproc: int, ranks_per_node: int, resume: bool, network: NodeNetwork,
+               job: dict[str, str]) -> None:
     port = free_port()
     args = [str(run_dir)] + (["--resume"] if resume else [])
     processes = [
-        start_rank(args, {**rank_environment(rank, nproc, ranks_per_node, port),
+        start_rank(args, {**rank_environment(rank, nproc, ranks_per_node, port), **job,
                           **network.environment(rank // ranks_per_node)}, network.namespace(rank // ranks_per_node))
         for rank in range(nproc)
     ]
