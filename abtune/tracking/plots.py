@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.container import BarContainer  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from abtune.objectives import OBJECTIVES  # noqa: E402
 from abtune.phases import Phase, colour_of, in_order  # noqa: E402
@@ -32,6 +33,8 @@ DPI = 110
 FEW_TRIALS = 20  # importances over fewer search trials than this come with a warning
 LABELLED_POINTS = 30  # the close-up labels every trial up to this many; beyond, the front only
 FRONT = "Pareto front"
+SMALLEST_BAR_MB = 0.05  # a phase's traffic under this draws no visible bar (0.0 MB at the plot's precision)
+HISTORY_HEADROOM = 1.25  # the history's traffic axis reaches this multiple of its largest value
 
 
 @dataclass(frozen=True)
@@ -131,11 +134,13 @@ def accuracy_and_loss(records: list[dict[str, Any]], segments: list[tuple[str, i
 def traffic_per_phase(summary: dict[str, Any], path: Path, run: str = "") -> Drawn:
     """Wire bytes per rank (mean over ranks) per phase in the order phases happen, inter-node stacked on
     intra-node; beside them the training phases' inter-node sum, what a study optimizes, against DDP's.
-    A phase that sent nothing has no bar (its name is under the plot); `run` names the run in the title."""
+    A phase that sent nothing, or too little to see (under SMALLEST_BAR_MB), has no bar: the title names it;
+    `run` names the run in the title."""
     traffic = summary["traffic"]
     by_phase = traffic["by_phase"]
     silent = [p for p in in_order(by_phase) if not by_phase[p]["total"]["mean"]]
-    phases = [p for p in in_order(by_phase) if p not in silent]
+    tiny = [p for p in in_order(by_phase) if p not in silent and by_phase[p]["total"]["mean"] / 1e6 < SMALLEST_BAR_MB]
+    phases = [p for p in in_order(by_phase) if p not in silent and p not in tiny]
     inter = [by_phase[p]["inter"]["mean"] / 1e6 for p in phases]
     intra = [(by_phase[p]["total"]["mean"] - by_phase[p]["inter"]["mean"]) / 1e6 for p in phases]
     training = traffic["training_inter_node_bytes"] / 1e6
@@ -154,6 +159,8 @@ def traffic_per_phase(summary: dict[str, Any], path: Path, run: str = "") -> Dra
         axis.axhline(ddp / 1e6, color="k", ls="--", lw=1, label=f"DDP training inter-node ({ddp / 1e6:,.1f} MB)")
         title += f"\ntraining inter-node {training:,.1f} MB = {training / (ddp / 1e6):.2f}x DDP's"
     axis.set_ylabel("MB per rank")
+    if tiny:
+        title += f"\nunder {SMALLEST_BAR_MB:g} MB, no bar: {', '.join(tiny)}"
     if silent:
         title += f"\nno traffic in {', '.join(silent)}"
     axis.set_title(title, fontsize=10)
@@ -362,10 +369,14 @@ def optimization_history(points: list[dict[str, Any]], y: Objective, x: Objectiv
         best.append(running)
     top.step(numbers, best, where="post", c="tab:blue", alpha=0.6, label=f"best {y.label} so far")
     top.set_xlabel("trial")
+    top.xaxis.set_major_locator(MaxNLocator(integer=True))  # trials are numbered, not measured
     top.set_ylabel(y.label, color="tab:blue")
     right = top.twinx()
     right.plot(numbers, [p["x"] / x.scale for p in search], "x", c="tab:red", label=x.label)
     right.set_ylabel(x.label, color="tab:red")
+    # traffic from 0, with room above its largest value: DDP's line (usually the largest) then runs below the top,
+    # not on the best top-1 line that the left axis puts there
+    right.set_ylim(0, HISTORY_HEADROOM * max([p["x"] / x.scale for p in ordered], default=1.0))
     for p in ddp:
         top.plot([p["number"]], [p["y"] / y.scale], "*", ms=12, c="tab:blue", label=f"{y.label}, DDP reference")
         right.plot([p["number"]], [p["x"] / x.scale], "*", ms=12, c="tab:red", label=f"{x.label}, DDP reference")

@@ -1,0 +1,34 @@
+"""The plots spend their canvas on what can be seen: no bar too small to see in the traffic plot (the title
+names those phases), whole trial numbers on the history's axis, and DDP's traffic line below the top of the
+history, where the best top-1 line runs."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from abtune.tracking import plots
+from abtune.tracking.study_plots import study_points
+from tests.quickstart_fixture import quickstart_trials
+from tests.test_study_plots import SUMMARY
+
+
+def test_a_phase_too_small_to_see_has_no_bar_and_is_named(tmp_path: Path) -> None:
+    summary = copy.deepcopy(SUMMARY)
+    for phase, nbytes in (("eval", 12_000.0), ("checkpoint", 0.0)):  # the quickstart's eval: kilobytes
+        summary["traffic"]["by_phase"][phase] = {"total": {"mean": nbytes}, "inter": {"mean": nbytes / 2}}
+    drawn = plots.traffic_per_phase(summary, tmp_path / "traffic.png", "trial-7")
+    title = next(t for t in drawn.texts if t.startswith("trial-7: ab traffic per phase"))
+    assert "under 0.05 MB, no bar: eval" in title and title.endswith("no traffic in checkpoint"), title
+    assert "eval" not in drawn.texts and "setup" in drawn.texts  # setup's 0.5 MB is a bar one can see
+
+
+def test_the_history_counts_whole_trials_and_keeps_ddps_line_off_the_top(tmp_path: Path) -> None:
+    y, x, points = study_points(quickstart_trials(), ["top1", "inter_node_bytes"])
+    drawn = plots.optimization_history(points, y, x, tmp_path / "history.png")
+    ticks = [t for t in drawn.texts if t.lstrip("−-").replace(".", "", 1).isdigit()]
+    assert "0.25" not in ticks and "0.5" not in ticks  # no fractions of a trial
+    ((_, ddp_mb), _) = drawn.series["inter-node MB per rank of DDP (right axis)"]
+    assert ddp_mb == max(p["x"] for p in points) / 1e6
+    top = max(float(t.replace("−", "-")) for t in ticks)  # the right axis reaches past DDP's 140 MB
+    assert top >= 1.2 * ddp_mb, ticks
