@@ -32,3 +32,11 @@ def test_the_history_counts_whole_trials_and_keeps_ddps_line_off_the_top(tmp_pat
     assert ddp_mb == max(p["x"] for p in points) / 1e6
     top = max(float(t.replace("−", "-")) for t in ticks)  # the right axis reaches past DDP's 140 MB
     assert top >= 1.2 * ddp_mb, ticks
+
+
+def test_importances_say_the_section_once_and_traffic_per_rank(tmp_path: Path) -> None:
+    values = {"top1": {"method.warmup_frac": 0.7, "method.ab_frac": 0.3},
+              "inter_node_bytes": {"method.warmup_frac": 0.4, "method.ab_frac": 0.6}}
+    drawn = plots.importances(values, 30, tmp_path / "importances.png")
+    assert "importance for inter-node MB per rank (method.*)" in drawn.texts, drawn.texts
+    assert "warmup_frac" in drawn.texts and "method.warmup_frac" not in drawn.texts

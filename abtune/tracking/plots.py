@@ -22,6 +22,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from abtune import prose  # noqa: E402
 from abtune.objectives import OBJECTIVES  # noqa: E402
 from abtune.phases import Phase, colour_of, in_order  # noqa: E402
 
@@ -341,8 +342,11 @@ def importances(by_objective: dict[str, dict[str, float]], trials: int, path: Pa
     figure, axes = plt.subplots(1, len(by_objective), figsize=(6 * len(by_objective), 4.8), squeeze=False)
     for axis, (objective, values) in zip(axes[0], by_objective.items(), strict=True):
         names = list(values)[::-1]
-        axis.barh(names, [values[n] for n in names], color="tab:blue")
-        axis.set_title(f"importance for {OBJECTIVES[objective].label if objective in OBJECTIVES else objective}")
+        section = prose.shared_section(names)  # `method.` said once, in the title, not on every bar
+        axis.barh([prose.short_key(n, section) for n in names], [values[n] for n in names], color="tab:blue")
+        known = OBJECTIVES.get(objective)
+        label = objective if known is None else known.label + (" per rank" if known.unit == "MB" else "")
+        axis.set_title(f"importance for {label}" + (f" ({section}.*)" if section else ""))
         axis.set_xlabel("importance (Optuna's default evaluator)")
         axis.tick_params(axis="y", labelsize=7)
     basis = f"computed over {trials} completed search trial{'s' if trials != 1 else ''}"
