@@ -35,6 +35,7 @@ FEW_TRIALS = 20  # importances over fewer search trials than this come with a wa
 LABELLED_POINTS = 30  # the close-up labels every trial up to this many; beyond, the front only
 FRONT = "Pareto front"
 SMALLEST_BAR_MB = 0.05  # a phase's traffic under this draws no visible bar (0.0 MB at the plot's precision)
+RING_CLEARANCE_PT = 9  # a label's distance right of a ringed or reference point: the ring's radius is about 8 pt
 HISTORY_HEADROOM = 1.25  # the history's traffic axis reaches this multiple of its largest value
 
 
@@ -288,8 +289,9 @@ def _draw_front(axis: Any, points: list[dict[str, Any]], y: Objective, x: Object
     for p in labelled:  # the front's labels above their points, the others' below: neighbours rarely collide
         compression = p.get("compression")
         text = f"{p['number']} ({compression:.1f}:1)" if compression and compression > 1.005 else str(p["number"])
-        axis.annotate(text, (p["x"] / x.scale, p["y"] / y.scale), fontsize=7, xytext=(4, 3 if p["front"] else -10),
-                      textcoords="offset points", annotation_clip=True)
+        clear = RING_CLEARANCE_PT if p.get("recommended") or p["reference"] else 4  # past a ring or a big marker
+        axis.annotate(text, (p["x"] / x.scale, p["y"] / y.scale), fontsize=7, xytext=(clear, 3 if p["front"] else -10),
+                      textcoords="offset points", annotation_clip=True, zorder=7)
     spread = [p for p in points if p.get("y_std") is not None]
     if spread:  # seed repeats: one standard deviation over the seeds either way
         axis.errorbar(*_xy(spread, y, x), yerr=[_finite(p["y_std"]) / y.scale for p in spread],
