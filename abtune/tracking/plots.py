@@ -34,7 +34,7 @@ DPI = 110
 FEW_TRIALS = 20  # importances over fewer search trials than this come with a warning
 LABELLED_POINTS = 30  # the close-up labels every trial up to this many; beyond, the front only
 FRONT = "Pareto front"
-SMALLEST_BAR_MB = 0.05  # a phase's traffic under this draws no visible bar (0.0 MB at the plot's precision)
+SMALLEST_BAR_SHARE = 0.01  # a phase's traffic under this share of the plot's height draws no bar one can see
 RING_CLEARANCE_PT = 9  # a label's distance right of a ringed or reference point: the ring's radius is about 8 pt
 HISTORY_HEADROOM = 1.25  # the history's traffic axis reaches this multiple of its largest value
 
@@ -136,17 +136,18 @@ def accuracy_and_loss(records: list[dict[str, Any]], segments: list[tuple[str, i
 def traffic_per_phase(summary: dict[str, Any], path: Path, run: str = "") -> Drawn:
     """Wire bytes per rank (mean over ranks) per phase in the order phases happen, inter-node stacked on
     intra-node; beside them the training phases' inter-node sum, what a study optimizes, against DDP's.
-    A phase that sent nothing, or too little to see (under SMALLEST_BAR_MB), has no bar: the title names it;
-    `run` names the run in the title."""
+    A phase that sent nothing, or too little to see (under SMALLEST_BAR_SHARE of the plot's height), has no bar:
+    the title names it with its MB; `run` names the run in the title."""
     traffic = summary["traffic"]
     by_phase = traffic["by_phase"]
+    ddp = traffic.get("ddp_reference_inter_node_bytes")
+    height = max([by_phase[p]["total"]["mean"] for p in by_phase] + [traffic["training_inter_node_bytes"], ddp or 0.0])
     silent = [p for p in in_order(by_phase) if not by_phase[p]["total"]["mean"]]
-    tiny = [p for p in in_order(by_phase) if p not in silent and by_phase[p]["total"]["mean"] / 1e6 < SMALLEST_BAR_MB]
+    tiny = [p for p in in_order(by_phase) if p not in silent and by_phase[p]["total"]["mean"] < SMALLEST_BAR_SHARE * height]
     phases = [p for p in in_order(by_phase) if p not in silent and p not in tiny]
     inter = [by_phase[p]["inter"]["mean"] / 1e6 for p in phases]
     intra = [(by_phase[p]["total"]["mean"] - by_phase[p]["inter"]["mean"]) / 1e6 for p in phases]
     training = traffic["training_inter_node_bytes"] / 1e6
-    ddp = traffic.get("ddp_reference_inter_node_bytes")
     figure, axis = plt.subplots(figsize=(7.5, 5))
     positions = list(range(len(phases)))
     axis.bar(positions, inter, label="inter-node", color="tab:red")
@@ -162,7 +163,7 @@ def traffic_per_phase(summary: dict[str, Any], path: Path, run: str = "") -> Dra
         title += f"\ntraining inter-node {training:,.1f} MB = {training / (ddp / 1e6):.2f}x DDP's"
     axis.set_ylabel("MB per rank")
     if tiny:
-        title += f"\nunder {SMALLEST_BAR_MB:g} MB, no bar: {', '.join(tiny)}"
+        title += "\ntoo small to draw: " + ", ".join(f"{p} {by_phase[p]['total']['mean'] / 1e6:.2f} MB" for p in tiny)
     if silent:
         title += f"\nno traffic in {', '.join(silent)}"
     axis.set_title(title, fontsize=10)
