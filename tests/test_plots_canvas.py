@@ -41,3 +41,15 @@ def test_importances_say_the_section_once_and_traffic_per_rank(tmp_path: Path) -
     drawn = plots.importances(values, 30, tmp_path / "importances.png")
     assert "importance for inter-node MB per rank (method.*)" in drawn.texts, drawn.texts
     assert "warmup_frac" in drawn.texts and "method.warmup_frac" not in drawn.texts
+
+
+def test_a_layer_kept_dense_draws_a_full_bar_not_an_empty_one(tmp_path: Path) -> None:
+    summary = copy.deepcopy(SUMMARY)
+    last = summary["decompositions"][-1]
+    dense = next(layer for layer in summary["spectra"] if layer not in last["ranks"]) if any(
+        layer not in last["ranks"] for layer in summary["spectra"]) else last["ranks"].popitem()[0]
+    last["kept_full_rank"] = [dense]
+    drawn = plots.spectra(summary, 0.1, tmp_path / "spectra.png", "trial-6")
+    assert drawn is not None and "kept dense (full rank)" in drawn.texts
+    drawn = plots.spectra(SUMMARY, 0.1, tmp_path / "factored.png", "trial-6")
+    assert drawn is not None and "kept dense (full rank)" not in drawn.texts  # every layer factored: no such key

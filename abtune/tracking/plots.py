@@ -211,13 +211,20 @@ def spectra(summary: dict[str, Any], cutoff: float | None, path: Path, run: str 
     left.set_title(title + ")\ncolours: the layers named on the right", fontsize=10)
     rows = range(len(layers))
     right.barh(rows, [len(values[k]) for k in layers], color="0.88", label="full rank")
-    right.barh(rows, [ranks.get(k, 0) for k in layers], color=colors, label="kept rank (colour of its spectrum)")
+    dense = set(decompositions[-1].get("kept_full_rank") or [])  # factors would not have saved anything
+    factored = [i for i, k in enumerate(layers) if k not in dense]
+    right.barh(factored, [ranks.get(layers[i], 0) for i in factored], color=[colors[i] for i in factored],
+               label="kept rank (colour of its spectrum)")
+    kept_dense = [i for i, k in enumerate(layers) if k in dense]
+    if kept_dense:  # a full bar, not an empty one: the layer kept every rank
+        right.barh(kept_dense, [len(values[layers[i]]) for i in kept_dense], color=[colors[i] for i in kept_dense],
+                   hatch="//", edgecolor="white", label="kept dense (full rank)")
     right.set_yticks(rows, names, fontsize=7)
     for label, color in zip(right.get_yticklabels(), colors, strict=True):
         label.set_color(color)
     right.invert_yaxis()
     right.set_xlabel("rank")
-    right.legend(loc="lower left", bbox_to_anchor=(0.0, 1.02), borderaxespad=0.0, fontsize="small", ncols=2)
+    right.legend(loc="lower left", bbox_to_anchor=(0.0, 1.02), borderaxespad=0.0, fontsize="small", ncols=3)
     return _save(figure, path)
 
 
