@@ -163,12 +163,17 @@ def traffic_per_phase(summary: dict[str, Any], path: Path, run: str = "") -> Dra
         title += f"\ntraining inter-node {training:,.1f} MB = {training / (ddp / 1e6):.2f}x DDP's"
     axis.set_ylabel("MB per rank")
     if tiny:
-        title += "\ntoo small to draw: " + ", ".join(f"{p} {by_phase[p]['total']['mean'] / 1e6:.2f} MB" for p in tiny)
+        title += "\ntoo small to draw: " + ", ".join(f"{p} {_small_amount(by_phase[p]['total']['mean'])}" for p in tiny)
     if silent:
         title += f"\nno traffic in {', '.join(silent)}"
     axis.set_title(title, fontsize=10)
     axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncols=2, fontsize="small")
     return _save(figure, path)
+
+
+def _small_amount(nbytes: float) -> str:
+    """`0.47 MB`; under 0.01 MB in kB (`1.2 kB`), where MB would read 0.00."""
+    return f"{nbytes / 1e6:.2f} MB" if nbytes >= 1e4 else f"{nbytes / 1e3:.1f} kB"
 
 
 def short_layer_names(layers: list[str]) -> list[str]:
