@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from abtune.errors import INTERRUPTED_EXIT, AbtuneError, ConfigError
 from abtune.launch.profiles import add_launcher_argument
+from abtune.prose import say
 from abtune.redact import redact
 from abtune.study.ranking import DEFAULT_MARGIN, DEFAULT_RULE, RULES, Rule
 from abtune.tracking.uri import add_tracking_arguments, tracking_arguments
@@ -352,8 +353,8 @@ def _print_confirmed_recommendation(name: str, storage: BaseStorage, url: str, t
     if answer is not None:
         print_recommendation(console(), answer, DEFAULT_RULE)
         recommendation.publish(study, answer, tracking, tracking.study_parent_run(name, _shown(url)))
-    print(f"stored in study {name} (user attrs abtune.confirmation.*, abtune.recommendation); `abtune study best`, "
-          f"`study status`, `study export` and `abtune promote {name}` now name the confirmed choice")
+    say(f"stored in study {name} (user attrs abtune.confirmation.*, abtune.recommendation); `abtune study best`, "
+        f"`study status`, `study export` and `abtune promote {name}` now name the confirmed choice")
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ from abtune.config import RunConfig, apply_overrides, parse_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.launch.base import Job, Launcher
 from abtune.objectives import OBJECTIVES
+from abtune.prose import say
 from abtune.rundir import check_writable
 from abtune.runfiles import read_summary, summary_path
 from abtune.runs import Run
@@ -112,8 +113,8 @@ def run_seeds(spec: StudySpec, study_name: str, study_dir: Path, chosen: list[Su
     layout = trial_layout(spec, launcher)
     pending = [(s, seed) for s in chosen for seed in seeds if not summary_path(seed_dir(s.folder(study_dir), seed)).exists()]
     done = len(chosen) * len(seeds) - len(pending)
-    print(f"confirming {len(chosen)} configuration(s) x {len(seeds)} seed(s): {len(pending)} run(s) to train"
-          + (f", {done} already done" if done else ""), flush=True)
+    say(f"confirming {plural(len(chosen), 'configuration')} x {plural(len(seeds), 'seed')}: "
+        f"{plural(len(pending), 'run')} to train" + (f", {done} already done" if done else ""))
 
     def start(item: tuple[Subject, int]) -> Job:
         subject, seed = item
@@ -124,20 +125,67 @@ def run_seeds(spec: StudySpec, study_name: str, study_dir: Path, chosen: list[Su
 
     pool = JobPool(parallel, start, pending)
     failed: list[str] = []
-    try:
-        while pool.busy:
-            pool.fill()
-            for (subject, seed), ended in pool.poll():
-                print(f"{subject.name} seed {seed}: " + ("done" if ended.ok else f"failed: {ended.reason}"), flush=True)
-                if not ended.ok:
-                    failed.append(f"{subject.name} seed {seed} ({ended.reason})")
-            time.sleep(POLL_S if pool.running else 0)
-    except KeyboardInterrupt:
-        pool.cancel()
-        raise
+    with SeedProgress(len(pending)) as progress:
+        try:
+            while pool.busy:
+                pool.fill()
+                progress.running([f"{subject.name} seed {seed}" for (subject, seed), _ in pool.running])
+                for (subject, seed), ended in pool.poll():
+                    progress.ended(f"{subject.name} seed {seed}", ended.ok, ended.reason)
+                    if not ended.ok:
+                        failed.append(f"{subject.name} seed {seed} ({ended.reason})")
+                time.sleep(POLL_S if pool.running else 0)
+        except KeyboardInterrupt:
+            pool.cancel()
+            raise
     if failed:
         raise AbtuneError(f"{len(failed)} confirmation run(s) failed: {'; '.join(failed)}; run the command "
                           "again to retry them (finished runs are kept)")
+
+
+class SeedProgress:
+    """The confirmation's runs as they end: on a terminal a progress bar (runs done of all, what runs now,
+    elapsed time) with failures printed above it; elsewhere (logs, CI) one line per ended run."""
+
+    BAR_COLUMNS = 50  # what the bar takes before the running runs' names: title, bar, count, time
+
+    def __init__(self, total: int) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from abtune import tables
+
+        self.console = tables.console()
+        self.bar = Progress(TextColumn("[bold]confirming[/]"), BarColumn(bar_width=20), MofNCompleteColumn(),
+                            TimeElapsedColumn(), TextColumn("{task.fields[now]}"), console=self.console,
+                            transient=False) if self.console.is_terminal and total else None
+        self.task = self.bar.add_task("runs", total=total, now="") if self.bar is not None else None
+
+    def __enter__(self) -> SeedProgress:
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.running([])  # the bar's last state: nothing runs any more
+            self.bar.stop()
+
+    def running(self, names: list[str]) -> None:
+        """What runs now beside the bar: the runs by name when they fit, else how many."""
+        if self.bar is not None and self.task is not None:
+            listed = f"running {', '.join(names)}"
+            shown = listed if len(listed) <= self.console.width - self.BAR_COLUMNS else f"running {len(names)}"
+            self.bar.update(self.task, now=shown if names else "")
+
+    def ended(self, name: str, ok: bool, reason: str | None) -> None:
+        line = f"{name}: " + ("done" if ok else f"failed: {reason}")
+        if self.bar is None:
+            print(line, flush=True)
+            return
+        if self.task is not None:
+            self.bar.advance(self.task)
+        if not ok:
+            self.bar.console.print(line, markup=False)
 
 
 # --- the statistics ---------------------------------------------------------------------------------
@@ -265,7 +313,7 @@ def _heading(name: str, records: list[dict[str, Any]], seeds: list[int]) -> list
     images = records[0].get("validation_images") if records else None
     scored = (f"top-1 intervals: Wilson over {images} validation images a seed, widened to the seeds' t-interval "
               f"from {stats.MIN_SEEDS} seeds, within [0, 1]") if images else "top-1 intervals: the seeds' t-interval"
-    return [f"Confirmation of study {name}: {len(records)} configuration(s) x {plural(len(seeds), 'fresh seed')} "
+    return [f"Confirmation of study {name}: {plural(len(records), 'configuration')} x {plural(len(seeds), 'fresh seed')} "
             f"({', '.join(map(str, seeds))})",
             f"Test: {stats.TEST_NAME}; * = significant (p < {stats.ALPHA:.2f}, from {stats.MIN_SEEDS} seeds with a "
             f"spread); difference = row - reference; {scored}."]

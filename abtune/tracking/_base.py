@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from abtune.attrs import DDP, PAPER_DEFAULTS, REFERENCE_ATTR, RUN_ID_ATTR
 from abtune.config import RunConfig
+from abtune.tracking.view import search_params
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -50,8 +51,8 @@ class Tracking:
 
     def start_run(self, config: RunConfig, *, experiment: str, run_name: str, parent_run_id: str | None = None,
                   tags: dict[str, Any] | None = None, launch_info: LaunchInfo | None = None,
-                  required: bool = True) -> str | None:
-        """Create the run and log its params; return its id (goes into hooks.yaml via `hook_spec`). A store
+                  required: bool = True, params: dict[str, Any] | None = None) -> str | None:
+        """Create the run and log its params (the config's, then `params`); return its id (goes into hooks.yaml via `hook_spec`). A store
         that fails raises TrackingUnavailable, or with `required` False (a study's trials, once it runs)
         warns once per process and returns None: the run goes on untracked."""
         return None
@@ -66,7 +67,8 @@ class Tracking:
         tags = {"optuna.study": study_name, "optuna.trial_number": trial.number,
                 **({REFERENCE_TAG: reference} if reference else {})}
         run_id = self.start_run(config, experiment=study_name, run_name=run_name, parent_run_id=parent_run_id,
-                                launch_info=launch_info, required=False, tags=tags)
+                                launch_info=launch_info, required=False, tags=tags,
+                                params=search_params(dict(trial.params)))
         if run_id is not None:
             trial.set_user_attr(RUN_ID_ATTR, run_id)
         return run_id

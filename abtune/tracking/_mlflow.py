@@ -126,7 +126,7 @@ class MlflowTracking(Tracking):
     # --- runs -----------------------------------------------------------------------------
     def start_run(self, config: RunConfig, *, experiment: str, run_name: str, parent_run_id: str | None = None,
                   tags: dict[str, Any] | None = None, launch_info: LaunchInfo | None = None,
-                  required: bool = True) -> str | None:
+                  required: bool = True, params: dict[str, Any] | None = None) -> str | None:
         launch = launch_info or LaunchInfo()
         all_tags = {"abtune.role": "trial" if parent_run_id else "run", "abtune.launcher": launch.launcher,
                     **({"mlflow.parentRunId": parent_run_id} if parent_run_id else {}), **(tags or {})}
@@ -134,7 +134,7 @@ class MlflowTracking(Tracking):
             experiment_id = self._experiment_id(experiment)
             run = self.client.create_run(experiment_id, run_name=run_name,
                                          tags={k: redact(str(v)) for k, v in all_tags.items()})
-            self._log_params(run.info.run_id, run_params(config, launch))
+            self._log_params(run.info.run_id, {**run_params(config, launch), **(params or {})})
         except AbtuneError:
             raise
         except Exception as error:

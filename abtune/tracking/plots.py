@@ -20,7 +20,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.container import BarContainer  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from abtune import prose  # noqa: E402
 from abtune.objectives import OBJECTIVES  # noqa: E402
 from abtune.phases import Phase, colour_of, in_order  # noqa: E402
 
@@ -32,6 +34,9 @@ DPI = 110
 FEW_TRIALS = 20  # importances over fewer search trials than this come with a warning
 LABELLED_POINTS = 30  # the close-up labels every trial up to this many; beyond, the front only
 FRONT = "Pareto front"
+SMALLEST_BAR_SHARE = 0.01  # a phase's traffic under this share of the plot's height draws no bar one can see
+RING_CLEARANCE_PT = 9  # a label's distance right of a ringed or reference point: the ring's radius is about 8 pt
+HISTORY_HEADROOM = 1.25  # the history's traffic axis reaches this multiple of its largest value
 
 
 @dataclass(frozen=True)
@@ -131,15 +136,18 @@ def accuracy_and_loss(records: list[dict[str, Any]], segments: list[tuple[str, i
 def traffic_per_phase(summary: dict[str, Any], path: Path, run: str = "") -> Drawn:
     """Wire bytes per rank (mean over ranks) per phase in the order phases happen, inter-node stacked on
     intra-node; beside them the training phases' inter-node sum, what a study optimizes, against DDP's.
-    A phase that sent nothing has no bar (its name is under the plot); `run` names the run in the title."""
+    A phase that sent nothing, or too little to see (under SMALLEST_BAR_SHARE of the plot's height), has no bar:
+    the title names it with its MB; `run` names the run in the title."""
     traffic = summary["traffic"]
     by_phase = traffic["by_phase"]
+    ddp = traffic.get("ddp_reference_inter_node_bytes")
+    height = max([by_phase[p]["total"]["mean"] for p in by_phase] + [traffic["training_inter_node_bytes"], ddp or 0.0])
     silent = [p for p in in_order(by_phase) if not by_phase[p]["total"]["mean"]]
-    phases = [p for p in in_order(by_phase) if p not in silent]
+    tiny = [p for p in in_order(by_phase) if p not in silent and by_phase[p]["total"]["mean"] < SMALLEST_BAR_SHARE * height]
+    phases = [p for p in in_order(by_phase) if p not in silent and p not in tiny]
     inter = [by_phase[p]["inter"]["mean"] / 1e6 for p in phases]
     intra = [(by_phase[p]["total"]["mean"] - by_phase[p]["inter"]["mean"]) / 1e6 for p in phases]
     training = traffic["training_inter_node_bytes"] / 1e6
-    ddp = traffic.get("ddp_reference_inter_node_bytes")
     figure, axis = plt.subplots(figsize=(7.5, 5))
     positions = list(range(len(phases)))
     axis.bar(positions, inter, label="inter-node", color="tab:red")
@@ -154,11 +162,18 @@ def traffic_per_phase(summary: dict[str, Any], path: Path, run: str = "") -> Dra
         axis.axhline(ddp / 1e6, color="k", ls="--", lw=1, label=f"DDP training inter-node ({ddp / 1e6:,.1f} MB)")
         title += f"\ntraining inter-node {training:,.1f} MB = {training / (ddp / 1e6):.2f}x DDP's"
     axis.set_ylabel("MB per rank")
+    if tiny:
+        title += "\ntoo small to draw: " + ", ".join(f"{p} {_small_amount(by_phase[p]['total']['mean'])}" for p in tiny)
     if silent:
         title += f"\nno traffic in {', '.join(silent)}"
     axis.set_title(title, fontsize=10)
     axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncols=2, fontsize="small")
     return _save(figure, path)
+
+
+def _small_amount(nbytes: float) -> str:
+    """`0.47 MB`; under 0.01 MB in kB (`1.2 kB`), where MB would read 0.00."""
+    return f"{nbytes / 1e6:.2f} MB" if nbytes >= 1e4 else f"{nbytes / 1e3:.1f} kB"
 
 
 def short_layer_names(layers: list[str]) -> list[str]:
@@ -201,13 +216,20 @@ def spectra(summary: dict[str, Any], cutoff: float | None, path: Path, run: str 
     left.set_title(title + ")\ncolours: the layers named on the right", fontsize=10)
     rows = range(len(layers))
     right.barh(rows, [len(values[k]) for k in layers], color="0.88", label="full rank")
-    right.barh(rows, [ranks.get(k, 0) for k in layers], color=colors, label="kept rank (colour of its spectrum)")
+    dense = set(decompositions[-1].get("kept_full_rank") or [])  # factors would not have saved anything
+    factored = [i for i, k in enumerate(layers) if k not in dense]
+    right.barh(factored, [ranks.get(layers[i], 0) for i in factored], color=[colors[i] for i in factored],
+               label="kept rank (colour of its spectrum)")
+    kept_dense = [i for i, k in enumerate(layers) if k in dense]
+    if kept_dense:  # a full bar, not an empty one: the layer kept every rank
+        right.barh(kept_dense, [len(values[layers[i]]) for i in kept_dense], color=[colors[i] for i in kept_dense],
+                   hatch="//", edgecolor="white", label="kept dense (full rank)")
     right.set_yticks(rows, names, fontsize=7)
     for label, color in zip(right.get_yticklabels(), colors, strict=True):
         label.set_color(color)
     right.invert_yaxis()
     right.set_xlabel("rank")
-    right.legend(loc="lower left", bbox_to_anchor=(0.0, 1.02), borderaxespad=0.0, fontsize="small", ncols=2)
+    right.legend(loc="lower left", bbox_to_anchor=(0.0, 1.02), borderaxespad=0.0, fontsize="small", ncols=3)
     return _save(figure, path)
 
 
@@ -280,8 +302,9 @@ def _draw_front(axis: Any, points: list[dict[str, Any]], y: Objective, x: Object
     for p in labelled:  # the front's labels above their points, the others' below: neighbours rarely collide
         compression = p.get("compression")
         text = f"{p['number']} ({compression:.1f}:1)" if compression and compression > 1.005 else str(p["number"])
-        axis.annotate(text, (p["x"] / x.scale, p["y"] / y.scale), fontsize=7, xytext=(4, 3 if p["front"] else -10),
-                      textcoords="offset points", annotation_clip=True)
+        clear = RING_CLEARANCE_PT if p.get("recommended") or p["reference"] else 4  # past a ring or a big marker
+        axis.annotate(text, (p["x"] / x.scale, p["y"] / y.scale), fontsize=7, xytext=(clear, 3 if p["front"] else -10),
+                      textcoords="offset points", annotation_clip=True, zorder=7)
     spread = [p for p in points if p.get("y_std") is not None]
     if spread:  # seed repeats: one standard deviation over the seeds either way
         axis.errorbar(*_xy(spread, y, x), yerr=[_finite(p["y_std"]) / y.scale for p in spread],
@@ -334,8 +357,11 @@ def importances(by_objective: dict[str, dict[str, float]], trials: int, path: Pa
     figure, axes = plt.subplots(1, len(by_objective), figsize=(6 * len(by_objective), 4.8), squeeze=False)
     for axis, (objective, values) in zip(axes[0], by_objective.items(), strict=True):
         names = list(values)[::-1]
-        axis.barh(names, [values[n] for n in names], color="tab:blue")
-        axis.set_title(f"importance for {OBJECTIVES[objective].label if objective in OBJECTIVES else objective}")
+        section = prose.shared_section(names)  # `method.` said once, in the title, not on every bar
+        axis.barh([prose.short_key(n, section) for n in names], [values[n] for n in names], color="tab:blue")
+        known = OBJECTIVES.get(objective)
+        label = objective if known is None else known.label + (" per rank" if known.unit == "MB" else "")
+        axis.set_title(f"importance for {label}" + (f" ({section}.*)" if section else ""))
         axis.set_xlabel("importance (Optuna's default evaluator)")
         axis.tick_params(axis="y", labelsize=7)
     basis = f"computed over {trials} completed search trial{'s' if trials != 1 else ''}"
@@ -362,10 +388,14 @@ def optimization_history(points: list[dict[str, Any]], y: Objective, x: Objectiv
         best.append(running)
     top.step(numbers, best, where="post", c="tab:blue", alpha=0.6, label=f"best {y.label} so far")
     top.set_xlabel("trial")
+    top.xaxis.set_major_locator(MaxNLocator(integer=True))  # trials are numbered, not measured
     top.set_ylabel(y.label, color="tab:blue")
     right = top.twinx()
     right.plot(numbers, [p["x"] / x.scale for p in search], "x", c="tab:red", label=x.label)
     right.set_ylabel(x.label, color="tab:red")
+    # traffic from 0, with room above its largest value: DDP's line (usually the largest) then runs below the top,
+    # not on the best top-1 line that the left axis puts there
+    right.set_ylim(0, HISTORY_HEADROOM * max([p["x"] / x.scale for p in ordered], default=1.0))
     for p in ddp:
         top.plot([p["number"]], [p["y"] / y.scale], "*", ms=12, c="tab:blue", label=f"{y.label}, DDP reference")
         right.plot([p["number"]], [p["x"] / x.scale], "*", ms=12, c="tab:red", label=f"{x.label}, DDP reference")

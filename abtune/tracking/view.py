@@ -8,6 +8,12 @@ Two of the UI's own mechanisms, both stored on the experiment when abtune create
   own "share" button writes): the runs table with each run's results (in the units a person reads) as its
   first columns, best final top-1 first, instead of the UI's default of no metric column at all.
 `experiment_url` is the link that opens both; `abtune ui` prints it for every abtune experiment.
+
+The compare-runs page has no such setting: its parallel-coordinates plot starts (MLflow 3.17, in the browser,
+from nothing stored or linked) on the first three, by name, of the parameters whose values differ between the
+compared runs, and on the first metric the runs logged. A study's trial runs therefore log their searched
+parameters again under `Search/` (capitals sort before every lower-case key), so the plot opens on them
+instead of `ab_cycles`, `group_size` and `method`; its metric stays the first logged one (`train/loss`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ VIEW_TAG = SHARED_VIEW_PREFIX + VIEW_KEY
 # the result metrics of a run in the order the table shows them: the headline ones (top-1 %, inter-node MB,
 # compression, traffic against DDP's; records.HEADLINE), rounded as a person reads them
 RESULT_METRICS = HEADLINE
+SEARCH_SECTION = "Search"
 
 
 def _column(kind: str, key: str) -> str:
@@ -36,6 +43,15 @@ def results_view() -> dict[str, object]:
     columns = [*(_column("metrics", m) for m in RESULT_METRICS), _column("params", "method")]
     return {"orderByKey": columns[0], "orderByAsc": False, "searchFilter": "", "selectedColumns": columns,
             "columnOrder": columns}
+
+
+def search_params(params: dict[str, object]) -> dict[str, object]:
+    """A trial's searched parameters as the extra params of its run: `Search/warmup_frac` for
+    `method.warmup_frac` (the section said once when they share it, as prose.settings does)."""
+    from abtune import prose
+
+    section = prose.shared_section(params)
+    return {f"{SEARCH_SECTION}/{prose.short_key(key, section)}": value for key, value in params.items()}
 
 
 def experiment_tags() -> dict[str, str]:
