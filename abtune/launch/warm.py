@@ -424,12 +424,12 @@ class Server:
         """In the child: the process state of `python -m abtune.training.worker ARGS`, then run it."""
         code = 1
         try:
-            if not _launcher_took(conn):
-                os._exit(LOST_EXIT_CODE)  # it started this rank cold: a second rank of that number would run
             signal.set_wakeup_fd(-1)
             for sig in (signal.SIGCHLD, signal.SIGTERM):
                 signal.signal(sig, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # as worker.main sets it: a Ctrl-C is for the launcher
+            if not _launcher_took(conn):
+                os._exit(LOST_EXIT_CODE)  # it started this rank cold: a second rank of that number would run
             for sock in (self.listener, self.wakeup_read, self.wakeup_write, conn, *self.children.values()):
                 sock.close()
             os.close(self.owner)
