@@ -21,8 +21,10 @@ owner owns a server of its own. ABTUNE_WARM_START=0 turns all of this off (every
 Protocol (SOCK_SEQPACKET, one JSON message each way): the launcher sends the rank's argv, environment,
 working directory, interpreter and Python path, with its stdin, stdout and stderr as SCM_RIGHTS; the
 server forks, and answers with the child's pid and a pidfd (for signals that cannot hit a reused pid),
-or with a refusal (start cold). When the child ends, the server sends its exit code (negative: the
-signal) and closes the connection.
+or with a refusal (start cold). The child waits for the launcher's word that it took the rank: a launcher
+that stopped waiting for the reply (a server still preloading on a busy machine) has started that rank
+cold, and the child ends without running. When the child ends, the server sends its exit code (negative:
+the signal) and closes the connection.
 
 Refused (the launcher starts that rank cold): a different interpreter, a Python path that would import
 another copy of a module the server already holds, different thread or allocator settings that take
@@ -74,6 +76,7 @@ IMPORT_TIME_VARIABLES = ("MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_PROC_BI
 # with mlflow) would otherwise start a background thread: a fork takes only the forking thread along.
 SERVER_ENVIRONMENT = {"OMP_NUM_THREADS": "1", "JE_ARROW_MALLOC_CONF": "background_thread:false"}
 MESSAGE_BYTES = 1 << 20
+TAKEN = {"taken": True}  # the launcher to the forked rank: it waits for this rank, which may run
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
 REPLY_TIMEOUT_S = 120.0  # a server still preloading (seconds; more on a busy machine) answers after that
@@ -248,6 +251,12 @@ def spawn(args: list[str], env: dict[str, str], namespace: str | None = None) ->
         for fd in fds:
             os.close(fd)
         return None
+    try:
+        conn.send(json.dumps(TAKEN).encode())
+    except OSError:  # the server is gone; the fork, not taken, ends without running
+        conn.close()
+        os.close(fds[0])
+        return None
     return WarmRank(conn, int(reply["pid"]), fds[0])
 
 
@@ -421,6 +430,8 @@ class Server:
             for sig in (signal.SIGCHLD, signal.SIGTERM):
                 signal.signal(sig, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # as worker.main sets it: a Ctrl-C is for the launcher
+            if not _launcher_took(conn):
+                os._exit(LOST_EXIT_CODE)  # it started this rank cold: a second rank of that number would run
             for sock in (self.listener, self.wakeup_read, self.wakeup_write, conn, *self.children.values()):
                 sock.close()
             os.close(self.owner)
@@ -453,6 +464,19 @@ class Server:
             (folder / name).unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             folder.rmdir()
+
+
+def _launcher_took(conn: socket.socket) -> bool:
+    """In the child, before it runs: whether the launcher took this fork as its rank. A launcher that gave
+    up waiting for the reply closed the connection (or ended), and its rank runs cold; the fork that would
+    run beside it, with the same rank number and port, takes the rendezvous store from the cold rank, which
+    then waits for peers that have finished already."""
+    conn.settimeout(None)  # the launcher answers at once, or has closed the connection
+    try:
+        message = conn.recv(MESSAGE_BYTES)
+        return bool(message) and json.loads(message) == TAKEN
+    except (OSError, ValueError):
+        return False
 
 
 def _path_mismatch(prefix: list[str], own_prefix: list[str]) -> str | None:
