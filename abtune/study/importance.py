@@ -41,6 +41,7 @@ from abtune.study import results
 from abtune.study.spec import StudySpec, parse_study_spec
 
 PERMUTATIONS = 19  # shufflings of an objective's values: the baseline an importance must beat (p <= 0.05)
+SIGNIFICANT = 0.05  # an importance's p-value against the shuffled baseline
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,7 @@ def analysis(trials: Sequence[FrozenTrial], space: Sequence[str], objectives: Se
     if report["importances"] is not None:
         report["p_values"] = against_shuffled(trials, report["importances"])
         report["permutations"] = PERMUTATIONS
+        report["significant_p"] = SIGNIFICANT
     skipped = {o: reason for o in objectives if (reason := unranked(trials, o)) is not None}
     if skipped:
         report["importances_skipped"] = skipped  # objectives left out of the importances, and why

@@ -352,8 +352,11 @@ def _finite(value: float | None) -> float:
     return value if value is not None and math.isfinite(value) else 0.0
 
 
-def importances(by_objective: dict[str, dict[str, float]], trials: int, path: Path) -> Drawn:
-    """Optuna's importances per objective, titled with the number of search trials they rest on."""
+def importances(by_objective: dict[str, dict[str, float]], trials: int, path: Path,
+                p_values: dict[str, dict[str, float]] | None = None, significant: float = 0.05) -> Drawn:
+    """Optuna's importances per objective, titled with the number of search trials they rest on; with
+    `p_values` (against shuffled objective values) each bar carries its p, and an objective none of whose
+    parameters beats the shuffles (p <= `significant`) says so in its title, as `study best` does."""
     figure, axes = plt.subplots(1, len(by_objective), figsize=(6 * len(by_objective), 4.8), squeeze=False)
     for axis, (objective, values) in zip(axes[0], by_objective.items(), strict=True):
         names = list(values)[::-1]
@@ -361,7 +364,16 @@ def importances(by_objective: dict[str, dict[str, float]], trials: int, path: Pa
         axis.barh([prose.short_key(n, section) for n in names], [values[n] for n in names], color="tab:blue")
         known = OBJECTIVES.get(objective)
         label = objective if known is None else known.label + (" per rank" if known.unit == "MB" else "")
-        axis.set_title(f"importance for {label}" + (f" ({section}.*)" if section else ""))
+        title = f"importance for {label}" + (f" ({section}.*)" if section else "")
+        ps = (p_values or {}).get(objective)
+        if ps:
+            for row, name in enumerate(names):
+                if name in ps:
+                    axis.annotate(f" p={ps[name]:.2f}", (values[name], row), va="center", fontsize=7)
+            axis.set_xlim(0, 1.15 * max(values.values(), default=1.0))  # room for the p labels
+            if min(ps.values()) > significant:
+                title += f"\nindistinguishable from shuffled values (no p <= {significant})"
+        axis.set_title(title, color="tab:red" if ps and min(ps.values()) > significant else "black")
         axis.set_xlabel("importance (Optuna's default evaluator)")
         axis.tick_params(axis="y", labelsize=7)
     basis = f"computed over {trials} completed search trial{'s' if trials != 1 else ''}"

@@ -118,7 +118,8 @@ def write_study_plots(trials: Sequence[FrozenTrial], objectives: Sequence[str] |
         written["evaluations"] = "written"
     values = (analysis or {}).get("importances")
     if values:
-        plots.importances(values, analysis["search_trials"], folder / "importances.png")  # type: ignore[index]
+        plots.importances(values, analysis["search_trials"], folder / "importances.png",  # type: ignore[index]
+                          analysis.get("p_values"), analysis.get("significant_p", 0.05))  # type: ignore[union-attr]
         written["importances"] = "written"
     else:
         written["importances"] = f"not yet: {(analysis or {}).get('importances_missing', 'no analysis')}"

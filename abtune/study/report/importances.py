@@ -8,8 +8,7 @@ from typing import Any
 from rich.console import Console
 
 from abtune import tables
-
-SIGNIFICANT = 0.05  # an importance's p-value against the shuffled baseline
+from abtune.study.importance import SIGNIFICANT
 
 
 def _cell(importance: float, p_value: float | None) -> str:
