@@ -55,6 +55,7 @@ CONFIRMATION_ATTR = PREFIX + "confirmation"  # written by `abtune study confirm`
 # The study's answer (study/recommendation.py): trial, rule, margin, evidence, the DDP figure it was held
 # against; a user attribute, so optuna-dashboard and a user's own Optuna code read it too
 RECOMMENDATION_ATTR = PREFIX + "recommendation"
+RECOMMENDATION_TEXT_TAG = RECOMMENDATION_ATTR + ".text"  # MLflow: the study's answer, part of its run's description
 ARTIFACTS_AT_ATTR = PREFIX + "study_artifacts_at"  # when a runner last rebuilt the study's plots (time.time())
 ARTIFACTS_COST_ATTR = PREFIX + "study_artifacts_cost_s"  # how long that rebuild took (wall seconds)
 STOP_ATTR = PREFIX + "stop"  # {id, mode, at}: the latest `abtune study stop`

@@ -25,7 +25,7 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from abtune.attrs import CONFIRMATION_ATTR, DDP, RECOMMENDATION_ATTR, SEEDS_ATTR
+from abtune.attrs import CONFIRMATION_ATTR, DDP, RECOMMENDATION_ATTR, RECOMMENDATION_TEXT_TAG, SEEDS_ATTR
 from abtune.errors import ConfigError
 from abtune.objectives import OBJECTIVES
 from abtune.study import results
@@ -368,7 +368,7 @@ def publish(study: optuna.Study, recommendation: Recommendation | None, tracking
         return
     if run_id is not None:
         # the description until the study's next update composes it with the study's text and plots
-        tracking.set_tags(run_id, {**recommendation.tags(), "abtune.recommendation.text": recommendation.markdown(),
+        tracking.set_tags(run_id, {**recommendation.tags(), RECOMMENDATION_TEXT_TAG: recommendation.markdown(),
                                    "mlflow.note.content": recommendation.markdown()})
     try:
         import optuna_dashboard

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import abtune
+from abtune.attrs import RECOMMENDATION_TEXT_TAG
 from abtune.config import RunConfig, flatten, load_run_config
 from abtune.errors import AbtuneError, ConfigError
 from abtune.redact import redact
@@ -43,7 +44,6 @@ HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BA
 # PostgreSQL's connections once a study has many workers. Concurrent users still get overflow ones.
 SQL_POOL_DEFAULTS = {"MLFLOW_SQLALCHEMYSTORE_POOL_SIZE": "1"}
 NOTE_TAG = "mlflow.note.content"  # the run's description, shown at the top of its page
-RECOMMENDATION_TEXT_TAG = "abtune.recommendation.text"  # the study's answer, part of its run's description
 STUDY_TEXT_TAG = "abtune.study.description"  # the study's own description; NOTE_TAG adds its plots under it
 # The study plots the parent run's page shows under its description, in this order (study_plots.py's names).
 OVERVIEW_PLOTS = ("pareto_front", "optimization_history", "evaluations", "importances")
