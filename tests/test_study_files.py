@@ -236,7 +236,7 @@ def test_study_launch_dry_run_needs_no_slurm_and_changes_nothing(
     (("launch", "--launcher", "local"), "abtune: error: --launcher local: `study launch` submits study workers that "
                                         "run on after it returns, which local jobs do not; use a slurm profile, or "
                                         "run the study here with `abtune study run tiny`\n"),
-    (("run", "--launcher", "debug"), "abtune: error: --launcher debug: studies run on local or slurm profiles "
+    (("run", "--launcher", "debug"), "abtune: error: --launcher debug: studies run on local, slurm or gridengine profiles "
                                      "(step through one run with `abtune train --launcher debug`)\n"),
     (("launch", "--launcher", "ONE_NODE", "--dry-run"), "abtune: error: launcher profile: nodes is 1, but this study "
                                                         "measures inter-node traffic; use a profile with nodes >= 2\n"),

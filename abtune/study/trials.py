@@ -26,6 +26,7 @@ from abtune.study.pruning import make_hook
 from abtune.study.space import ddp_reference_config
 from abtune.study.spec import StudySpec
 from abtune.training.hooks import hook_spec
+from abtune.words import either
 
 TRIALS_DIR = "trials"  # STUDY_DIR/trials/N: one run folder per trial
 
@@ -50,7 +51,7 @@ def trial_layout(spec: StudySpec, launcher: Launcher) -> Layout:
     """Ranks of every trial, as the launcher lays them out (locally the study's `layout`; a cluster's profile
     may set nodes and tasks)."""
     if not launcher.runs_studies:
-        raise ConfigError(f"--launcher {launcher.kind}: studies run on {' or '.join(study_launcher_kinds())} profiles "
+        raise ConfigError(f"--launcher {launcher.kind}: studies run on {either(list(study_launcher_kinds()))} profiles "
                           f"(step through one run with `abtune train --launcher {launcher.kind}`)")
     measures_nodes = "inter_node_bytes" in spec.objectives or spec.constraints.max_inter_node_mb is not None
     return launcher.trial_layout(spec.layout.nproc, spec.layout.per_node, measures_nodes)

@@ -390,12 +390,15 @@ class MlflowTracking(Tracking):
 
 
 def study_note(run_id: str, tags: dict[str, str]) -> str:
-    """The parent run's description: the study's own text, its recommendation, then each study plot written so
-    far, shown from the run's artifacts (the URL the MLflow UI itself reads artifacts from, relative to its page)."""
+    """The parent run's description: the study's first line (its question), its recommendation, the rest of its
+    text, then each study plot written so far, shown from the run's artifacts (the URL the MLflow UI itself
+    reads artifacts from, relative to its page). The answer comes second: MLflow folds a long description
+    after a few lines ("Show more")."""
     images = [f"![{name}](get-artifact?path={quote(f'study/{name}.png', safe='')}&run_uuid={run_id})"
               for name in OVERVIEW_PLOTS if tags.get(f"abtune.plot.{name}") == "written"]
     recommended = [tags[RECOMMENDATION_TEXT_TAG]] if RECOMMENDATION_TEXT_TAG in tags else []
-    return "\n\n".join([tags.get(STUDY_TEXT_TAG, f"**{tags.get('optuna.study', 'study')}**"), *recommended, *images])
+    question, _, rest = tags.get(STUDY_TEXT_TAG, f"**{tags.get('optuna.study', 'study')}**").partition("\n\n")
+    return "\n\n".join([question, *recommended, *([rest] if rest else []), *images])
 
 
 def run_params(config: RunConfig, launch: LaunchInfo) -> dict[str, Any]:
