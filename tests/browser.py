@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -103,3 +104,26 @@ def grid_rows(dom: str) -> dict[str, Row]:
     parser = _GridParser()
     parser.feed(dom)
     return parser.rows
+
+
+UI_READY_TIMEOUT_S = 240
+
+
+def start_ui(cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], list[str]]:
+    """`abtune ui` without options, in a session of its own; returns it once it is up, with the lines it printed
+    (the services' addresses, the experiments' links)."""
+    from tests.conftest import abtune_command
+
+    process = subprocess.Popen([*abtune_command(), "ui"], cwd=cwd, env={**env, "PYTHONUNBUFFERED": "1"},
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+    deadline = time.monotonic() + UI_READY_TIMEOUT_S
+    while time.monotonic() < deadline and process.stdout is not None:
+        line = process.stdout.readline()
+        if not line and process.poll() is not None:
+            break
+        lines.append(line.rstrip())
+        if line.startswith("Ctrl-C"):
+            return process, lines
+    process.kill()
+    raise AssertionError(f"abtune ui did not come up: {lines}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -21,30 +20,18 @@ from mlflow import MlflowClient
 from abtune.tracking.records import HEADLINE, HEADLINE_SECTION, TOP1_PERCENT
 from abtune.tracking.view import RESULT_METRICS
 from tests import browser
-from tests.conftest import abtune_command, run_cli
+from tests.conftest import run_cli
 from tests.study_helpers import TINY_BASE, write_study
 
 pytestmark = pytest.mark.slow
-UI_READY_TIMEOUT_S = 240
 SCREENSHOT_DIR_VARIABLE = "ABTUNE_SCREENSHOT_DIR"
 
 
-def _start_ui(cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], dict[str, str]]:
-    """`abtune ui` without options; returns it and the experiment links it printed (name -> link)."""
-    process = subprocess.Popen([*abtune_command(), "ui"], cwd=cwd, env={**env, "PYTHONUNBUFFERED": "1"},
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    lines: list[str] = []
-    deadline = time.monotonic() + UI_READY_TIMEOUT_S
-    while time.monotonic() < deadline and process.stdout is not None:
-        line = process.stdout.readline()
-        if not line and process.poll() is not None:
-            break
-        lines.append(line.rstrip())
-        if line.startswith("Ctrl-C"):
-            links = [line.split(": ", 1) for line in lines if line.startswith("  experiment ")]
-            return process, {name.removeprefix("  experiment "): link for name, link in links}
-    process.kill()
-    raise AssertionError(f"abtune ui did not come up: {lines}")
+def _experiment_links(cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """`abtune ui`, and the experiment links it printed (name -> link)."""
+    process, lines = browser.start_ui(cwd, env)
+    links = [line.split(": ", 1) for line in lines if line.startswith("  experiment ")]
+    return process, {name.removeprefix("  experiment "): link for name, link in links}
 
 
 def test_the_study_experiment_opens_on_its_trials_and_their_results(tmp_path: Path, mlflow_db: Path) -> None:
@@ -64,7 +51,7 @@ def test_the_study_experiment_opens_on_its_trials_and_their_results(tmp_path: Pa
     assert len(trials) == 2
 
     (ddp,) = [r for r in trials.values() if r.data.tags["optuna.trial_number"] == "0"]
-    process, links = _start_ui(tmp_path, env)  # once, for both pages
+    process, links = _experiment_links(tmp_path, env)  # once, for both pages
     try:
         assert set(links) == {"tiny"}
         screenshot = Path(os.environ.get(SCREENSHOT_DIR_VARIABLE) or tmp_path) / "mlflow-study-experiment.png"

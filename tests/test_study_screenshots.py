@@ -15,7 +15,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -26,9 +25,9 @@ from mlflow import MlflowClient
 from abtune.attrs import RUN_ID_ATTR
 from abtune.study import recommendation
 from tests import browser
-from tests.conftest import abtune_command, run_cli
+from tests.conftest import run_cli
 from tests.study_helpers import TINY_BASE, write_study
-from tests.test_mlflow_view import SCREENSHOT_DIR_VARIABLE, UI_READY_TIMEOUT_S
+from tests.test_mlflow_view import SCREENSHOT_DIR_VARIABLE
 
 pytestmark = pytest.mark.slow
 GENAI_VIEW = ("Detect Issues", "Detect issues", "Token Usage")  # what MLflow's GenAI overview shows
@@ -81,7 +80,7 @@ def test_mlflow_and_optuna_dashboard_show_the_study_and_its_answer(
     within = bool(tagged)
     (ddp,) = [r for r in runs.values() if r.data.tags.get("abtune.reference") == "ddp"]
 
-    process, addresses = _start_ui(folder, env)
+    process, addresses = _service_addresses(folder, env)
     profile = tmp_path / "chromium-profile"
     try:
         ui = addresses["MLflow"]
@@ -137,25 +136,11 @@ def test_mlflow_and_optuna_dashboard_show_the_study_and_its_answer(
     assert "DDP reference" in dashboard_text, dashboard_text[:3000]
 
 
-def _start_ui(cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], dict[str, str]]:
-    """`abtune ui` without options; returns it and the addresses it printed (service name -> URL)."""
-    process = subprocess.Popen([*abtune_command(), "ui"], cwd=cwd, env={**env, "PYTHONUNBUFFERED": "1"},
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    addresses: dict[str, str] = {}
-    lines: list[str] = []
-    deadline = time.monotonic() + UI_READY_TIMEOUT_S
-    while time.monotonic() < deadline and process.stdout is not None:
-        line = process.stdout.readline()
-        if not line and process.poll() is not None:
-            break
-        lines.append(line.rstrip())
-        found = re.match(r"^([\w-]+): +(http://\S+)$", line.strip())
-        if found:
-            addresses[found.group(1)] = found.group(2)
-        if line.startswith("Ctrl-C"):
-            return process, addresses
-    process.kill()
-    raise AssertionError(f"abtune ui did not come up: {lines}")
+def _service_addresses(cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """`abtune ui`, and the addresses it printed (service name -> URL)."""
+    process, lines = browser.start_ui(cwd, env)
+    found = [re.match(r"^([\w-]+): +(http://\S+)$", line.strip()) for line in lines]
+    return process, {match.group(1): match.group(2) for match in found if match}
 
 
 def space_of(study: optuna.Study) -> set[str]:
