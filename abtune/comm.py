@@ -47,6 +47,10 @@ from abtune import strict_device, wire
 from abtune.errors import TrainingFailed
 from abtune.phases import Phase
 
+# torch 2.14 renamed all_gather_into_tensor (deprecated there) to all_gather_single; older releases, such as
+# the torch 2.11 of the GPU images this project was checked on, have only the old name.
+all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
 
 class Op(StrEnum):
     ALL_REDUCE = "all_reduce"
@@ -231,7 +235,7 @@ class CommMeter:
         self.check_device(Op.ALL_GATHER, group, output, tensor)
         self.record(Op.ALL_GATHER, output.nbytes, group)
         with self._waiting():
-            dist.all_gather_single(output, tensor, group=group.handle)
+            all_gather_single(output, tensor, group=group.handle)
 
     def barrier(self, group: CommGroup) -> None:
         self.record(Op.BARRIER, 0, group)

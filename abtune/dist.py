@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from abtune import jobenv
-from abtune.comm import CommMeter, Op, Topology, check_device
+from abtune.comm import CommMeter, Op, Topology, all_gather_single, check_device
 from abtune.errors import ConfigError
 
 NODE_RANK_VARIABLES = (jobenv.NODE_RANK, "GROUP_RANK")
@@ -79,7 +79,7 @@ def discover_topology(env: DistEnv) -> tuple[Topology, CommMeter]:
     gathered = torch.empty(env.world_size, dtype=torch.int64, device=env.device)
     for tensor in (mine, gathered):
         check_device(tensor, env.device, "all_gather of the node ranks over group 'world'")
-    dist.all_gather_single(gathered, mine)
+    all_gather_single(gathered, mine)
     topology = Topology(tuple(int(n) for n in gathered.tolist()))
     meter = CommMeter(topology, env.device, env.rank)
     # The gather ran before the meter could exist (it needs the topology); count it now.

@@ -79,7 +79,8 @@ def test_a_cell_that_finished_but_did_not_cycle_ab_is_a_failure(bench: ModuleTyp
 def test_the_layouts_cover_every_method_and_precision_on_nccl_alone_and_gloo_ranks(bench: ModuleType) -> None:
     full = bench.layouts("cuda", quick=False)
     assert [(lay["backend"], lay["world"]) for lay in full] == [("nccl", 1), ("gloo", 2), ("gloo", 4)]
-    cells = set(full[0]["cells"])
-    assert cells == set(full[1]["cells"]) and len(cells) == 12  # 6 methods x fp32, bf16
+    cells = set(full[1]["cells"])
+    assert len(cells) == 12  # 6 methods x fp32, bf16
+    assert set(full[0]["cells"]) == {c for c in cells if c[0] != "ab"}  # one rank has no A and B groups
     assert {p for _, p in cells} == {"fp32", "bf16"} and full[2]["cells"] == [("ab", "fp32"), ("ab", "bf16")]
     assert full[2]["per_node"] == 2  # 2 nodes of 2: AB's groups of two ranks

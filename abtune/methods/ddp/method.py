@@ -5,6 +5,7 @@ No `from __future__ import annotations` here: DDP checks the comm hook's annotat
 """
 
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,14 @@ from torch.nn.parallel import DistributedDataParallel
 from abtune.comm import CommGroup, CommMeter, Op, average_tensors_
 from abtune.methods.base import Method
 from abtune.phases import Phase
+
+# torch 2.14 renamed DDP's broadcast_buffers (deprecated there) to forward_sync_buffers; older releases,
+# such as the torch 2.11 of the GPU images this project was checked on, know only the old name.
+NO_FORWARD_BUFFER_SYNC = (
+    {"forward_sync_buffers": False}
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+    else {"broadcast_buffers": False}
+)
 
 INT32_BYTES = 4
 
@@ -65,7 +74,7 @@ class DataParallel(nn.Module):
         self.meter = meter
         meter.check_device("DDP's gradient all-reduce", group, *model.parameters())
         self.ddp = DistributedDataParallel(
-            model, process_group=group.handle, init_sync=False, forward_sync_buffers=False
+            model, process_group=group.handle, init_sync=False, **NO_FORWARD_BUFFER_SYNC
         )
         self._hook_state = hook_state or MeteredHookState(meter, group)
         self.ddp.register_comm_hook(self._hook_state, hook)
