@@ -2,8 +2,9 @@
 
     python benchmarks/gpu_acceptance.py [--out gpu_acceptance.md] [--device cuda|cpu] [--quick]
 
-On a machine with one CUDA GPU and no network it ends within about 8 minutes (sized by estimate: no GPU has
-run it yet) and writes ONE file, markdown with the whole result as a JSON block at its end:
+On a machine with one CUDA GPU and no network it ends within about 8 minutes (the methods' cells stop at
+240 s; on an H200 the models and the calibration took about 90 s more) and writes ONE file, markdown with the whole result as a JSON block at its end,
+rewritten after each section, so a run stopped at a time limit still leaves what it measured:
 
 1. **Methods**: every method (abtune/methods/: ddp, ab, ab-nogroups, sbc, powersgd, fp16) trains a short
    schedule of the tiny ViT on scikit-learn's digits through abtune's own Trainer, in fp32 and bf16, under
@@ -16,7 +17,7 @@ run it yet) and writes ONE file, markdown with the whole result as a JSON block 
    rebound) against an AB-phase step (every eligible weight factored at a quarter of its rank, A frozen),
    ms a step, images/s and peak memory per phase.
 3. **Calibration**: benchmarks/calibrate_cluster.py's measurement (mini ViT, ViT-B/16, ResNet-50; fp32 and
-   bf16; batches 1, 16, 64) and the measured cluster description it writes, validated by abtune/timing.py
+   bf16; batches 16, 64, 128) and the measured cluster description it writes, validated by abtune/timing.py
    and embedded in the report.
 4. **Predicted beside measured**: the models' measured images/s beside abtune/timing.py's prediction from
    the calibrated description, from the spec sheet of this GPU when clusters/ has one, and from the shipped
@@ -232,16 +233,18 @@ def error_lines(log: Path) -> list[str]:
 
 # --- 2. ViT-B/16 and ResNet-50: dense against AB-phase steps, time and memory per phase -------------------
 def model_table(tiny: bool, quick: bool) -> dict[str, tuple[Any, Any, dict[str, int]]]:
-    """name: (model config, data shape, batch per precision)."""
+    """name: (model config, data shape, batches per precision). Two batches each on a GPU: the first run found
+    bf16 steps at batch 64 no faster than at batch 1 (bound by kernel launches?), so the larger batch shows
+    AB's phase against the dense step where compute, not launches, decides."""
     from abtune.config import ModelConfig
     from abtune.data import DatasetInfo
     if tiny:
-        batches = {"fp32": 8} if quick else {"fp32": 8, "bf16": 8}
+        batches = {"fp32": [8]} if quick else {"fp32": [8], "bf16": [8]}
         return {"vit (tiny)": (ModelConfig(**TINY_VIT), DatasetInfo(10, 8, 3, "digits"), batches),
                 "small_cnn": (ModelConfig(arch="small_cnn"), DatasetInfo(10, 8, 3, "digits"), batches)}
     imagenet = DatasetInfo(1000, 224, 3, "imagenet")
-    return {"vit_b_16": (ModelConfig(arch="vit_b_16"), imagenet, {"fp32": 32, "bf16": 64}),
-            "resnet50": (ModelConfig(arch="resnet50"), imagenet, {"fp32": 64, "bf16": 128})}
+    return {"vit_b_16": (ModelConfig(arch="vit_b_16"), imagenet, {"fp32": [32, 128], "bf16": [64, 256]}),
+            "resnet50": (ModelConfig(arch="resnet50"), imagenet, {"fp32": [64, 256], "bf16": [128, 256]})}
 
 
 def models_section(device: torch.device, tiny: bool, quick: bool, steps: int) -> list[dict[str, Any]]:
@@ -250,7 +253,7 @@ def models_section(device: torch.device, tiny: bool, quick: bool, steps: int) ->
     from abtune.models import build_model, forward_flops_per_sample, parameter_count
     rows = []
     for name, (cfg, info, batches) in model_table(tiny, quick).items():
-        for precision, batch in batches.items():
+        for precision, batch in ((p, b) for p, sizes in batches.items() for b in sizes):
             row: dict[str, Any] = {"model": name, "arch": cfg.arch, "precision": precision, "batch": batch,
                                    "forward_flops_per_sample": forward_flops_per_sample(cfg, info)}
             for phase, model in (("dense", build_model(cfg, info)), ("ab", factored(build_model(cfg, info)))):
@@ -290,7 +293,7 @@ def calibration_section(device: torch.device, tiny: bool, quick: bool) -> dict[s
     from abtune.timing import Cluster
     models = ["quickstart"] if tiny else ["minivit", "vit_b_16", "resnet50"]
     precisions = ["fp32"] if tiny else ["fp32", "bf16"]
-    batches, steps = ([1, 2, 4], 2) if tiny else ([1, 16, 64], 10)
+    batches, steps = ([1, 2, 4], 2) if tiny else ([16, 64, 128], 10)  # batch 1 is launch-bound on a GPU
     if quick:
         precisions, batches, steps = precisions[:1], batches[:2], 1
     measured = measure(models, precisions, batches, steps, device)
