@@ -141,13 +141,16 @@ def test_cancelled_job_fails_with_the_slurm_state(tmp_path: Path, profile: Path)
     assert result is not None and (result.ok, result.reason) == (False, f"SLURM job {job_id} CANCELLED")
 
 
-def test_detached_and_unfollowed_jobs_keep_running_and_say_how_to_reach_them(tmp_path: Path, profile: Path) -> None:
+def test_detached_and_unfollowed_jobs_keep_running_and_say_how_to_reach_them(
+        tmp_path: Path, profile: Path, abtune_main: Callable[..., CliResult]) -> None:
     """`--detach` returns once the job is submitted, naming squeue; Ctrl-C while following stops only the
     following, naming scancel; both jobs run on (the detached one to its summary)."""
     config = write_config(tmp_path / "ddp.yaml", train={"steps": 20, "log_every": 10})
     detached = tmp_path / "detached"
-    out = run_cli("train", str(config), "--launcher", str(one_rank_per_node(profile)), "--run-dir", str(detached),
-                  "--detach", "--no-tracking").stdout.splitlines()
+    detach = abtune_main("train", str(config), "--launcher", str(one_rank_per_node(profile)), "--run-dir",
+                         str(detached), "--detach", "--no-tracking")
+    assert detach.returncode == 0, detach.stderr
+    out = detach.stdout.splitlines()
     job_id = out[0].split()[3].rstrip(":")
     assert out == [f"submitted SLURM job {job_id}: 2 node(s) x 1 rank(s), run folder {detached}, "
                    f"logs {detached / 'jobs'}",
@@ -357,8 +360,8 @@ def _reason(job_id: str) -> str:
                           timeout=30).stdout
 
 
-def test_a_detached_run_s_mlflow_run_is_closed_however_its_job_ends(tmp_path: Path, profile: Path,
-                                                                    mlflow_db: Path) -> None:
+def test_a_detached_run_s_mlflow_run_is_closed_however_its_job_ends(
+        tmp_path: Path, profile: Path, mlflow_db: Path, abtune_main: Callable[..., CliResult]) -> None:
     """`train --detach` follows nothing, so the job's own closer (a one-task job that runs after it, however it
     ended) tells MLflow as `train` following it would: a run that trains to the end FINISHED with its results, one
     cancelled while it waited for nodes FAILED; one that sbatch refused FAILED at once. None stays RUNNING."""
@@ -368,8 +371,8 @@ def test_a_detached_run_s_mlflow_run_is_closed_however_its_job_ends(tmp_path: Pa
     config = write_config(tmp_path / "ddp.yaml", train={"steps": 20, "log_every": 10, "eval_every": 20})
     refused = tmp_path / "refused.yaml"
     refused.write_text(profile.read_text() + "sbatch: {constraint: nosuchfeature}\n")  # sinfo cannot tell
-    result = run_cli("train", str(config), "--launcher", str(refused), "--run-dir", str(tmp_path / "refused"),
-                     "--detach", *tracking, check=False)
+    result = abtune_main("train", str(config), "--launcher", str(refused), "--run-dir", str(tmp_path / "refused"),
+                         "--detach", *tracking)
     assert result.returncode == 2 and "sbatch refused the job" in result.stderr, result.stderr
     hold = subprocess.run(["sbatch", "--parsable", "-N2", "--exclusive", "--wrap", "sleep 600"], capture_output=True,
                           text=True, check=True, timeout=30, cwd=tmp_path).stdout.strip()
@@ -377,9 +380,10 @@ def test_a_detached_run_s_mlflow_run_is_closed_however_its_job_ends(tmp_path: Pa
     try:
         jobs = {}
         for name in ("cancelled", "finished"):
-            out = run_cli("train", str(config), "--launcher", str(two_ranks), "--run-dir", str(tmp_path / name),
-                          "--detach", *tracking).stdout
-            jobs[name] = out.split()[3].rstrip(":")
+            detach = abtune_main("train", str(config), "--launcher", str(two_ranks), "--run-dir", str(tmp_path / name),
+                                 "--detach", *tracking)
+            assert detach.returncode == 0, detach.stderr
+            jobs[name] = detach.stdout.split()[3].rstrip(":")
         subprocess.run(["scancel", jobs["cancelled"]], check=True, timeout=30)
     finally:
         subprocess.run(["scancel", hold], check=True, timeout=30)

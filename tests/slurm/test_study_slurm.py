@@ -5,6 +5,7 @@ folder (one machine: both nodes see it)."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -19,7 +20,7 @@ from abtune.attrs import JOB_ATTR, WORKER_ATTR
 from abtune.launch.slurm import POLL_SECONDS, attach
 from abtune.runfiles import read_summary
 from abtune.study.stop import STOPPED
-from tests.conftest import CliResult, run_cli, wait_for
+from tests.conftest import CliResult, run_cli, wait_for, with_checkout_on_path
 from tests.gate import gate_spec, paused, release
 from tests.slurm import rpc_counts
 from tests.slurm.test_launcher_slurm import JOB_TIMEOUT_S, cluster_profile, preempt, sacct_states
@@ -47,10 +48,12 @@ Cli = Callable[..., CliResult]
 
 
 @pytest.fixture
-def cli(abtune_main: Cli) -> Cli:
-    """`abtune ARGS` in this process, for the commands that follow no job (create, dry runs, refusals, status,
-    best, stop): a new Python per command costs seconds of this 2-core machine. The commands that submit and
-    follow jobs keep their own process (run_cli, start_run), as users run them."""
+def cli(abtune_main: Cli, monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """`abtune ARGS` in this process: a new Python per command costs seconds of this 2-core machine (25 s
+    at load 8). The jobs it submits get this process's environment, with the checkout on PYTHONPATH as
+    run_cli gives it, so that their trials load the tests' gate. `study run` that is stopped with Ctrl-C
+    keeps a process of its own (start_run); `study launch` keeps one test through the installed command."""
+    monkeypatch.setenv("PYTHONPATH", with_checkout_on_path(os.environ)["PYTHONPATH"])
     return abtune_main
 
 
@@ -171,7 +174,8 @@ def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, pr
     assert f"running: trial {trial.number} in SLURM job {job_id} on " in status
 
     release(run_dir(trial))  # it may end before the rerun looks (then its result is told): both re-attach it
-    out = run_cli("study", "run", "tiny", "--launcher", str(profile), "--storage", url, "--no-tracking", cwd=tmp_path).stdout
+    out = succeeded(cli("study", "run", "tiny", "--launcher", str(profile), "--storage", url, "--no-tracking",
+                        cwd=tmp_path))
     assert f"trial {trial.number}: re-attached to SLURM job {job_id}" in out
     trials = trials_of(url)
     assert [(t.number, t.state) for t in trials] == [(trial.number, TrialState.COMPLETE)]  # no duplicate
@@ -226,8 +230,8 @@ def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, 
     """A worker signalled as SLURM preempts (or times out) a job requeues itself; the new run of the
     same array task finds its trial by its SLURM job id and follows the same trial job to the end."""
     url = created_study(cli, tmp_path, steps=HELD_RUN_STEPS, trials=1, references=NO_REFERENCES, hooks=HELD)
-    out = run_cli("study", "launch", "tiny", "--workers", "1", "--launcher", str(profile), "--storage", url,
-                  cwd=tmp_path).stdout
+    out = succeeded(cli("study", "launch", "tiny", "--workers", "1", "--launcher", str(profile), "--storage", url,
+                        cwd=tmp_path))
     worker_id = re.search(r"SLURM job\(s\) (\d+)\n", out)[1]  # type: ignore[index]  # one body: no array
     trial = wait_for(lambda: held_trial(url), JOB_TIMEOUT_S, "a trial's job training")
     job_id, first_pid = trial.user_attrs[JOB_ATTR]["record"], trial.system_attrs[WORKER_ATTR]["pid"]
@@ -279,7 +283,7 @@ def test_study_stop_cancels_the_workers_then_the_trial_jobs(tmp_path: Path, prof
     dry = succeeded(cli(*launch, "--dry-run", cwd=tmp_path))
     assert dry.count("#SBATCH --time=20\n") == 1 and dry.count("#SBATCH --time=60\n") == 1  # workers, trial
 
-    out = run_cli(*launch, cwd=tmp_path).stdout
+    out = succeeded(cli(*launch, cwd=tmp_path))
     match = re.search(r"SLURM job\(s\) (\d+)_0 \1_1\n", out)
     assert match, out
     worker_ids = [f"{match[1]}_0", f"{match[1]}_1"]
