@@ -188,14 +188,15 @@ AccountingStorageHost=localhost
 AccountingStoragePort=$DBD_PORT
 # the munge socket used for talking to slurmdbd (defaults to /run/munge/munge.socket.2, not AuthInfo)
 AccountingStoragePass=$MUNGE_SOCKET
-# schedule at once on submit, and re-run the scheduler every 2 s so requeued jobs (BeginTime)
-# start soon after their delay instead of at the next 60 s pass
-SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,sched_interval=2,bf_interval=2
+# schedule at once on submit, and re-run the scheduler every second so requeued jobs (BeginTime)
+# start right after their delay instead of at the next 60 s pass
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,sched_interval=1,bf_interval=1
 # requeue-friendly: jobs are requeueable by default (submitit calls scontrol requeue),
-# nodes return to service on their own, and killed steps go away quickly.
+# nodes return to service on their own, and killed steps go away quickly: submitit's tasks ignore
+# scancel's SIGTERM, so a cancelled job lives on until the SIGKILL KillWait seconds later
 JobRequeue=1
 ReturnToService=2
-KillWait=5
+KillWait=1
 MinJobAge=300
 InactiveLimit=0
 SlurmctldTimeout=30

@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from abtune.launch.slurm import outcome as outcome_of
 from abtune.rundir import prepare_run_dir
 from abtune.runfiles import read_summary
 from abtune.training.hooks import read_metrics, write_hook_specs
-from tests.conftest import abtune_command, run_cli, wait_for, with_checkout_on_path, write_config
+from tests.conftest import CliResult, abtune_command, run_cli, wait_for, with_checkout_on_path, write_config
 from tests.gate import gate_spec, paused, release
 from tests.study_helpers import trials_of, write_study
 
@@ -45,6 +46,14 @@ def cluster_profile(folder: Path, partition: str, tasks_per_node: int) -> Path:
 def profile(slurm_cluster, tmp_path: Path) -> Path:
     """2 nodes x 2 ranks: AB's groups of 2 stay inside a node."""
     return cluster_profile(tmp_path, slurm_cluster.partition, tasks_per_node=2)
+
+
+def one_rank_per_node(profile: Path) -> Path:
+    """The profile's 2 nodes with 1 rank each, for a test whose point is not AB's groups: every rank a job
+    starts costs seconds of CPU (Python, torch) on this 2-core machine."""
+    two_ranks = profile.with_name("two.yaml")
+    two_ranks.write_text(profile.read_text().replace("tasks_per_node: 2", "tasks_per_node: 1"))
+    return two_ranks
 
 
 def ab_config(tmp_path: Path, steps: int, **train: int) -> Path:
@@ -108,8 +117,8 @@ def test_ab_groups_stay_inside_a_node(tmp_path: Path, profile: Path) -> None:
 def test_cancelled_job_fails_with_the_slurm_state(tmp_path: Path, profile: Path) -> None:
     config = ab_config(tmp_path, steps=100_000)
     run_dir = tmp_path / "run"
-    command = [*abtune_command(), "train", str(config), "--launcher", str(profile), "--run-dir", str(run_dir),
-               "--no-tracking"]
+    command = [*abtune_command(), "train", str(config), "--launcher", str(one_rank_per_node(profile)),
+               "--run-dir", str(run_dir), "--no-tracking"]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as cli:
         first = cli.stdout.readline() if cli.stdout else ""
         assert first.startswith("submitted SLURM job "), first
@@ -118,7 +127,7 @@ def test_cancelled_job_fails_with_the_slurm_state(tmp_path: Path, profile: Path)
         # What a rank that outlives its killed peer for a moment writes (seen in CI): an echo of the
         # cancellation, which must not be given as its cause.
         (run_dir / "failures").mkdir(exist_ok=True)
-        (run_dir / "failures" / "crash_rank_2.txt").write_text("rank 2: RuntimeError: Connection reset by peer")
+        (run_dir / "failures" / "crash_rank_1.txt").write_text("rank 1: RuntimeError: Connection reset by peer")
         subprocess.run(["scancel", job_id], check=True, timeout=30)
         _, stderr = cli.communicate(timeout=JOB_TIMEOUT_S)
 
@@ -132,15 +141,19 @@ def test_cancelled_job_fails_with_the_slurm_state(tmp_path: Path, profile: Path)
     assert result is not None and (result.ok, result.reason) == (False, f"SLURM job {job_id} CANCELLED")
 
 
-def test_detached_and_unfollowed_jobs_keep_running_and_say_how_to_reach_them(tmp_path: Path, profile: Path) -> None:
+def test_detached_and_unfollowed_jobs_keep_running_and_say_how_to_reach_them(
+        tmp_path: Path, profile: Path, abtune_main: Callable[..., CliResult]) -> None:
     """`--detach` returns once the job is submitted, naming squeue; Ctrl-C while following stops only the
     following, naming scancel; both jobs run on (the detached one to its summary)."""
-    config = write_config(tmp_path / "ddp.yaml", train={"steps": 40, "log_every": 10})
+    config = write_config(tmp_path / "ddp.yaml", train={"steps": 20, "log_every": 10})
     detached = tmp_path / "detached"
-    out = run_cli("train", str(config), "--launcher", str(profile), "--run-dir", str(detached), "--detach",
-                  "--no-tracking").stdout.splitlines()
+    detach = abtune_main("train", str(config), "--launcher", str(one_rank_per_node(profile)), "--run-dir",
+                         str(detached), "--detach", "--no-tracking")
+    assert detach.returncode == 0, detach.stderr
+    out = detach.stdout.splitlines()
     job_id = out[0].split()[3].rstrip(":")
-    assert out == [f"submitted SLURM job {job_id}: 2 node(s) x 2 rank(s), run folder {detached}, logs {detached / 'jobs'}",
+    assert out == [f"submitted SLURM job {job_id}: 2 node(s) x 1 rank(s), run folder {detached}, "
+                   f"logs {detached / 'jobs'}",
                    f"follow with: squeue -j {job_id}; the result appears in {detached / 'summary.json'}"]
 
     command = [*abtune_command(), "train", str(ab_config(tmp_path, steps=100_000)), "--launcher", str(profile),
@@ -163,10 +176,8 @@ def test_failed_rank_ends_the_job_with_its_cause(tmp_path: Path, profile: Path) 
     """One rank's error ends the whole job at once (srun --kill-on-bad-exit), reported with the SLURM state."""
     config = write_config(tmp_path / "nan.yaml", optimizer={"name": "sgd", "lr": 1e30, "momentum": 0.0},
                           train={"steps": 1000})
-    two_ranks = tmp_path / "two.yaml"
-    two_ranks.write_text(profile.read_text().replace("tasks_per_node: 2", "tasks_per_node: 1"))
-    result = run_cli("train", str(config), "--launcher", str(two_ranks), "--run-dir", str(tmp_path / "run"),
-                     "--no-tracking", check=False)
+    result = run_cli("train", str(config), "--launcher", str(one_rank_per_node(profile)), "--run-dir",
+                     str(tmp_path / "run"), "--no-tracking", check=False)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and re.fullmatch(r"abtune: error: SLURM job \d+ FAILED: the loss became nan at step \d+ .*",
@@ -194,10 +205,8 @@ def test_a_frozen_rank_gets_its_job_ended_by_a_peer_not_its_time_limit(tmp_path:
     the job's hour or the process group's 600 s."""
     config = write_config(tmp_path / "long.yaml", train={"steps": 100000, "eval_every": 100000, "log_every": 10,
                                                          "hang": {"floor_s": 3, "untimed_s": 120}})
-    two_ranks = tmp_path / "two.yaml"
-    two_ranks.write_text(profile.read_text().replace("tasks_per_node: 2", "tasks_per_node: 1"))
     run_dir = prepared_run(config, tmp_path / "run")
-    job = load_launcher(str(two_ranks)).submit(run_dir, Layout(2, 1))
+    job = load_launcher(str(one_rank_per_node(profile))).submit(run_dir, Layout(2, 1))
     assert isinstance(job, SlurmJob)
     wait_for(lambda: any(r["kind"] == "log" for r in read_metrics(run_dir)) if (run_dir / "metrics.jsonl").exists()
              else False, JOB_TIMEOUT_S, "the run to train")
@@ -266,11 +275,11 @@ def resumed_at(log: Path, run_dir: Path) -> list[int]:
 
 
 
-def test_unknown_partition_is_one_line(tmp_path: Path, profile: Path) -> None:
+def test_unknown_partition_is_one_line(tmp_path: Path, profile: Path, abtune_main: Callable[..., CliResult]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(profile.read_text().replace("partition: debug", "partition: nosuchpart"))
-    result = run_cli("train", str(ab_config(tmp_path, steps=10)), "--launcher", str(bad),
-                     "--run-dir", str(tmp_path / "run"), check=False)
+    result = abtune_main("train", str(ab_config(tmp_path, steps=10)), "--launcher", str(bad),
+                         "--run-dir", str(tmp_path / "run"))
     assert (result.returncode, result.stderr) == (
         2, "abtune: error: partition: nosuchpart is not a partition of this cluster (sinfo lists debug); set one of "
            "them in the launcher profile\n")
@@ -279,7 +288,7 @@ def test_unknown_partition_is_one_line(tmp_path: Path, profile: Path) -> None:
 
 
 def test_a_profile_the_cluster_cannot_hold_is_refused_in_one_line_at_dry_run_and_submission(
-        tmp_path: Path, profile: Path) -> None:
+        tmp_path: Path, profile: Path, abtune_main: Callable[..., CliResult]) -> None:
     """4 nodes of a 2-node partition (sinfo tells; 4 so that AB's study finds its groups even): `train` and `train
     --dry-run` refuse it in one line and submit nothing, and `study launch` refuses it without recommending
     `study run`, which would wait the same way."""
@@ -290,15 +299,15 @@ def test_a_profile_the_cluster_cannot_hold_is_refused_in_one_line_at_dry_run_and
                 "ask for at most 2\n")
     queued_before = _my_jobs()
     for dry_run in (["--dry-run"], []):
-        result = run_cli("train", str(config), "--launcher", str(four), "--run-dir", str(tmp_path / "run"),
-                         "--no-tracking", *dry_run, check=False)
+        result = abtune_main("train", str(config), "--launcher", str(four), "--run-dir", str(tmp_path / "run"),
+                             "--no-tracking", *dry_run)
         assert (result.returncode, result.stderr, result.stdout) == (2, expected, "")
     assert not (tmp_path / "run").exists() and _my_jobs() == queued_before
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
-    run_cli("study", "create", str(write_study(tmp_path / "s.yaml")), "--storage", url)
+    assert abtune_main("study", "create", str(write_study(tmp_path / "s.yaml")), "--storage", url).returncode == 0
     for command in (["launch", "--dry-run"], ["run"]):
-        refused = run_cli("study", command[0], "tiny", "--launcher", str(four), "--storage", url, "--no-tracking",
-                          *command[1:], cwd=tmp_path, check=False)
+        refused = abtune_main("study", command[0], "tiny", "--launcher", str(four), "--storage", url, "--no-tracking",
+                              *command[1:], cwd=tmp_path)
         assert (refused.returncode, refused.stderr) == (2, expected), refused.stderr
     assert {t.state.name for t in trials_of(url)} == {"WAITING"}  # the references, never asked for
     # One that got past the check (the partition shrank since, an older abtune) pends for PartitionNodeLimit (which
@@ -351,8 +360,8 @@ def _reason(job_id: str) -> str:
                           timeout=30).stdout
 
 
-def test_a_detached_run_s_mlflow_run_is_closed_however_its_job_ends(tmp_path: Path, profile: Path,
-                                                                    mlflow_db: Path) -> None:
+def test_a_detached_run_s_mlflow_run_is_closed_however_its_job_ends(
+        tmp_path: Path, profile: Path, mlflow_db: Path, abtune_main: Callable[..., CliResult]) -> None:
     """`train --detach` follows nothing, so the job's own closer (a one-task job that runs after it, however it
     ended) tells MLflow as `train` following it would: a run that trains to the end FINISHED with its results, one
     cancelled while it waited for nodes FAILED; one that sbatch refused FAILED at once. None stays RUNNING."""
@@ -362,17 +371,19 @@ def test_a_detached_run_s_mlflow_run_is_closed_however_its_job_ends(tmp_path: Pa
     config = write_config(tmp_path / "ddp.yaml", train={"steps": 20, "log_every": 10, "eval_every": 20})
     refused = tmp_path / "refused.yaml"
     refused.write_text(profile.read_text() + "sbatch: {constraint: nosuchfeature}\n")  # sinfo cannot tell
-    result = run_cli("train", str(config), "--launcher", str(refused), "--run-dir", str(tmp_path / "refused"),
-                     "--detach", *tracking, check=False)
+    result = abtune_main("train", str(config), "--launcher", str(refused), "--run-dir", str(tmp_path / "refused"),
+                         "--detach", *tracking)
     assert result.returncode == 2 and "sbatch refused the job" in result.stderr, result.stderr
     hold = subprocess.run(["sbatch", "--parsable", "-N2", "--exclusive", "--wrap", "sleep 600"], capture_output=True,
                           text=True, check=True, timeout=30, cwd=tmp_path).stdout.strip()
+    two_ranks = one_rank_per_node(profile)
     try:
         jobs = {}
         for name in ("cancelled", "finished"):
-            out = run_cli("train", str(config), "--launcher", str(profile), "--run-dir", str(tmp_path / name),
-                          "--detach", *tracking).stdout
-            jobs[name] = out.split()[3].rstrip(":")
+            detach = abtune_main("train", str(config), "--launcher", str(two_ranks), "--run-dir", str(tmp_path / name),
+                                 "--detach", *tracking)
+            assert detach.returncode == 0, detach.stderr
+            jobs[name] = detach.stdout.split()[3].rstrip(":")
         subprocess.run(["scancel", jobs["cancelled"]], check=True, timeout=30)
     finally:
         subprocess.run(["scancel", hold], check=True, timeout=30)

@@ -5,9 +5,11 @@ folder (one machine: both nodes see it)."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from abtune.attrs import JOB_ATTR, WORKER_ATTR
 from abtune.launch.slurm import POLL_SECONDS, attach
 from abtune.runfiles import read_summary
 from abtune.study.stop import STOPPED
-from tests.conftest import run_cli, wait_for
+from tests.conftest import CliResult, run_cli, wait_for, with_checkout_on_path
 from tests.gate import gate_spec, paused, release
 from tests.slurm import rpc_counts
 from tests.slurm.test_launcher_slurm import JOB_TIMEOUT_S, cluster_profile, preempt, sacct_states
@@ -30,6 +32,7 @@ FINISHED = {TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL}
 NO_REFERENCES = {"paper_defaults": False, "ddp": False}
 # A trial that must still train when the test acts holds at step 20 until the test releases it (tests/gate.py).
 HELD = [gate_spec(20)]
+HELD_RUN_STEPS = 30  # one logged step (30) after the gate's: a trial released there ends soon after
 # squeue calls a worker may make for one trial job beyond one per poll: its first look after the
 # submission and the one that sees it end
 STATUS_RPCS_PER_TRIAL_JOB = 2
@@ -41,11 +44,29 @@ def profile(slurm_cluster, tmp_path: Path) -> Path:
     return cluster_profile(tmp_path, slurm_cluster.partition, tasks_per_node=1)
 
 
-def created_study(tmp_path: Path, steps: int, **fields: object) -> str:
+Cli = Callable[..., CliResult]
+
+
+@pytest.fixture
+def cli(abtune_main: Cli, monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """`abtune ARGS` in this process: a new Python per command costs seconds of this 2-core machine (25 s
+    at load 8). The jobs it submits get this process's environment, with the checkout on PYTHONPATH as
+    run_cli gives it, so that their trials load the tests' gate. `study run` that is stopped with Ctrl-C
+    keeps a process of its own (start_run); `study launch` keeps one test through the installed command."""
+    monkeypatch.setenv("PYTHONPATH", with_checkout_on_path(os.environ)["PYTHONPATH"])
+    return abtune_main
+
+
+def succeeded(result: CliResult) -> str:
+    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
+    return result.stdout
+
+
+def created_study(cli: Cli, tmp_path: Path, steps: int, **fields: object) -> str:
     url = f"sqlite:///{tmp_path}/optuna.db"
     train = {**TINY_BASE["train"], "steps": steps, "eval_every": steps, "log_every": 10}
     study = write_study(tmp_path / "s.yaml", base={**TINY_BASE, "train": train}, **fields)
-    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    succeeded(cli("study", "create", str(study), "--storage", url, cwd=tmp_path))
     return url
 
 
@@ -67,13 +88,14 @@ def summary(trial: FrozenTrial) -> dict:
     return read_summary(Path(trial.user_attrs["run_dir"])).raw
 
 
-def test_study_launch_runs_the_budget_on_a_job_array(tmp_path: Path, profile: Path, mlflow_db: Path) -> None:
-    url = created_study(tmp_path, steps=30, trials=3, references={"paper_defaults": True, "ddp": False})
+def test_study_launch_runs_the_budget_on_a_job_array(
+        tmp_path: Path, profile: Path, mlflow_db: Path, cli: Cli) -> None:
+    url = created_study(cli, tmp_path, steps=30, trials=3, references={"paper_defaults": True, "ddp": False})
     tracking = f"sqlite:///{mlflow_db}"
     launch = ("study", "launch", "tiny", "--workers", "2", "--launcher", str(profile), "--storage", url,
               "--tracking-uri", tracking)
 
-    dry = run_cli(*launch, "--dry-run", cwd=tmp_path).stdout
+    dry = succeeded(cli(*launch, "--dry-run", cwd=tmp_path))
     assert "#SBATCH --array=0-1%2" in dry and "#SBATCH --nodes=2" in dry  # workers, then a trial
     assert not (tmp_path / "runs").exists() and trials_of(url) and not running(url)  # nothing submitted
 
@@ -108,9 +130,9 @@ def test_study_launch_runs_the_budget_on_a_job_array(tmp_path: Path, profile: Pa
     searched = [tuple(sorted(t.params.items())) for t in trials[1:]]
     assert len(set(searched)) == len(searched), searched  # two workers started together seed apart
     _check_one_child_run_per_trial(tracking, trials)
-    best = run_cli("study", "best", "tiny", "--storage", url, cwd=tmp_path).stdout
+    best = succeeded(cli("study", "best", "tiny", "--storage", url, cwd=tmp_path))
     assert re.search(rf"run it again: abtune train \S+/config.yaml --launcher {re.escape(str(profile))}\n", best), best
-    again = run_cli(*launch, cwd=tmp_path).stdout
+    again = succeeded(cli(*launch, cwd=tmp_path))
     assert again.startswith("study tiny: budget spent (3 trials), nothing launched; add trials with")
     assert len(trials_of(url)) == len(everything)
 
@@ -137,8 +159,8 @@ def _elapsed_s(job_id: str) -> float:
     return float(out.split()[-1])
 
 
-def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, profile: Path) -> None:
-    url = created_study(tmp_path, steps=60, trials=1, references=NO_REFERENCES, hooks=HELD)
+def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, profile: Path, cli: Cli) -> None:
+    url = created_study(cli, tmp_path, steps=HELD_RUN_STEPS, trials=1, references=NO_REFERENCES, hooks=HELD)
     runner = start_run(tmp_path, "tiny", "--launcher", str(profile), "--storage", url, "--no-tracking")
     # Stop as soon as the job exists; the job holds at the gate until the rerun, so it is still training
     # when the runner handles Ctrl-C.
@@ -148,20 +170,22 @@ def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, pr
     _, err = runner.communicate(timeout=JOB_TIMEOUT_S)
     assert runner.returncode == 130 and f"SLURM job(s) {job_id} keep running" in err, err
     assert [(t.number, t.state) for t in trials_of(url)] == [(trial.number, TrialState.RUNNING)]
-    status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
+    status = succeeded(cli("study", "status", "tiny", "--storage", url, cwd=tmp_path))
     assert f"running: trial {trial.number} in SLURM job {job_id} on " in status
 
     release(run_dir(trial))  # it may end before the rerun looks (then its result is told): both re-attach it
-    out = run_cli("study", "run", "tiny", "--launcher", str(profile), "--storage", url, "--no-tracking", cwd=tmp_path).stdout
+    out = succeeded(cli("study", "run", "tiny", "--launcher", str(profile), "--storage", url, "--no-tracking",
+                        cwd=tmp_path))
     assert f"trial {trial.number}: re-attached to SLURM job {job_id}" in out
     trials = trials_of(url)
     assert [(t.number, t.state) for t in trials] == [(trial.number, TrialState.COMPLETE)]  # no duplicate
-    assert trials[0].user_attrs[JOB_ATTR]["record"] == job_id and summary(trials[0])["steps_done"] == 60
+    assert trials[0].user_attrs[JOB_ATTR]["record"] == job_id and summary(trials[0])["steps_done"] == HELD_RUN_STEPS
     assert sacct_states(job_id) == ["COMPLETED"]  # the same job: not cancelled by the stop, never resubmitted
 
 
-def test_cancelled_trial_job_fails_its_trial_and_the_study_goes_on(tmp_path: Path, profile: Path) -> None:
-    url = created_study(tmp_path, steps=60, trials=2, references=NO_REFERENCES, hooks=HELD)
+def test_cancelled_trial_job_fails_its_trial_and_the_study_goes_on(
+        tmp_path: Path, profile: Path, cli: Cli) -> None:
+    url = created_study(cli, tmp_path, steps=HELD_RUN_STEPS, trials=2, references=NO_REFERENCES, hooks=HELD)
     runner = start_run(tmp_path, "tiny", "--launcher", str(profile), "--storage", url, "--no-tracking")
     # held mid-training, so the cancel cannot come after the job's end (on an idle machine it once did)
     trial = wait_for(lambda: held_trial(url), JOB_TIMEOUT_S, "a trial's job held mid-training")
@@ -180,22 +204,20 @@ def test_cancelled_trial_job_fails_its_trial_and_the_study_goes_on(tmp_path: Pat
     assert "CANCELLED" in out
 
 
-def test_sbatch_refusal_is_one_line_and_loses_no_trial(tmp_path: Path, profile: Path) -> None:
-    url = created_study(tmp_path, steps=30, trials=2, references=NO_REFERENCES)
+def test_sbatch_refusal_is_one_line_and_loses_no_trial(tmp_path: Path, profile: Path, cli: Cli) -> None:
+    url = created_study(cli, tmp_path, steps=30, trials=2, references=NO_REFERENCES)
     bad = tmp_path / "bad.yaml"
     bad.write_text(profile.read_text().replace("partition: debug", "partition: nosuchpart"))
     unknown_partition = ("abtune: error: partition: nosuchpart is not a partition of this cluster (sinfo lists "
                          "debug); set one of them in the launcher profile\n")
     for command in ("launch", "run"):  # both ask sinfo before any trial: nothing reaches sbatch
-        refused = run_cli("study", command, "tiny", "--launcher", str(bad), "--storage", url, cwd=tmp_path,
-                          check=False)
+        refused = cli("study", command, "tiny", "--launcher", str(bad), "--storage", url, cwd=tmp_path)
         assert (refused.returncode, refused.stdout, refused.stderr) == (2, "", unknown_partition)
     assert trials_of(url) == []
 
     featureless = tmp_path / "featureless.yaml"  # what sinfo cannot tell: sbatch refuses the trial's job itself
     featureless.write_text(profile.read_text() + "sbatch: {constraint: nosuchfeature}\n")
-    run = run_cli("study", "run", "tiny", "--launcher", str(featureless), "--storage", url, cwd=tmp_path,
-                  check=False)
+    run = cli("study", "run", "tiny", "--launcher", str(featureless), "--storage", url, cwd=tmp_path)
     assert (run.returncode, run.stderr) == (
         2, "abtune: error: sbatch refused the job: Batch job submission failed: Invalid feature specification\n")
     asked, retry = trials_of(url)  # the trial that could not be submitted runs again later, budget intact
@@ -204,12 +226,12 @@ def test_sbatch_refusal_is_one_line_and_loses_no_trial(tmp_path: Path, profile: 
     assert retry.system_attrs["fixed_params"] == asked.params
 
 
-def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, profile: Path) -> None:
+def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, profile: Path, cli: Cli) -> None:
     """A worker signalled as SLURM preempts (or times out) a job requeues itself; the new run of the
     same array task finds its trial by its SLURM job id and follows the same trial job to the end."""
-    url = created_study(tmp_path, steps=60, trials=1, references=NO_REFERENCES, hooks=HELD)
-    out = run_cli("study", "launch", "tiny", "--workers", "1", "--launcher", str(profile), "--storage", url,
-                  cwd=tmp_path).stdout
+    url = created_study(cli, tmp_path, steps=HELD_RUN_STEPS, trials=1, references=NO_REFERENCES, hooks=HELD)
+    out = succeeded(cli("study", "launch", "tiny", "--workers", "1", "--launcher", str(profile), "--storage", url,
+                        cwd=tmp_path))
     worker_id = re.search(r"SLURM job\(s\) (\d+)\n", out)[1]  # type: ignore[index]  # one body: no array
     trial = wait_for(lambda: held_trial(url), JOB_TIMEOUT_S, "a trial's job training")
     job_id, first_pid = trial.user_attrs[JOB_ATTR]["record"], trial.system_attrs[WORKER_ATTR]["pid"]
@@ -230,47 +252,47 @@ def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, 
     assert f"re-attached to SLURM job {job_id}\n" in worker_log.read_text()  # still training: no "(ended"
 
 
-def test_study_stop_cancels_the_workers_then_the_trial_jobs(tmp_path: Path, profile: Path) -> None:
+def test_study_stop_cancels_the_workers_then_the_trial_jobs(tmp_path: Path, profile: Path, cli: Cli) -> None:
     """Workers placed by the profile's `worker:` section run beside their trials; a layout whose workers
     could hold every node a trial needs is refused (sinfo). `study stop` mid-trial: the worker array goes
     first (no worker asks a trial as its trial job dies), then every trial job; the stopped trials are
     re-enqueued; nothing is RUNNING and no job of the study is left in squeue."""
-    url = created_study(tmp_path, steps=60, trials=4, references=NO_REFERENCES, hooks=HELD)  # held till cancelled
+    url = created_study(cli, tmp_path, steps=HELD_RUN_STEPS, trials=4, references=NO_REFERENCES, hooks=HELD)  # held till cancelled
     fields = yaml.safe_load(profile.read_text())
     blocking = tmp_path / "blocking.yaml"  # trials need 2 of each node's 4 CPUs; 3-CPU workers leave 1
     blocking.write_text(yaml.safe_dump({**fields, "cpus_per_task": 2, "worker": {"cpus": 3}}))
-    refused = run_cli("study", "launch", "tiny", "--workers", "2", "--launcher", str(blocking), "--storage", url,
-                      "--dry-run", cwd=tmp_path, check=False)
+    refused = cli("study", "launch", "tiny", "--workers", "2", "--launcher", str(blocking), "--storage", url,
+                  "--dry-run", cwd=tmp_path)
     assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
     assert "2 worker(s) of 3 CPU(s) on the nodes of debug can keep every trial from starting" in refused.stderr
-    one = run_cli("study", "launch", "tiny", "--workers", "1", "--launcher", str(blocking), "--storage", url,
-                  "--dry-run", cwd=tmp_path, check=False)  # one worker still blocks a node: no "fewer workers"
+    one = cli("study", "launch", "tiny", "--workers", "1", "--launcher", str(blocking), "--storage", url,
+              "--dry-run", cwd=tmp_path)  # one worker still blocks a node: no "fewer workers"
     assert one.returncode == 2 and len(one.stderr.splitlines()) == 1, one.stderr
     assert one.stderr.strip().endswith(  # the cluster has one partition: the login node is the way
         f"CPUs): run the study from this login node instead: `abtune study run tiny --launcher {blocking}` "
         "(every trial a SLURM job, no worker job)"), one.stderr
     nowhere = tmp_path / "nowhere.yaml"
     nowhere.write_text(yaml.safe_dump({**fields, "worker": {"partition": "cpu"}}))
-    missing = run_cli("study", "launch", "tiny", "--workers", "1", "--launcher", str(nowhere), "--storage", url,
-                      "--dry-run", cwd=tmp_path, check=False)
+    missing = cli("study", "launch", "tiny", "--workers", "1", "--launcher", str(nowhere), "--storage", url,
+                  "--dry-run", cwd=tmp_path)
     assert (missing.returncode, missing.stderr) == (2, "abtune: error: worker.partition: cpu is not a partition of "
                                                        "this cluster (sinfo lists debug); set one of them in the "
                                                        "launcher profile\n")
     profile.write_text(yaml.safe_dump({**fields, "worker": {"partition": "debug", "time_limit": "0:20:00"}}))
     launch = ("study", "launch", "tiny", "--workers", "2", "--launcher", str(profile), "--storage", url)
-    dry = run_cli(*launch, "--dry-run", cwd=tmp_path).stdout
+    dry = succeeded(cli(*launch, "--dry-run", cwd=tmp_path))
     assert dry.count("#SBATCH --time=20\n") == 1 and dry.count("#SBATCH --time=60\n") == 1  # workers, trial
 
-    out = run_cli(*launch, cwd=tmp_path).stdout
+    out = succeeded(cli(*launch, cwd=tmp_path))
     match = re.search(r"SLURM job\(s\) (\d+)_0 \1_1\n", out)
     assert match, out
     worker_ids = [f"{match[1]}_0", f"{match[1]}_1"]
     started = wait_for(lambda: held_trial(url), JOB_TIMEOUT_S, "a trial's job training")
-    status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
+    status = succeeded(cli("study", "status", "tiny", "--storage", url, cwd=tmp_path))
     assert re.search(rf"running: trial {started.number} in SLURM job {started.user_attrs[JOB_ATTR]['record']} on .*"
                      r"since [\d:]+: (RUNNING|COMPLETING)\n", status), status
 
-    said = run_cli("study", "stop", "tiny", "--storage", url, cwd=tmp_path).stdout
+    said = succeeded(cli("study", "stop", "tiny", "--storage", url, cwd=tmp_path))
     assert "cancelled worker job(s) " in said and all(w in said for w in worker_ids), said
     trials = trials_of(url)
     stopped = [t for t in trials if t.user_attrs.get("fail_reason") == STOPPED]
