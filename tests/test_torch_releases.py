@@ -118,3 +118,32 @@ def test_a_name_or_keyword_the_installed_torch_lacks_is_reported_with_its_line()
         "x.py:4: torch.distributed.no_such_collective",
         "x.py:5: torch.nn.parallel.DistributedDataParallel(no_such_argument=...)",
     ]
+
+
+def _rank_keeps_its_buffer(rank: int, world_size: int, folder: str) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    from abtune.methods.ddp.method import NO_FORWARD_BUFFER_SYNC
+
+    dist.init_process_group("gloo", init_method=f"file://{folder}/store", rank=rank, world_size=world_size)
+    try:
+        model = nn.Linear(2, 1)
+        model.register_buffer("marker", torch.full((1,), float(rank)))
+        ddp = DistributedDataParallel(model, init_sync=False, **NO_FORWARD_BUFFER_SYNC)
+        ddp(torch.ones(1, 2)).sum().backward()
+        Path(folder, f"rank{rank}").write_text(str(model.marker.item()))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ddp_leaves_each_ranks_buffers_alone_in_forward_under_this_release(tmp_path: Path) -> None:
+    """abtune averages buffers itself (before evaluation, at AB's syncs); DDP must not broadcast rank 0's
+    at each forward. torch 2.14 says so with `forward_sync_buffers=False`, older releases with
+    `broadcast_buffers=False`: whichever this release takes, rank 1 keeps its own buffer."""
+    torch_multiprocessing = pytest.importorskip("torch.multiprocessing")
+    torch_multiprocessing.spawn(_rank_keeps_its_buffer, args=(2, str(tmp_path)), nprocs=2)
+    assert [float((tmp_path / f"rank{rank}").read_text()) for rank in (0, 1)] == [0.0, 1.0]
