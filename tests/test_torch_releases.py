@@ -1,6 +1,6 @@
 """abtune on the torch it runs beside: every torch name its code reaches exists in the installed release.
 
-pyproject admits a range of torch releases; CI installs one. A name only a newer release has (torch 2.14's
+pyproject admits a range of torch releases; CI installs one. A name only a newer release has (torch 2.13's
 `dist.all_gather_single`, DDP's `forward_sync_buffers`) passes there and stops every run on an older torch
 at its first use, on the GPU. This test reads abtune's code (and the benchmark scripts that run on GPU
 images) with `ast` and looks up, in the torch that runs it, every attribute chain that starts at torch or
@@ -142,7 +142,7 @@ def _rank_keeps_its_buffer(rank: int, world_size: int, folder: str) -> None:
 @pytest.mark.slow
 def test_ddp_leaves_each_ranks_buffers_alone_in_forward_under_this_release(tmp_path: Path) -> None:
     """abtune averages buffers itself (before evaluation, at AB's syncs); DDP must not broadcast rank 0's
-    at each forward. torch 2.14 says so with `forward_sync_buffers=False`, older releases with
+    at each forward. torch 2.13 and newer say so with `forward_sync_buffers=False`, older releases with
     `broadcast_buffers=False`: whichever this release takes, rank 1 keeps its own buffer."""
     torch_multiprocessing = pytest.importorskip("torch.multiprocessing")
     torch_multiprocessing.spawn(_rank_keeps_its_buffer, args=(2, str(tmp_path)), nprocs=2)
