@@ -47,8 +47,8 @@ from abtune import strict_device, wire
 from abtune.errors import TrainingFailed
 from abtune.phases import Phase
 
-# torch 2.14 renamed all_gather_into_tensor (deprecated there) to all_gather_single; older releases, such as
-# the torch 2.11 of the GPU images this project was checked on, have only the old name.
+# torch 2.13 renamed all_gather_into_tensor to all_gather_single (2.14 warns on the old name); 2.12 and older,
+# such as the torch 2.11 of the GPU images this project was checked on, have only the old name.
 all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 

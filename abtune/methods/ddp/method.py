@@ -20,8 +20,8 @@ from abtune.comm import CommGroup, CommMeter, Op, average_tensors_
 from abtune.methods.base import Method
 from abtune.phases import Phase
 
-# torch 2.14 renamed DDP's broadcast_buffers (deprecated there) to forward_sync_buffers; older releases,
-# such as the torch 2.11 of the GPU images this project was checked on, know only the old name.
+# torch 2.13 renamed DDP's broadcast_buffers to forward_sync_buffers (2.14 warns on the old name); 2.12 and
+# older, such as the torch 2.11 of the GPU images this project was checked on, know only the old name.
 NO_FORWARD_BUFFER_SYNC = (
     {"forward_sync_buffers": False}
     if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
