@@ -35,7 +35,7 @@ from abtune.attrs import (
 )
 from abtune.errors import ConfigError
 from abtune.objectives import OBJECTIVES
-from abtune.study import results
+from abtune.study import dashboard_front, results
 from abtune.study.importance import shown_objectives
 from abtune.study.optuna_private import storage_of, study_id
 from abtune.study.ranking import DEFAULT_RULE, Rule, pareto_front, promotable, rank_front, top_single
@@ -395,7 +395,8 @@ def require(study: optuna.Study, rule: Rule = DEFAULT_RULE) -> Recommendation:
 # --- shown beside the study ----------------------------------------------------------------------------
 def publish(study: optuna.Study, recommendation: Recommendation | None, tracking: Any, run_id: str | None) -> None:
     """The recommendation on the study's MLflow run (tags, metrics, the answer in its description, the
-    recommended trial's run tagged) and as its optuna-dashboard note. Called wherever the record may have
+    recommended trial's run tagged), as its optuna-dashboard note, and ringed on the dashboard's front in MB
+    (study/dashboard_front.py). Called wherever the record may have
     changed (a study run's plot updates and its end, a confirmation): each then reads as `study best` prints."""
     if recommendation is None:
         return
@@ -407,3 +408,4 @@ def publish(study: optuna.Study, recommendation: Recommendation | None, tracking
     except ImportError:  # the dashboard is optional
         return
     optuna_dashboard.save_note(study, recommendation.markdown())
+    dashboard_front.save(study, every_trial(study), recommendation.promoted)
