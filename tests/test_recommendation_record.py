@@ -143,7 +143,8 @@ class _Tags:
     def __init__(self) -> None:
         self.tags: dict[str, dict[str, str]] = {}
 
-    def set_tags(self, run_id: str | None, tags: dict[str, str]) -> None:
+    def show_recommendation(self, run_id: str | None, tags: dict[str, str], metrics: dict[str, float],
+                            recommended_run: str | None, step: int = 0) -> None:
         self.tags.setdefault(str(run_id), {}).update(tags)
 
 
@@ -157,7 +158,7 @@ def test_the_study_run_and_the_dashboard_note_show_the_stored_recommendation(tmp
     tags = tracker.tags["run-1"]
     assert (tags["abtune.recommended_trial"], tags["abtune.recommendation.held"],
             tags["abtune.recommendation.top1_vs_ddp"]) == ("2", "within", "-0.0028")
-    description = tags["mlflow.note.content"]
+    description = tags["abtune.recommendation.text"]  # the tracker puts it in the run's description
     assert description.startswith("## Recommendation\n\nrecommended: trial 2 (top-1 0.9472, inter-node MB 46.88)")
     note = get_note_from_system_attrs(study._storage.get_study_system_attrs(study._study_id), None)
     assert note["body"] == description

@@ -25,11 +25,19 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from abtune.attrs import CONFIRMATION_ATTR, DDP, RECOMMENDATION_ATTR, RECOMMENDATION_TEXT_TAG, SEEDS_ATTR
+from abtune.attrs import (
+    CONFIRMATION_ATTR,
+    DDP,
+    RECOMMENDATION_ATTR,
+    RECOMMENDATION_TEXT_TAG,
+    RUN_ID_ATTR,
+    SEEDS_ATTR,
+)
 from abtune.errors import ConfigError
 from abtune.objectives import OBJECTIVES
-from abtune.study import results
+from abtune.study import dashboard_front, results
 from abtune.study.importance import shown_objectives
+from abtune.study.optuna_private import storage_of, study_id
 from abtune.study.ranking import DEFAULT_RULE, Rule, pareto_front, promotable, rank_front, top_single
 from abtune.study.spec import StudySpec
 
@@ -70,6 +78,12 @@ class Recommendation:
     @property
     def confirmed(self) -> bool:
         return self.basis == CONFIRMED
+
+    @property
+    def promoted(self) -> int | None:
+        """The trial the study recommends: None when the choice falls short of DDP (no plot rings it, no run is
+        tagged recommended)."""
+        return None if self.held == SHORT else self.trial
 
     @property
     def gap(self) -> float | None:
@@ -156,6 +170,15 @@ class Recommendation:
             tags["abtune.recommendation.top1_vs_ddp"] = f"{self.gap:+.4f}"
         return tags
 
+    def metrics(self) -> dict[str, float]:
+        """MLflow metrics of the study's run: the choice's figures as its description shows them (top-1 0.9472,
+        inter-node MB 46.88), its top-1 against DDP's, and its trial number."""
+        shown = {f"Recommendation/{OBJECTIVES[k].label}": round(v / OBJECTIVES[k].scale, OBJECTIVES[k].digits)
+                 for k, v in self.values.items() if k in OBJECTIVES and math.isfinite(v)}
+        if self.gap is not None:
+            shown["Recommendation/top-1 vs DDP"] = round(self.gap, 4)
+        return {"Recommendation/trial": float(self.trial), **shown}
+
     def markdown(self) -> str:
         """The recommendation part of the study's MLflow description and optuna-dashboard note."""
         return "\n\n".join(["## Recommendation", *self.lines(), *self.noise_warnings()]) + "\n"
@@ -165,7 +188,7 @@ class Recommendation:
 def decide(study: optuna.Study, rule: Rule = DEFAULT_RULE, *, search_only: bool = False) -> Recommendation | None:
     """The rule's choice among the confirmed configurations (after `study confirm`; `search_only`: never) or
     the finished trials, held against DDP; None when no trial has finished."""
-    trials = study.get_trials(deepcopy=False)
+    trials = every_trial(study)
     confirmed = [] if search_only else confirmed_trials(study)
     candidates = confirmed or _finished(trials)
     if not candidates:
@@ -197,6 +220,14 @@ def decide(study: optuna.Study, rule: Rule = DEFAULT_RULE, *, search_only: bool 
         resolution=_resolution(choice), spread=_spread(study, choice, ddp, bool(confirmed)), seen=fingerprint(study))
 
 
+def every_trial(study: optuna.Study, deepcopy: bool = False,
+                states: tuple[TrialState, ...] | None = None) -> list[FrozenTrial]:
+    """The study's trials as stored, the DDP reference included, whatever the study object shows: the runner's
+    search study hides the finished DDP trial from its sampler (definition.SearchStudy), and an answer decided
+    through it would hold the choice against no DDP at all."""
+    return storage_of(study).get_all_trials(study_id(study), deepcopy=deepcopy, states=states)
+
+
 def _finished(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
     """Completed trials that may be recommended: promotable, within the traffic budget."""
     return [t for t in trials if t.state == TrialState.COMPLETE and promotable(t) and results.feasible(t)]
@@ -206,7 +237,7 @@ def confirmed_trials(study: optuna.Study) -> list[FrozenTrial]:
     """Promotable trials with a confirmation record, their values replaced by the confirmed means."""
     attrs = study.user_attrs
     chosen = []
-    for trial in study.get_trials(deepcopy=True, states=(TrialState.COMPLETE,)):
+    for trial in every_trial(study, deepcopy=True, states=(TrialState.COMPLETE,)):
         record = attrs.get(f"{CONFIRMATION_ATTR}.trial_{trial.number}")
         if record is not None and promotable(trial):
             trial.values = list(record["values"])
@@ -276,7 +307,7 @@ def _resolution(trial: FrozenTrial) -> float | None:
 def _spread(study: optuna.Study, trial: FrozenTrial, ddp: Held | None, confirmed: bool) -> float | None:
     """The larger seed-to-seed std of top-1 of the choice and of DDP, where measured."""
     numbers = [trial.number, *([ddp.trial] if ddp is not None else [])]
-    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+    by_number = {t.number: t for t in every_trial(study)}
     spreads = []
     for number in numbers:
         if confirmed:
@@ -298,7 +329,7 @@ def search_front(trials: Sequence[FrozenTrial], spec: StudySpec) -> list[FrozenT
 # --- stored once, read everywhere ----------------------------------------------------------------------
 def fingerprint(study: optuna.Study) -> dict[str, Any]:
     """What a record was decided from: the completed trials and the confirmation's time."""
-    complete = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+    complete = [t.number for t in every_trial(study, states=(TrialState.COMPLETE,))]
     confirmation = study.user_attrs.get(CONFIRMATION_ATTR) or {}
     return {"complete": len(complete), "last": max(complete, default=-1), "confirmation": confirmation.get("time")}
 
@@ -353,7 +384,7 @@ def require(study: optuna.Study, rule: Rule = DEFAULT_RULE) -> Recommendation:
     """`current`, or one line saying why the study has no recommendation yet."""
     found = current(study, rule)
     if found is None:
-        trials = study.get_trials(deepcopy=False)
+        trials = every_trial(study)
         counts = ", ".join(f"{sum(t.state.name == s for t in trials)} {s.lower()}"
                            for s in sorted({t.state.name for t in trials})) or "it has no trials at all"
         raise ConfigError(f"study '{study.study_name}' has no finished trials ({counts}); "
@@ -363,15 +394,18 @@ def require(study: optuna.Study, rule: Rule = DEFAULT_RULE) -> Recommendation:
 
 # --- shown beside the study ----------------------------------------------------------------------------
 def publish(study: optuna.Study, recommendation: Recommendation | None, tracking: Any, run_id: str | None) -> None:
-    """The recommendation on the study's MLflow run (tags, description) and as its optuna-dashboard note."""
+    """The recommendation on the study's MLflow run (tags, metrics, the answer in its description, the
+    recommended trial's run tagged), as its optuna-dashboard note, and ringed on the dashboard's front in MB
+    (study/dashboard_front.py). Called wherever the record may have
+    changed (a study run's plot updates and its end, a confirmation): each then reads as `study best` prints."""
     if recommendation is None:
         return
-    if run_id is not None:
-        # the description until the study's next update composes it with the study's text and plots
-        tracking.set_tags(run_id, {**recommendation.tags(), RECOMMENDATION_TEXT_TAG: recommendation.markdown(),
-                                   "mlflow.note.content": recommendation.markdown()})
+    chosen = next((t.user_attrs.get(RUN_ID_ATTR) for t in every_trial(study) if t.number == recommendation.promoted), None)
+    tracking.show_recommendation(run_id, {**recommendation.tags(), RECOMMENDATION_TEXT_TAG: recommendation.markdown()},
+                                 recommendation.metrics(), chosen, step=recommendation.seen["complete"])
     try:
         import optuna_dashboard
     except ImportError:  # the dashboard is optional
         return
     optuna_dashboard.save_note(study, recommendation.markdown())
+    dashboard_front.save(study, every_trial(study), recommendation.promoted)

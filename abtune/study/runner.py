@@ -190,13 +190,12 @@ class StudyRunner:
                 if self.stopping:
                     self._detach_surviving_jobs()
                     self._cancel_all()
-            # the study's answer as the trials left it, on its MLflow run and dashboard note (study/recommendation.py)
-            recommendation.publish(self.study, recommendation.current(self.study), self.tracking, self.parent_run)
         finally:
             signal.signal(signal.SIGINT, previous)
             self._close_ended_runs()
             self._update_study_artifacts(final=True)
             self.tracking.finish_run(self.parent_run, None, "KILLED" if self.stopping else "FINISHED")
+        self._publish_answer()  # the plots may have been drawn by another worker, or not at all (tracking off)
         if self.error is not None:
             raise self.error
         return not self.stopping
@@ -221,7 +220,7 @@ class StudyRunner:
         trials = self.all_trials()
         analysis = importance.analysis(trials, list(self.spec.space), importance.shown_objectives(self.spec))
         self.tracking.update_study_artifacts(self.parent_run, trials, self.study.metric_names, analysis,
-                                             recommended=self._recommended())
+                                             recommended=self._publish_answer())
         self._describe_study(trials)
         self.storage.set_study_system_attr(self.study_id, ARTIFACTS_COST_ATTR, time.monotonic() - started)
 
@@ -231,11 +230,14 @@ class StudyRunner:
                                          parent_run.study_params(self.spec), parent_run.study_progress(trials),
                                          results.finished_count(trials))
 
-    def _recommended(self) -> int | None:
-        """The number of the trial the study recommends now (None before one finished, or when none is
-        within the margin of DDP: a plot marks no trial as recommended that the study does not recommend)."""
+    def _publish_answer(self) -> int | None:
+        """The study's answer as the trials leave it now (decided again when they changed), on its MLflow run
+        and optuna-dashboard note (study/recommendation.py); the number of the trial it recommends (None before
+        one finished, or when none is within the margin of DDP: no plot rings a trial the study does not
+        recommend)."""
         answer = recommendation.current(self.study)
-        return None if answer is None or answer.held == recommendation.SHORT else answer.trial
+        recommendation.publish(self.study, answer, self.tracking, self.parent_run)
+        return None if answer is None else answer.promoted
 
     def _step(self) -> bool:
         for active in list(self.active):

@@ -87,8 +87,11 @@ class Tracking:
     def log_metrics(self, run_id: str | None, metrics: dict[str, float]) -> None:
         """Log values (step 0) into a run, e.g. the means and spreads of a repeated trial."""
 
-    def set_tags(self, run_id: str | None, tags: dict[str, str]) -> None:
-        """Set tags on a run (best effort), e.g. the study's recommendation on its parent run."""
+    def show_recommendation(self, parent_run_id: str | None, tags: dict[str, str], metrics: dict[str, float],
+                            recommended_run: str | None, step: int = 0) -> None:
+        """The study's answer on its parent run: `tags` (the recommendation's text among them, shown in the run's
+        description with the study's text and plots), `metrics` at `step` (the finished trials it was decided
+        from), and `abtune.recommended = true` on `recommended_run` only (None: on no run)."""
 
     def study_parent_run(self, study_name: str, storage: str) -> str | None:
         """The parent run of a study (one experiment per study), created once, found again on resume."""

@@ -202,16 +202,6 @@ class MlflowTracking(Tracking):
         except Exception as error:  # the values are in the study's storage; the record is a convenience
             self._lost(error)
 
-    def set_tags(self, run_id: str | None, tags: dict[str, str]) -> None:
-        if run_id is None or not tags:
-            return
-        from mlflow.entities import RunTag
-
-        try:
-            self.client.log_batch(run_id, tags=[RunTag(k, redact(v)) for k, v in tags.items()])
-        except Exception as error:  # the study's storage holds the same; the record is a convenience
-            self._lost(error)
-
     def _experiment_id(self, name: str) -> str:
         from mlflow.exceptions import MlflowException
 
@@ -375,11 +365,29 @@ class MlflowTracking(Tracking):
         except Exception as error:  # a dashboard must not stop a study
             self._lost(error)
 
+    def show_recommendation(self, parent_run_id: str | None, tags: dict[str, str], metrics: dict[str, float],
+                            recommended_run: str | None, step: int = 0) -> None:
+        if parent_run_id is None:
+            return
+        from mlflow.entities import RunTag
+
+        try:
+            self._log_points(parent_run_id, [Point(key, value, step) for key, value in metrics.items()])
+            self.client.log_batch(parent_run_id, tags=[RunTag(k, redact(v)) for k, v in tags.items()])
+            held = self.client.get_run(parent_run_id).data.tags
+            self.client.set_tag(parent_run_id, NOTE_TAG, study_note(parent_run_id, held))
+            self._tag_recommended_run(parent_run_id, recommended_run)
+        except Exception as error:  # the study's storage holds the same; the record is a convenience
+            self._lost(error)
+
     def _tag_recommended(self, parent_run_id: str, trials: Sequence[FrozenTrial], recommended: int | None) -> None:
-        """`abtune.recommended = true` on the recommended trial's run only (an earlier choice loses it)."""
         from abtune.attrs import RUN_ID_ATTR
 
         chosen = next((t.user_attrs.get(RUN_ID_ATTR) for t in trials if t.number == recommended), None)
+        self._tag_recommended_run(parent_run_id, chosen)
+
+    def _tag_recommended_run(self, parent_run_id: str, chosen: str | None) -> None:
+        """`abtune.recommended = true` on the recommended trial's run only (an earlier choice loses it)."""
         experiment_id = self.client.get_run(parent_run_id).info.experiment_id
         earlier = self.client.search_runs([experiment_id], filter_string=f"tags.`{RECOMMENDED_TAG}` = 'true'")
         for run in earlier:

@@ -1,9 +1,11 @@
 """What the MLflow UI (3.x) shows when a user opens one of abtune's experiments.
 
 Two of the UI's own mechanisms, both stored on the experiment when abtune creates it:
-- `mlflow.experimentKind`: abtune's experiments are model training, not GenAI apps. Since 3.x the UI
-  chooses its view (GenAI or machine learning) from its workflow switch, which a link sets with
-  `?workflowType=machine_learning`; the tag is what the experiment list and older 3.x releases read.
+- `mlflow.experimentKind`: abtune's experiments are model training, not GenAI apps. MLflow 3.17's UI
+  ignores the tag for its view: it chooses GenAI or model training from its sidebar switch, which a link
+  sets with `?workflowType=machine_learning` and the browser otherwise keeps in its local storage
+  (`mlflow.workflowType_v1`, GenAI until the user flips it); the server has no setting for it. The tag
+  still types the experiment for releases and tools that read it.
 - a shared view (`mlflow.sharedViewState.KEY`, opened with `?viewStateShareKey=KEY`, what the UI's
   own "share" button writes): the runs table with each run's results (in the units a person reads) as its
   first columns, best final top-1 first, instead of the UI's default of no metric column at all.
