@@ -67,6 +67,9 @@ def test_a_study_short_of_ddp_never_prints_a_bare_recommendation(tmp_path: Path,
         assert short in flat, (command, out)
         assert not re.search(r"^recommended( so far)?:", out, re.MULTILINE), (command, out)
     assert "closest to DDP: trial 4" in _named(cli, url)["best"]
+    rows = _exported(cli, url)
+    assert [r["number"] for r in rows if r["recommended"] == "True"] == []  # as no tag and no ring names one
+    assert [r["number"] for r in rows if r["chosen"] == "True"] == ["4"]
     stored = recommendation.load(optuna.load_study(study_name="quickstart", storage=url))
     assert stored is not None and (stored.trial, stored.held, stored.ddp) == (4, "short", recommendation.Held(1, 0.99))
 
@@ -89,6 +92,7 @@ def test_the_pick_is_held_against_ddp_and_stored_once(tmp_path: Path, cli: Calla
     assert cli(*_promote(url)).stdout.startswith("promoting trial 7 of study quickstart")
     rows = _exported(cli, url)
     assert [r["number"] for r in rows if r["recommended"] == "True"] == ["7"]
+    assert [r["number"] for r in rows if r["chosen"] == "True"] == ["7"]
     assert [r["number"] for r in rows if r["pareto"] == "True"] == ["2", "4", "7"]
 
 

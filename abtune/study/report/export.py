@@ -42,7 +42,8 @@ UNITS = {"inter_node_bytes": ("inter_node_mb", 1e6), "time_to_target": ("time_to
 
 
 def export_rows(storage: BaseStorage, name: str) -> list[dict[str, Any]]:
-    """Every trial, one row each; `pareto`: on the front `study best` shows, `recommended`: the study's choice."""
+    """Every trial, one row each; `pareto`: on the front `study best` shows; `chosen`: the rule's pick;
+    `recommended`: that pick unless it falls short of DDP (as the MLflow tag and the plots' ring)."""
     study_id = storage.get_study_id_from_name(name)
     spec = stored_spec(storage, study_id)
     trials = storage.get_all_trials(study_id, deepcopy=False)
@@ -56,7 +57,8 @@ def export_rows(storage: BaseStorage, name: str) -> list[dict[str, Any]]:
         row.update({f"param_{k}": trial.params.get(k) for k in spec.space})
         row.update({key: trial.user_attrs.get(key) for key in EXPORTED_ATTRS})
         row["pareto"] = trial.number in front
-        row["recommended"] = answer is not None and answer.trial == trial.number
+        row["recommended"] = answer is not None and answer.promoted == trial.number  # never one short of DDP
+        row["chosen"] = answer is not None and answer.trial == trial.number  # the rule's pick, short of DDP or not
         entry = recorded_job(trial.user_attrs)
         row[JOB_ATTR] = describe_job(entry) if entry else None  # `SLURM job 812`, as its launcher names it
         if spec.repeats > 1:
