@@ -44,6 +44,7 @@ METHODS: dict[str, dict[str, Any]] = {"ddp": {}, "ab": {}, "sbc": {}, "powersgd"
 SHAPED = "5mbit"
 RATE_TOLERANCE = 0.15  # tbf's burst (8 KiB: 7% of a 0.2 s poll at 5 Mbit/s) and the poll's timing
 GONE_DEADLINE_S = 120
+TRAINING_DEADLINE_S = 300  # until a long run's first step: a safety net, so that a hung start fails, not hangs
 # 15 steps: warmup 3, then AB phases of 3 steps inside each node, one inter-node sync after each (the
 # paper's 1/30 would sync after every step of so short a run, sending more than ddp)
 SHAPED_STEPS = 15
@@ -131,7 +132,8 @@ def test_a_shaped_link_holds_its_rate_and_carries_fewer_bytes_for_ab(tmp_path: P
 
 
 def start_long_run(tmp_path: Path) -> subprocess.Popen[str]:
-    config = write_config(tmp_path / "long.yaml", train={"steps": 100000, "eval_every": 100000})
+    # a line every step: training is seen at its first step, not its tenth (steps of 4 ranks: seconds under load)
+    config = write_config(tmp_path / "long.yaml", train={"steps": 100000, "eval_every": 100000, "log_every": 1})
     return subprocess.Popen([*abtune_command(), "train", str(config), "--launcher", str(profile(tmp_path / "e.yaml")),
                              "--nproc", "4", "--ranks-per-node", "2", "--run-dir", str(tmp_path / "long"),
                              "--no-tracking"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -144,9 +146,11 @@ def namespaces_of(launcher: subprocess.Popen[str]) -> list[str]:
 
 def wait_until_training(launcher: subprocess.Popen[str], run_dir: Path) -> list[str]:
     """The run's namespaces, once its ranks train (their metrics file has a line)."""
+    deadline = time.monotonic() + TRAINING_DEADLINE_S
     while not (run_dir / "metrics.jsonl").exists() or not (run_dir / "metrics.jsonl").read_text():
         assert launcher.poll() is None, launcher.communicate()
-        time.sleep(0.5)
+        assert time.monotonic() < deadline, f"no step within {TRAINING_DEADLINE_S} s: {namespaces_of(launcher)}"
+        time.sleep(0.1)
     names = namespaces_of(launcher)
     assert len(names) == 2
     return names
@@ -174,7 +178,7 @@ def wait_until_gone(names: list[str], pids: list[int]) -> None:
     deadline = time.monotonic() + GONE_DEADLINE_S
     while set(names) & set(fabric_namespaces()) or any(running(pid) for pid in pids):
         assert time.monotonic() < deadline, (fabric_namespaces(), pids)
-        time.sleep(0.5)
+        time.sleep(0.1)
 
 
 @pytest.mark.slow
@@ -392,11 +396,11 @@ def test_the_readme_command_brings_up_iptables_for_the_loss_test_or_skips_it_wit
 def test_a_study_trial_whose_link_dies_is_retried_from_its_checkpoint_and_completes(tmp_path: Path) -> None:
     """The drill a user runs to see what a study does when a node's network fails: the trial's link goes down at
     step 12, its hang detector fails it in one line, the study retries it (`retries.hung`, default 1) from its step
-    10 checkpoint on a fresh fabric that replays no fault, and the retry trains to the end."""
+    10 checkpoint on a fresh fabric that replays no fault, and the retry trains to the end (step 20)."""
     require_fabric()
     before, namespaces = host_network(), set(fabric_namespaces())
     url = f"sqlite:///{tmp_path}/optuna.db"
-    train = {"steps": 40, "local_batch_size": 16, "eval_every": 20, "log_every": 2, "checkpoint_every": 10,
+    train = {"steps": 20, "local_batch_size": 16, "eval_every": 20, "log_every": 2, "checkpoint_every": 10,
              "hang": {"floor_s": HANG_FLOOR_S, "untimed_s": 120}}
     study = write_study(tmp_path / "s.yaml", trials=1, references={"paper_defaults": False, "ddp": False},
                         base={**TINY_BASE, "model": {**TINY_BASE["model"], **MODEL}, "train": train},
@@ -412,6 +416,6 @@ def test_a_study_trial_whose_link_dies_is_retried_from_its_checkpoint_and_comple
     assert retry.state == TrialState.COMPLETE and retry.user_attrs["retry_of"] == hung.number
     assert retry.params == hung.params and retry.user_attrs["resumed_from_step"] == 10
     summary = read_summary(Path(retry.user_attrs["run_dir"])).raw
-    assert retry.user_attrs["steps_done"] == 40 and summary["traffic"]["measured_inter_node_bytes"]["link"]["faults"] == []
+    assert retry.user_attrs["steps_done"] == 20 and summary["traffic"]["measured_inter_node_bytes"]["link"]["faults"] == []
     assert f"trial {hung.number} FAIL, retried: rank " in result.stdout, result.stdout
     assert set(fabric_namespaces()) == namespaces and host_network() == before

@@ -9,6 +9,7 @@ either the test skips.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,8 @@ from abtune.attrs import OVER_BUDGET_ATTR, WORKER_ATTR
 from abtune.study import results
 from abtune.study.storage import open_storage
 from abtune.tracking import open_tracking
-from tests.study_helpers import draw, draw_at_once, start_run, trials_of, write_study
+from tests.conftest import CliResult
+from tests.study_helpers import TINY_BASE, draw, draw_at_once, start_run, trials_of, write_study
 
 if (Path(__file__).parent / "postgres" / "fixture.py").exists():
     pytest_plugins = ["tests.postgres.fixture"]
@@ -29,6 +31,9 @@ if (Path(__file__).parent / "postgres" / "fixture.py").exists():
 pytestmark = pytest.mark.slow
 WORKERS = 4
 BUDGET = 6
+# What is checked is who ran which trial, not what it learned: a few steps a trial (the storage's traffic per
+# trial is the same: its start, one evaluation and its end).
+SHORT_TRIALS = {**TINY_BASE, "train": {**TINY_BASE["train"], "steps": 4, "eval_every": 4, "log_every": 2}}
 
 
 @pytest.fixture
@@ -46,12 +51,11 @@ def as_in_the_readme(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-def test_four_workers_on_postgresql_lose_no_trial(tmp_path: Path, postgres_study_url: str) -> None:
-    from tests.conftest import run_cli
-
+def test_four_workers_on_postgresql_lose_no_trial(tmp_path: Path, postgres_study_url: str,
+                                                  abtune_main: Callable[..., CliResult]) -> None:
     url, name = as_in_the_readme(postgres_study_url), f"pg4-{os.getpid()}"  # a shared database may hold earlier runs
-    study = write_study(tmp_path / "s.yaml", name=name, trials=BUDGET)
-    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    study = write_study(tmp_path / "s.yaml", name=name, trials=BUDGET, base=SHORT_TRIALS)
+    assert abtune_main("study", "create", str(study), "--storage", url, cwd=tmp_path).returncode == 0
     workers = [start_run(tmp_path, name, "--storage", url, "--no-tracking") for _ in range(WORKERS)]
     password = make_url(url).password
     for worker in workers:
@@ -158,23 +162,21 @@ AT_ONCE = 3
 
 @pytest.mark.parametrize("storage", ["sqlite", "postgresql"])
 def test_workers_released_at_the_same_instant_draw_parameters_of_their_own(
-        tmp_path: Path, storage: str, request: pytest.FixtureRequest) -> None:
-    from tests.conftest import run_cli
-
+        tmp_path: Path, storage: str, request: pytest.FixtureRequest, abtune_main: Callable[..., CliResult]) -> None:
     url = f"sqlite:///{tmp_path}/optuna.db" if storage == "sqlite" else \
         as_in_the_readme(str(request.getfixturevalue("fresh_database_url")))
-    run_cli("study", "create", str(write_study(tmp_path / "s.yaml", references=NO_REFERENCES)), "--storage", url)
+    study = write_study(tmp_path / "s.yaml", references=NO_REFERENCES)
+    assert abtune_main("study", "create", str(study), "--storage", url).returncode == 0
     draws = draw_at_once(url, AT_ONCE)
     assert len({tuple(sorted(d.items())) for d in draws}) == AT_ONCE, draws
 
 
-def test_a_lone_worker_draws_the_same_parameters_every_time_and_a_restarted_one_new_ones(tmp_path: Path) -> None:
-    from tests.conftest import run_cli
-
+def test_a_lone_worker_draws_the_same_parameters_every_time_and_a_restarted_one_new_ones(
+        tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
     study = write_study(tmp_path / "s.yaml", references=NO_REFERENCES)
     first, second = (f"sqlite:///{tmp_path}/{name}.db" for name in ("first", "second"))
     for url in (first, second):
-        run_cli("study", "create", str(study), "--storage", url)
+        assert abtune_main("study", "create", str(study), "--storage", url).returncode == 0
     drawn = draw(first, 3)
     assert draw(second, 3) == drawn  # the study's seed, whoever runs it
     assert len({tuple(sorted(d.items())) for d in drawn}) == 3

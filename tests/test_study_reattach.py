@@ -16,14 +16,15 @@ from abtune.attrs import JOB_ATTR, RUN_ID_ATTR
 from abtune.launch.pids import process_alive
 from abtune.study.stop import STOPPED
 from abtune.training.hooks import read_metrics
-from tests.conftest import abtune_command, run_cli, wait_for, with_checkout_on_path
+from tests.conftest import CliResult, abtune_command, run_cli, wait_for, with_checkout_on_path
 from tests.gate import gate_spec, paused, release
 from tests.study_helpers import TINY_BASE, running, trials_of, write_study
 
 pytestmark = pytest.mark.slow
-TRAIN = {"steps": 60, "local_batch_size": 16, "eval_every": 60, "log_every": 20}
+TRAIN = {"steps": 40, "local_batch_size": 16, "eval_every": 40, "log_every": 20}
 # Every trial (and seed) holds at step 20 until the test releases it (tests/gate.py): its job is mid-training
-# for as long as a kill, a restart or a stop takes, however loaded the machine, and trains 60 steps in all.
+# for as long as a kill, a restart or a stop takes, however loaded the machine, and trains 40 steps in all
+# (a step logged after the gate, and one more: each logged once shows one training).
 HOOKS = [gate_spec(20)]
 
 
@@ -64,14 +65,15 @@ def _trial_dir(trial: FrozenTrial) -> list[Path]:
     return [Path(trial.user_attrs["run_dir"])] if "run_dir" in trial.user_attrs else []
 
 
-def test_killed_study_run_reattaches_its_surviving_local_trials(tmp_path: Path) -> None:
+def test_killed_study_run_reattaches_its_surviving_local_trials(tmp_path: Path,
+                                                                abtune_main: Callable[..., CliResult]) -> None:
     """SIGKILL of `study run --parallel 2` (the runner alone, its jobs live on) mid-trial; the restarted
     run re-attaches both trials: same numbers, one job and one training each, no FAIL or retry, the
     budget completes with contiguous numbers."""
     url = f"sqlite:///{tmp_path}/optuna.db"
     study = write_study(tmp_path / "s.yaml", trials=3, base={**TINY_BASE, "train": TRAIN},
                         references={"paper_defaults": False, "ddp": False}, hooks=HOOKS)
-    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    assert abtune_main("study", "create", str(study), "--storage", url, cwd=tmp_path).returncode == 0
     first = _study_run(tmp_path, url, "first.log", "--parallel", "2", "--no-tracking")
     killed = wait_for(lambda: _held(url, 2), 300, "two trials training")
     os.kill(first.pid, signal.SIGKILL)
@@ -79,7 +81,7 @@ def test_killed_study_run_reattaches_its_surviving_local_trials(tmp_path: Path) 
     jobs = {t.number: t.user_attrs[JOB_ATTR]["record"] for t in killed}
     assert [t.number for t in running(url)] == sorted(jobs)  # left RUNNING by the dead runner ...
     assert all(process_alive(job) for job in jobs.values())  # ... and their jobs train on
-    status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
+    status = abtune_main("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert all(f"running: trial {n} in local job {job['pid']} on " in status for n, job in jobs.items()), status
     assert status.count("; its worker is gone (the next `abtune study run` re-attaches its job") == 2, status
 
@@ -105,14 +107,14 @@ def test_killed_study_run_reattaches_its_surviving_local_trials(tmp_path: Path) 
         assert trial.user_attrs["steps_done"] == TRAIN["steps"]
 
 
-def test_study_stop_local(tmp_path: Path) -> None:
+def test_study_stop_local(tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
     """`study stop` of a local `study run`: the runner cancels its trials (re-enqueued); trials of a killed
     runner have their jobs cancelled by the stop itself (failed, with --fail); --let-trials-finish lets the
     runner finish its trial and tell it. Nothing is left RUNNING, no trial job process lives on."""
     url = f"sqlite:///{tmp_path}/optuna.db"
     study = write_study(tmp_path / "s.yaml", trials=3, base={**TINY_BASE, "train": TRAIN},
                         references={"paper_defaults": False, "ddp": False}, hooks=HOOKS)
-    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    assert abtune_main("study", "create", str(study), "--storage", url, cwd=tmp_path).returncode == 0
     stop = ("study", "stop", "tiny", "--storage", url)
 
     runner = _study_run(tmp_path, url, "first.log", "--parallel", "2")
@@ -180,12 +182,13 @@ def _seeds_mid_training(url: str) -> FrozenTrial | None:
     return None
 
 
-def _repeated_study_killed_mid_trial(tmp_path: Path, tracking: str) -> tuple[str, FrozenTrial]:
+def _repeated_study_killed_mid_trial(tmp_path: Path, tracking: str,
+                                     abtune_main: Callable[..., CliResult]) -> tuple[str, FrozenTrial]:
     """A `repeats: 2` study whose runner was SIGKILLed while both seeds of its trial trained (they train on)."""
     url = f"sqlite:///{tmp_path}/optuna.db"
     study = write_study(tmp_path / "s.yaml", trials=1, repeats=2, base={**TINY_BASE, "train": TRAIN},
                         references={"paper_defaults": False, "ddp": False}, hooks=HOOKS)
-    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    assert abtune_main("study", "create", str(study), "--storage", url, cwd=tmp_path).returncode == 0
     first = _study_run(tmp_path, url, "first.log", "--tracking-uri", tracking)
     trial = wait_for(lambda: _seeds_mid_training(url), 300, "both seeds of a trial training")
     os.kill(first.pid, signal.SIGKILL)
@@ -200,11 +203,12 @@ def _mlflow_statuses(tracking: str) -> dict[str, str]:
     return {run.info.run_name: run.info.status for run in runs}
 
 
-def test_a_killed_runner_s_repeated_trial_is_re_attached_seed_by_seed(tmp_path: Path, mlflow_db: Path) -> None:
+def test_a_killed_runner_s_repeated_trial_is_re_attached_seed_by_seed(tmp_path: Path, mlflow_db: Path,
+                                                                       abtune_main: Callable[..., CliResult]) -> None:
     """Issue 21: the restarted runner failed such a trial as stale and its retry trained both seeds again while the
     abandoned ones finished on their own. Now it follows the seeds' jobs: each seed trains once, every step once."""
     tracking = f"sqlite:///{mlflow_db}"
-    url, trial = _repeated_study_killed_mid_trial(tmp_path, tracking)
+    url, trial = _repeated_study_killed_mid_trial(tmp_path, tracking, abtune_main)
     jobs = trial.user_attrs["seed_jobs"]
     second = _study_run(tmp_path, url, "second.log", "--tracking-uri", tracking)
     following = (f"trial {trial.number}: re-attached seed by seed (seed 0: following local job "
@@ -224,11 +228,12 @@ def test_a_killed_runner_s_repeated_trial_is_re_attached_seed_by_seed(tmp_path: 
     assert set(_mlflow_statuses(tracking).values()) == {"FINISHED"}, _mlflow_statuses(tracking)
 
 
-def test_study_stop_cancels_every_seed_of_a_dead_runner_s_repeated_trial(tmp_path: Path, mlflow_db: Path) -> None:
+def test_study_stop_cancels_every_seed_of_a_dead_runner_s_repeated_trial(
+        tmp_path: Path, mlflow_db: Path, abtune_main: Callable[..., CliResult]) -> None:
     """`study stop` once could not reach such seeds: they trained on with no runner. Now it cancels them, fails the
     trial, and closes the trial's and the seeds' MLflow runs."""
     tracking = f"sqlite:///{mlflow_db}"
-    url, trial = _repeated_study_killed_mid_trial(tmp_path, tracking)  # its seeds held at the gate meanwhile
+    url, trial = _repeated_study_killed_mid_trial(tmp_path, tracking, abtune_main)  # its seeds held at the gate meanwhile
     jobs = trial.user_attrs["seed_jobs"]
     out = run_cli("study", "stop", "tiny", "--fail", "--storage", url, "--tracking-uri", tracking, cwd=tmp_path).stdout
     pids = ", ".join(f"local job {jobs[str(s)]['record']['pid']}" for s in sorted(int(s) for s in jobs))

@@ -8,6 +8,7 @@ import io
 import json
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from abtune.runfiles import read_summary
 from abtune.study import results
 from abtune.study.runner import INTERRUPTED, claim_study_artifacts
 from abtune.study.storage import open_storage
-from tests.conftest import run_cli, wait_for
+from tests.conftest import CliResult, run_cli, wait_for
 from tests.study_helpers import TINY_BASE, running, signal_group, start_run, trials_of, write_study
 
 pytestmark = pytest.mark.slow
@@ -36,7 +37,7 @@ def _summary(trial: FrozenTrial) -> dict:
     return read_summary(Path(trial.user_attrs["run_dir"])).raw
 
 
-def test_parallel_study_with_pruning(tmp_path: Path, mlflow_db: Path) -> None:
+def test_parallel_study_with_pruning(tmp_path: Path, mlflow_db: Path, abtune_main: Callable[..., CliResult]) -> None:
     """Two trials at a time on SQLite; a median pruner against the paper-defaults trial prunes
     trials whose learning rate is far too low; every trial ends finished; a restart changes nothing;
     MLflow holds the study's parent run and one child run per trial, linked both ways."""
@@ -44,7 +45,7 @@ def test_parallel_study_with_pruning(tmp_path: Path, mlflow_db: Path) -> None:
     tracking = f"sqlite:///{mlflow_db}"
     study = write_study(tmp_path / "s.yaml", trials=4, space={"optimizer.lr": {"low": 1e-7, "high": 3e-3, "log": True}},
                         pruner={"name": "median", "options": {"n_startup_trials": 1}})
-    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    assert abtune_main("study", "create", str(study), "--storage", url, cwd=tmp_path).returncode == 0
     run_cli("study", "run", "tiny", "--parallel", "2", "--storage", url, "--tracking-uri", tracking, cwd=tmp_path)
 
     trials = trials_of(url)
@@ -73,7 +74,7 @@ def test_parallel_study_with_pruning(tmp_path: Path, mlflow_db: Path) -> None:
 
     run_cli("study", "run", "tiny", "--storage", url, "--tracking-uri", tracking, cwd=tmp_path)  # nothing left to do
     assert [(t.number, t.state, t.values) for t in trials_of(url)] == [(t.number, t.state, t.values) for t in trials]
-    _check_exports(tmp_path, url, trials)
+    _check_exports(tmp_path, url, trials, abtune_main)
     _check_mlflow(tracking, trials)
     storage = open_storage(url)
     rebuilt = storage.get_study_system_attrs(storage.get_study_id_from_name("tiny"))
@@ -102,15 +103,15 @@ def _check_mlflow(tracking: str, trials: list[FrozenTrial]) -> None:
     assert plots.get("study/optimization_history.png", 0) > 0 and plots.get("study/pareto_front.png", 0) > 0, plots
 
 
-def _check_exports(tmp_path: Path, url: str, trials: list[FrozenTrial]) -> None:
-    run_cli("study", "export", "tiny", "--format", "json", "--output", str(tmp_path / "t.json"), "--storage", url,
-            cwd=tmp_path)
+def _check_exports(tmp_path: Path, url: str, trials: list[FrozenTrial], abtune_main: Callable[..., CliResult]) -> None:
+    assert abtune_main("study", "export", "tiny", "--format", "json", "--output", str(tmp_path / "t.json"),
+                       "--storage", url, cwd=tmp_path).returncode == 0
     exported = json.loads((tmp_path / "t.json").read_text())
     assert exported["objectives"] == ["top1"] and exported["definition"]["trials"] == 4
     assert [(r["number"], r["state"], r["value_top1"]) for r in exported["trials"]] == [
         (t.number, t.state.name, t.values[0] if t.values else None) for t in trials]
     assert [r["param_optimizer.lr"] for r in exported["trials"]] == [t.params.get("optimizer.lr") for t in trials]
-    text = run_cli("study", "export", "tiny", "--format", "csv", "--storage", url, cwd=tmp_path).stdout
+    text = abtune_main("study", "export", "tiny", "--format", "csv", "--storage", url, cwd=tmp_path).stdout
     rows = list(csv.DictReader(io.StringIO(text)))
     assert [(int(r["number"]), r["state"]) for r in rows] == [(t.number, t.state.name) for t in trials]
     assert [r["reference"] for r in rows[:2]] == [PAPER_DEFAULTS, DDP]
@@ -119,7 +120,7 @@ def _check_exports(tmp_path: Path, url: str, trials: list[FrozenTrial]) -> None:
         assert float(row["inter_node_mb"]) * 1e6 == pytest.approx(trial.user_attrs["inter_node_bytes"])
 
 
-def test_interrupt_kill_and_resume_complete_the_budget(tmp_path: Path) -> None:
+def test_interrupt_kill_and_resume_complete_the_budget(tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
     """Ctrl-C leaves nothing RUNNING; a SIGKILLed worker's trial is found stale, failed and retried
     from its checkpoint; the budget is met with no lost and no duplicated trial (journal storage);
     `best` of this multi-objective study shows its Pareto front."""
@@ -127,7 +128,7 @@ def test_interrupt_kill_and_resume_complete_the_budget(tmp_path: Path) -> None:
     train = {"steps": 200, "local_batch_size": 16, "eval_every": 100, "log_every": 10, "checkpoint_every": 40}
     study = write_study(tmp_path / "s.yaml", trials=2, references={"paper_defaults": True, "ddp": False},
                         base={**TINY_BASE, "train": train}, objectives=["top1", "inter_node_bytes"])
-    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    assert abtune_main("study", "create", str(study), "--storage", url, cwd=tmp_path).returncode == 0
 
     def checkpointed_running_trial() -> int | None:
         for trial in running(url):
@@ -170,7 +171,7 @@ def test_interrupt_kill_and_resume_complete_the_budget(tmp_path: Path) -> None:
     assert f"Pareto front (top1, inter_node_bytes): {len(front)} trial(s)" in best
     for trial in front:
         assert f"{trial.user_attrs['inter_node_bytes'] / 1e6:.2f}" in best
-    status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
+    status = abtune_main("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert "budget 2/2 finished" in status and "re-enqueued" in status
 
 
