@@ -45,16 +45,11 @@ MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
 def imports(module: str, annotations: bool = False) -> set[str]:
     """The abtune modules `module` imports; with `annotations`, also those it imports only for annotations
     (under `if TYPE_CHECKING:`) and those a string annotation names (`"abtune.x.Y"`)."""
-    tree = _tree(module)
-    annotations_only = {id(n) for node in ast.walk(tree)
-                        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-                        for n in ast.walk(node)}
     found: set[str] = set()
     if annotations:
-        annotations_only = set()
-        found.update(_named_in_string_annotations(tree))
-    for node in ast.walk(tree):
-        if id(node) in annotations_only:
+        found.update(_named_in_string_annotations(_tree(module)))
+    for node, under_type_checking in _import_statements(module):
+        if under_type_checking and not annotations:
             continue
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             submodules = [f"{node.module}.{alias.name}" for alias in node.names]
@@ -69,13 +64,42 @@ def _tree(module: str) -> ast.Module:
     return ast.parse(MODULES[module].read_text())
 
 
+STATEMENT_LISTS = ("body", "orelse", "finalbody", "handlers", "cases")  # an import is a statement: in these only
+
+
+@functools.cache
+def _import_statements(module: str) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement of `module` (at its top, in functions, classes, branches), and whether it is under
+    `if TYPE_CHECKING:` (either branch)."""
+    found: list[tuple[ast.Import | ast.ImportFrom, bool]] = []
+
+    def visit(node: ast.AST, under_type_checking: bool) -> None:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append((node, under_type_checking))
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            under_type_checking = True
+        for field in STATEMENT_LISTS:
+            for child in getattr(node, field, ()):
+                visit(child, under_type_checking)
+
+    visit(_tree(module), False)
+    return found
+
+
 def _named_in_string_annotations(tree: ast.AST) -> set[str]:
     """Modules named by dotted paths in string annotations: `"abtune.training.trainer.Trainer"`."""
-    annotations = [n.annotation for n in ast.walk(tree) if isinstance(n, ast.arg | ast.AnnAssign) and n.annotation]
-    annotations += [n.returns for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.returns]
+    annotations = [annotation for n in ast.walk(tree) for annotation in _annotations_of(n)]
     texts = [c.value for a in annotations for c in ast.walk(a) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
     return {prefix for text in texts for word in text.replace("[", " ").replace("]", " ").replace(",", " ").split()
             for prefix in _prefixes(word) if prefix in MODULES}
+
+
+def _annotations_of(node: ast.AST) -> list[ast.expr]:
+    if isinstance(node, ast.arg | ast.AnnAssign) and node.annotation:
+        return [node.annotation]
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns:
+        return [node.returns]
+    return []
 
 
 def _prefixes(dotted: str) -> list[str]:
