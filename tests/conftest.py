@@ -5,8 +5,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import hashlib
-import json
 import os
 import re
 import shutil
@@ -230,29 +228,15 @@ def _importances_computed_once_per_input(tmp_path_factory: pytest.TempPathFactor
     """Optuna's importances of one set of trials (fANOVA, seeded: the same parameters, values and objective
     give the same numbers) computed once in this session, by whichever pytest-xdist worker needs them first:
     `study best` fits 40 forests for them (an objective's and 19 shufflings', twice), seconds each time, and
-    dozens of tests print the same stored study. A test that stubs `_importances_of` replaces this meanwhile; one
+    dozens of tests print the same stored study (tests/importance_cache.py; the commands that tests/terminal.py starts
+    read them too). A test that stubs `_importances_of` replaces this meanwhile; one
     that stubs what it calls (Optuna's evaluator) must stub `_importances_of` instead, or it may read a stored result."""
-    from abtune.study import importance
+    from tests.importance_cache import importances_computed_once
 
-    computed = importance._importances_of
     base = tmp_path_factory.getbasetemp()  # the workers' folders share the session's
     folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "importances"
     folder.mkdir(exist_ok=True)
-
-    def once(trials: Any, values: Any, objective: str) -> dict[str, float]:
-        key = repr((objective, [repr(v) for v in values],
-                    [(list(t.params.items()), list(t.distributions.items())) for t in trials]))
-        known = folder / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
-        if known.exists():
-            return json.loads(known.read_text())
-        result = computed(trials, values, objective)
-        written = known.with_suffix(f".{os.getpid()}")
-        written.write_text(json.dumps(result))  # floats as repr writes them: read back exactly
-        os.replace(written, known)  # whole or absent for the other worker
-        return result
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(importance, "_importances_of", once)
+    with importances_computed_once(folder):
         yield
 
 

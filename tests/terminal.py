@@ -22,14 +22,17 @@ from rich.cells import cell_len
 
 from tests.conftest import CLI_TIMEOUT_S, abtune_command, with_checkout_on_path
 
+TERMINAL_SITE = Path(__file__).resolve().parent / "terminal_site"  # a sitecustomize.py for the commands started here
 ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\x1b[()][A-Z0-9]")
 
 
 def run_in_terminal(args: list[str], columns: int, cwd: Path, env: dict[str, str] | None = None,
                     rows: int = 50) -> tuple[int, list[str]]:
     """`abtune ARGS` on a `columns` x `rows` terminal (no $COLUMNS or $LINES to tell it otherwise): its exit
-    code and the lines it showed, escape codes removed."""
+    code and the lines it showed, escape codes removed. It reads the importances the session computed
+    (TERMINAL_SITE's sitecustomize.py), as a call in process does."""
     environment = {k: v for k, v in with_checkout_on_path(env or os.environ).items() if k not in ("COLUMNS", "LINES")}
+    environment["PYTHONPATH"] = os.pathsep.join([str(TERMINAL_SITE), environment["PYTHONPATH"]])  # its importances
     environment["TERM"] = "xterm-256color"
     pid, fd = pty.fork()
     if pid == 0:  # the child: its stdin/stdout are the terminal

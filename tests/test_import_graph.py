@@ -2,12 +2,13 @@
 
 Drawn from the source with `ast`: every `import abtune...` and `from abtune... import` in a module, at its top
 or inside a function (a lazy import is still an arrow), except under `if TYPE_CHECKING:` (annotations only).
-No circle either way: with the annotation-only imports counted too (ANNOTATED_GRAPH), no two modules know each other.
+No circle either way: with the annotation-only imports counted too (`import_graph(annotations=True)`), no two modules know each other.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from collections import defaultdict
@@ -44,16 +45,11 @@ MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
 def imports(module: str, annotations: bool = False) -> set[str]:
     """The abtune modules `module` imports; with `annotations`, also those it imports only for annotations
     (under `if TYPE_CHECKING:`) and those a string annotation names (`"abtune.x.Y"`)."""
-    tree = ast.parse(MODULES[module].read_text())
-    annotations_only = {id(n) for node in ast.walk(tree)
-                        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-                        for n in ast.walk(node)}
     found: set[str] = set()
     if annotations:
-        annotations_only = set()
-        found.update(_named_in_string_annotations(tree))
-    for node in ast.walk(tree):
-        if id(node) in annotations_only:
+        found.update(_named_in_string_annotations(_tree(module)))
+    for node, under_type_checking in _import_statements(module):
+        if under_type_checking and not annotations:
             continue
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             submodules = [f"{node.module}.{alias.name}" for alias in node.names]
@@ -63,13 +59,47 @@ def imports(module: str, annotations: bool = False) -> set[str]:
     return {m for m in found if m in MODULES and m != module}
 
 
+@functools.cache
+def _tree(module: str) -> ast.Module:
+    return ast.parse(MODULES[module].read_text())
+
+
+STATEMENT_LISTS = ("body", "orelse", "finalbody", "handlers", "cases")  # an import is a statement: in these only
+
+
+@functools.cache
+def _import_statements(module: str) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement of `module` (at its top, in functions, classes, branches), and whether it is under
+    `if TYPE_CHECKING:` (either branch)."""
+    found: list[tuple[ast.Import | ast.ImportFrom, bool]] = []
+
+    def visit(node: ast.AST, under_type_checking: bool) -> None:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append((node, under_type_checking))
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            under_type_checking = True
+        for field in STATEMENT_LISTS:
+            for child in getattr(node, field, ()):
+                visit(child, under_type_checking)
+
+    visit(_tree(module), False)
+    return found
+
+
 def _named_in_string_annotations(tree: ast.AST) -> set[str]:
     """Modules named by dotted paths in string annotations: `"abtune.training.trainer.Trainer"`."""
-    annotations = [n.annotation for n in ast.walk(tree) if isinstance(n, ast.arg | ast.AnnAssign) and n.annotation]
-    annotations += [n.returns for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.returns]
+    annotations = [annotation for n in ast.walk(tree) for annotation in _annotations_of(n)]
     texts = [c.value for a in annotations for c in ast.walk(a) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
     return {prefix for text in texts for word in text.replace("[", " ").replace("]", " ").replace(",", " ").split()
             for prefix in _prefixes(word) if prefix in MODULES}
+
+
+def _annotations_of(node: ast.AST) -> list[ast.expr]:
+    if isinstance(node, ast.arg | ast.AnnAssign) and node.annotation:
+        return [node.annotation]
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns:
+        return [node.returns]
+    return []
 
 
 def _prefixes(dotted: str) -> list[str]:
@@ -91,13 +121,15 @@ def layer(module: str) -> float:
     return LAYERS.get(unit, 1)
 
 
-GRAPH = {module: imports(module) for module in MODULES}
-# With the imports made only for annotations: a circle there is still two modules that know each other.
-ANNOTATED_GRAPH = {module: imports(module, annotations=True) for module in MODULES}
+@functools.cache
+def import_graph(annotations: bool = False) -> dict[str, set[str]]:
+    """Each module's imports; with `annotations`, those made only for annotations too (a circle there is still
+    two modules that know each other). Drawn when a test first asks, not while pytest collects this file."""
+    return {module: imports(module, annotations) for module in MODULES}
 
 
 def test_every_arrow_points_down_or_stays_in_its_layer() -> None:
-    upward = sorted(f"{a} -> {b}" for a, targets in GRAPH.items() for b in targets if layer(b) > layer(a))
+    upward = sorted(f"{a} -> {b}" for a, targets in import_graph().items() for b in targets if layer(b) > layer(a))
     assert not upward, upward
 
 
@@ -130,8 +162,9 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-@pytest.mark.parametrize("graph", [GRAPH, ANNOTATED_GRAPH], ids=["imports", "with-annotation-imports"])
-def test_no_modules_and_no_packages_import_each_other_in_a_circle(graph: dict[str, set[str]]) -> None:
+@pytest.mark.parametrize("annotations", [False, True], ids=["imports", "with-annotation-imports"])
+def test_no_modules_and_no_packages_import_each_other_in_a_circle(annotations: bool) -> None:
+    graph = import_graph(annotations)
     assert not _circles(graph)
     packages: dict[str, set[str]] = defaultdict(set)
     for a, targets in graph.items():
@@ -155,9 +188,9 @@ def test_the_checker_sees_a_circle_and_an_upward_arrow() -> None:
     """A test that cannot fail is a defect: the same checks on a made-up graph."""
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert layer("abtune.training.worker") < layer("abtune.launch.local") < layer("abtune.study.runner")
-    assert "abtune.training.hooks" in GRAPH["abtune.tracking.hook"]  # lazy and top-level imports are both seen
-    assert "abtune.training.state" in ANNOTATED_GRAPH["abtune.training.summary"]  # under TYPE_CHECKING
-    assert "abtune.training.state" not in GRAPH["abtune.training.summary"]
+    assert "abtune.training.hooks" in import_graph()["abtune.tracking.hook"]  # lazy and top-level imports are both seen
+    assert "abtune.training.state" in import_graph(annotations=True)["abtune.training.summary"]  # under TYPE_CHECKING
+    assert "abtune.training.state" not in import_graph()["abtune.training.summary"]
     assert _named_in_string_annotations(ast.parse('def f(t: "abtune.training.trainer.Trainer") -> "int": ...')) == {
         "abtune.training", "abtune.training.trainer"}
 
@@ -169,7 +202,7 @@ REPORTS = ["status", "best", "trial_tables", "importances", "rerun", "export"]
 def test_the_study_reports_import_down_their_list_and_only_the_command_line_reads_them() -> None:
     modules = [f"abtune.study.report.{name}" for name in REPORTS]
     assert {m for m in MODULES if m.startswith("abtune.study.report.")} == set(modules)  # every report is listed
-    upward = [f"{a} -> {b}" for a in modules for b in GRAPH[a] if b in modules and modules.index(b) <= modules.index(a)]
+    upward = [f"{a} -> {b}" for a in modules for b in import_graph()[a] if b in modules and modules.index(b) <= modules.index(a)]
     assert not upward, upward
-    readers = {a for a, targets in GRAPH.items() if targets & set(modules)} - set(modules)
+    readers = {a for a, targets in import_graph().items() if targets & set(modules)} - set(modules)
     assert readers == {"abtune.study.cli"}, readers

@@ -147,18 +147,20 @@ def _forward_flops(model: nn.Module, images: torch.Tensor) -> int:
 
 def test_vit_b_16_factored_at_a_quarter_rank_costs_at_most_0_7_of_its_dense_forward_flops() -> None:
     """Training mode, batch 2, every eligible weight (attention input and output projections, MLPs) at a
-    quarter of its full rank; counted on the meta device (shapes only)."""
+    quarter of its full rank; built and counted on the meta device (shapes only)."""
     info = DatasetInfo(num_classes=1000, image_size=224, in_channels=3, name="imagenet")
-    model = build_model(ModelConfig(arch="vit_b_16"), info).train()
-    images = torch.zeros(2, 3, 224, 224, device="meta")
-    dense = _forward_flops(copy.deepcopy(model).to("meta"), images)
-    refs = lowrank.eligible_weights(model)
-    for ref in refs:  # the factors' values do not change the FLOPs: no SVD of 48 large weights
-        m, n = lowrank.as_matrix(getattr(ref.module(model), ref.attr)).shape
-        full = min(m, n)
-        lowrank.factor(model, ref, full // 4, (torch.eye(m, full), torch.ones(full), torch.eye(full, n)))
+    with torch.device("meta"):  # built, copied and factored as shapes: no 86M weights to initialize
+        model = build_model(ModelConfig(arch="vit_b_16"), info).train()
+        images = torch.zeros(2, 3, 224, 224)
+        dense = _forward_flops(copy.deepcopy(model), images)
+        refs = lowrank.eligible_weights(model)
+        for ref in refs:  # the factors' values do not change the FLOPs: no SVD of 48 large weights
+            m, n = lowrank.as_matrix(getattr(ref.module(model), ref.attr)).shape
+            full = min(m, n)
+            lowrank.factor(model, ref, full // 4, (torch.eye(m, full), torch.ones(full), torch.eye(full, n)))
     assert len(refs) == 48 and sum(isinstance(m, layers.FactoredAttention) for m in model.modules()) == 12
-    assert _forward_flops(model.to("meta"), images) <= 0.70 * dense
+    assert all(p.is_meta for p in model.parameters())
+    assert _forward_flops(model, images) <= 0.70 * dense
 
 
 # --- AB's factored phase: what a rank holds -------------------------------------------------------------------
