@@ -27,29 +27,8 @@ TIMEOUT=${ABTUNE_SGE_TIMEOUT:-60}
 SHARE=/usr/share/gridengine
 export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
 
-log() { echo "cell.sh: $*" >&2; }
-die() {
-    echo "cell.sh: ERROR: $*" >&2
-    exit 1
-}
-usage() {
-    echo "usage: $0 install | up STATE_DIR | down STATE_DIR | status STATE_DIR" >&2
-    exit 2
-}
-
-# wait_for DESCRIPTION CMD...: poll CMD every 0.2 s until it succeeds, at most $TIMEOUT s.
-wait_for() {
-    local desc=$1
-    shift
-    local deadline=$((SECONDS + TIMEOUT))
-    until "$@" >/dev/null 2>&1; do
-        if ((SECONDS >= deadline)); then
-            log "timed out after ${TIMEOUT}s waiting for: $desc"
-            return 1
-        fi
-        sleep 0.2
-    done
-}
+# log, die, usage, wait_for
+. "$(dirname "${BASH_SOURCE[0]}")/../script_helpers.sh"
 
 # pid_alive PIDFILE COMM: PIDFILE names a live (not zombie) process whose /proc/PID/comm is COMM.
 pid_alive() {

@@ -22,15 +22,8 @@ DATABASE=abtune
 TIMEOUT=${ABTUNE_PG_TIMEOUT:-60}
 export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
 
-log() { echo "pg.sh: $*" >&2; }
-die() {
-    echo "pg.sh: ERROR: $*" >&2
-    exit 1
-}
-usage() {
-    echo "usage: $0 install | up STATE_DIR | down STATE_DIR | status STATE_DIR" >&2
-    exit 2
-}
+# log, die, usage, wait_for
+. "$(dirname "${BASH_SOURCE[0]}")/../script_helpers.sh"
 
 # ---------------------------------------------------------------- helpers
 pg_bin() {

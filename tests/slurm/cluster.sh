@@ -31,31 +31,10 @@ DBD_PORT=$((PORT_BASE + 2))
 TIMEOUT=${ABTUNE_SLURM_TIMEOUT:-60}
 export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
 
-log() { echo "cluster.sh: $*" >&2; }
-die() {
-    echo "cluster.sh: ERROR: $*" >&2
-    exit 1
-}
-usage() {
-    echo "usage: $0 install | up STATE_DIR | down STATE_DIR | status STATE_DIR" >&2
-    exit 2
-}
+# log, die, usage, wait_for
+. "$(dirname "${BASH_SOURCE[0]}")/../script_helpers.sh"
 
 # ---------------------------------------------------------------- helpers
-# wait_for DESCRIPTION CMD...: poll CMD every 0.2 s until it succeeds, at most $TIMEOUT s.
-wait_for() {
-    local desc=$1
-    shift
-    local deadline=$((SECONDS + TIMEOUT))
-    until "$@" >/dev/null 2>&1; do
-        if ((SECONDS >= deadline)); then
-            log "timed out after ${TIMEOUT}s waiting for: $desc"
-            return 1
-        fi
-        sleep 0.2
-    done
-}
-
 # proc_running PID: some thread of PID is not a zombie. (A multi-threaded daemon's main thread
 # shows state Z while its other threads are still shutting down, so /proc/PID/stat alone lies.)
 proc_running() {
