@@ -400,7 +400,8 @@ def publish(study: optuna.Study, recommendation: Recommendation | None, tracking
     changed (a study run's plot updates and its end, a confirmation): each then reads as `study best` prints."""
     if recommendation is None:
         return
-    chosen = next((t.user_attrs.get(RUN_ID_ATTR) for t in every_trial(study) if t.number == recommendation.promoted), None)
+    trials = every_trial(study)
+    chosen = next((t.user_attrs.get(RUN_ID_ATTR) for t in trials if t.number == recommendation.promoted), None)
     tracking.show_recommendation(run_id, {**recommendation.tags(), RECOMMENDATION_TEXT_TAG: recommendation.markdown()},
                                  recommendation.metrics(), chosen, step=recommendation.seen["complete"])
     try:
@@ -408,4 +409,4 @@ def publish(study: optuna.Study, recommendation: Recommendation | None, tracking
     except ImportError:  # the dashboard is optional
         return
     optuna_dashboard.save_note(study, recommendation.markdown())
-    dashboard_front.save(study, every_trial(study), recommendation.promoted)
+    dashboard_front.save(study, trials, recommendation.promoted)
