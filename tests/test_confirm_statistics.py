@@ -68,3 +68,15 @@ def test_confirm_with_two_seeds_prints_no_interval_outside_0_1_and_no_significan
     stored = candidate["versus"][DDP]["top1"]
     assert (stored["significant"], stored["verdict"], stored["seeds_needed"]) == (False, stats.CANNOT_TELL, 36)
     assert (candidate["metrics"]["top1"]["low"], candidate["metrics"]["top1"]["high"]) == stats.wilson(0.97, 720)
+
+
+def test_a_difference_below_the_shown_digits_keeps_two_significant_ones_beside_its_verdict() -> None:
+    # 1,200 bytes more every seed: worse, exactly; in MB at 2 digits it would read +0.00
+    test = stats.paired([TRAFFIC + 1200] * 3, [TRAFFIC] * 3)
+    row = {"diff": test.diff, "t": test.t, "p": test.p, "significant": test.significant, "n": test.n,
+           "verdict": test.verdict(maximize=False)}
+    assert confirm._versus("inter_node_bytes", row, 0.01) == "+0.0012: worse (same every seed)"
+    row |= {"diff": 0.0, "verdict": stats.SAME}
+    assert confirm._versus("inter_node_bytes", row, 0.01).startswith("+0.00: the same")
+    row |= {"diff": 2.5e6}
+    assert confirm._versus("inter_node_bytes", row, 0.01).startswith("+2.50: ")

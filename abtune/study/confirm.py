@@ -272,6 +272,15 @@ def _number(metric: str, value: float, signed: bool = False) -> str:
     return f"{value / objective.scale:{'+' if signed else ''}.{objective.digits}f}"
 
 
+def _difference(metric: str, value: float) -> str:
+    """A signed difference; one too small for the metric's usual digits keeps two significant ones, so a
+    verdict of better or worse never stands beside `+0.00`."""
+    shown = _number(metric, value, signed=True)
+    if math.isfinite(value) and value != 0 and float(shown) == 0:
+        return f"{value / OBJECTIVES[metric].scale:+.2g}"
+    return shown
+
+
 def _interval(metric: str, m: dict[str, Any]) -> str:
     if m.get("exact"):
         return "exact (same every seed)"
@@ -285,7 +294,7 @@ def _versus(metric: str, test: dict[str, Any] | None, margin: float) -> str:
     if test is None:
         return "-"
     n = test.get("n", stats.MIN_SEEDS)
-    text = f"{_number(metric, test['diff'], signed=True)}: {test.get('verdict', '')}"
+    text = f"{_difference(metric, test['diff'])}: {test.get('verdict', '')}"
     if not math.isfinite(test["t"]):  # every seed gave the same difference (traffic is deterministic)
         return text + " (same every seed)"
     if n < stats.MIN_SEEDS:
