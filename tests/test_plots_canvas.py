@@ -15,12 +15,12 @@ from tests.test_study_plots import SUMMARY
 
 def test_a_phase_too_small_to_see_has_no_bar_and_is_named(tmp_path: Path) -> None:
     summary = copy.deepcopy(SUMMARY)
-    for phase, nbytes in (("eval", 12_000.0), ("control", 1_200.0), ("checkpoint", 0.0)):  # kilobytes, as the quickstart's
+    for phase, nbytes in (("eval", 12_000.0), ("control", 1_200.0), ("report", 40.0), ("checkpoint", 0.0)):  # kilobytes, as the quickstart's
         summary["traffic"]["by_phase"][phase] = {"total": {"mean": nbytes}, "inter": {"mean": nbytes / 2}}
     drawn = plots.traffic_per_phase(summary, tmp_path / "traffic.png", "trial-7")
     title = next(t for t in drawn.texts if t.startswith("trial-7: ab traffic per phase"))
     # under 1% of the plot's height (DDP's 140.4 MB): setup's 0.5 MB and eval's 12 kB
-    assert "too small to draw: setup 0.50 MB, eval 0.01 MB, control 1.2 kB" in title and title.endswith("no traffic in checkpoint"), title
+    assert "too small to draw: setup 0.50 MB, eval 0.01 MB, control 1.2 kB, report 40 B" in title and title.endswith("no traffic in checkpoint"), title
     assert "eval" not in drawn.texts and "setup" not in drawn.texts and "sync" in drawn.texts  # sync: 6.3 MB
 
 

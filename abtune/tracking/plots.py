@@ -172,8 +172,10 @@ def traffic_per_phase(summary: dict[str, Any], path: Path, run: str = "") -> Dra
 
 
 def _small_amount(nbytes: float) -> str:
-    """`0.47 MB`; under 0.01 MB in kB (`1.2 kB`), where MB would read 0.00."""
-    return f"{nbytes / 1e6:.2f} MB" if nbytes >= 1e4 else f"{nbytes / 1e3:.1f} kB"
+    """`0.47 MB`; under 0.01 MB in kB (`1.2 kB`), where MB would read 0.00; under 0.1 kB in bytes (`40 B`)."""
+    if nbytes >= 1e4:
+        return f"{nbytes / 1e6:.2f} MB"
+    return f"{nbytes / 1e3:.1f} kB" if nbytes >= 100 else f"{nbytes:.0f} B"
 
 
 def short_layer_names(layers: list[str]) -> list[str]:
