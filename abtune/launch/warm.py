@@ -236,7 +236,7 @@ def spawn(args: list[str], env: dict[str, str], namespace: str | None = None) ->
     if conn is None:
         return None
     request = {"args": args, "env": env, "cwd": os.getcwd(), "executable": os.path.realpath(sys.executable),
-               "path": _path_prefix(env), "launcher": os.getpid(), "group": os.getpgid(0),
+               "package": package_folder(), "path": _path_prefix(env), "launcher": os.getpid(), "group": os.getpgid(0),
                "netns": namespace}
     conn.settimeout(REPLY_TIMEOUT_S)
     try:
@@ -258,6 +258,12 @@ def spawn(args: list[str], env: dict[str, str], namespace: str | None = None) ->
         os.close(fds[0])
         return None
     return WarmRank(conn, int(reply["pid"]), fds[0])
+
+
+def package_folder() -> str:
+    """Where this process's abtune comes from: a launcher and a server from two checkouts (an editable
+    install pointing elsewhere) would speak two versions of this handshake, so the server refuses."""
+    return os.path.dirname(os.path.realpath(__file__))
 
 
 def _path_prefix(env: dict[str, str]) -> list[str]:
@@ -373,6 +379,7 @@ class Server:
     def _start_rank(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
         refusal = "stopping" if self.stopping else self.refusal or _threads() or self._mismatch(request)
         if refusal or len(fds) != 3:
+            print(f"refused a rank (it starts cold): {refusal or 'no stdio'}", flush=True)  # the server's log
             with contextlib.suppress(OSError):
                 conn.send(json.dumps({"refused": refusal or "no stdio"}).encode())
             conn.close()
@@ -399,6 +406,8 @@ class Server:
             return "the launcher is gone"
         if request["executable"] != os.path.realpath(sys.executable):
             return f"another interpreter ({request['executable']})"
+        if request.get("package") != package_folder():
+            return f"abtune from another checkout ({request.get('package')})"
         for name in IMPORT_TIME_VARIABLES:
             if request["env"].get(name) != os.environ.get(name):
                 return f"{name} differs"
