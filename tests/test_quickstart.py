@@ -10,7 +10,9 @@ import pytest
 
 from abtune.runfiles import read_summary
 from abtune.study.spec import load_study_spec
+from abtune.training.hooks import hook_spec, write_hook_specs
 from tests.conftest import run_cli
+from tests.test_hooks import stop_at
 
 STUDIES = Path(__file__).parent.parent / "studies"
 QUICKSTART = STUDIES / "run_quickstart.yaml"
@@ -18,6 +20,7 @@ ELIGIBLE_WEIGHTS = 8  # 2 encoder layers x (attention in and out projections, 2 
 MIN_COMPRESSION = 2.0  # issue 20: at the paper's defaults the trained model is at least 2:1
 CHANCE = 0.1  # ten digit classes
 MIN_TOP1 = 0.85
+FIRST_DECOMPOSITION = 60  # the end of the quickstart's warm-up (20% of 300 steps)
 MAX_AB_INTER_NODE_SHARE = 0.45  # of DDP's training inter-node bytes, with the paper's guideline fractions
 
 
@@ -48,14 +51,21 @@ def test_quickstart_methods_learn_and_ab_saves_inter_node_traffic(tmp_path: Path
 @pytest.mark.slow
 def test_the_quickstart_studys_cutoff_range_moves_the_ranks(tmp_path: Path) -> None:
     """Both ends of the searched sigma_cutoff factor, at different ranks (2 ranks as 2 nodes: the quickstart's
-    shapes at half the cost)."""
+    shapes at half the cost). Each run is the quickstart's 300-step schedule stopped at its first evaluation
+    after the first decomposition (step 60): the steps after it cannot change that decomposition's ranks."""
     searched = load_study_spec(STUDIES / "quickstart.yaml").space["method.sigma_cutoff"]
     ranks = []
     for cutoff in (searched.low, searched.high):
         run_dir = tmp_path / f"cutoff-{cutoff}"
+        run_dir.mkdir()
+        write_hook_specs(run_dir, [hook_spec(stop_at, step=FIRST_DECOMPOSITION + 1)])
         run_cli("train", str(QUICKSTART), "--nproc", "2", "--ranks-per-node", "1", "--run-dir", str(run_dir),
-                "--set", f"method.sigma_cutoff={cutoff}", "--no-tracking")
-        ranks.append(read_summary(run_dir).first_decomposition_ranks)
+                "--set", f"method.sigma_cutoff={cutoff}", "--set", f"train.eval_every={FIRST_DECOMPOSITION + 1}",
+                "--no-tracking")
+        summary = read_summary(run_dir)
+        assert summary.raw["steps_done"] == FIRST_DECOMPOSITION + 1 and summary.raw["steps"] == 300
+        assert summary.raw["decompositions"][0]["step"] == FIRST_DECOMPOSITION
+        ranks.append(summary.first_decomposition_ranks)
     low, high = ranks
     assert low and high, ranks  # something is factored at both ends
     assert set(high) >= set(low)  # a larger cutoff factors every weight a smaller one does...
