@@ -4,6 +4,7 @@ tables and the plots all take them from there."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -22,7 +23,7 @@ from abtune.study.report.trial_tables import FRONT_ROWS, print_front, print_tria
 from abtune.study.spec import load_study_spec
 from abtune.timing import load_cluster, predict
 from abtune.tracking.study_plots import study_points, write_study_plots
-from tests.conftest import run_cli
+from tests.conftest import CliResult
 from tests.study_helpers import TINY_BASE, trials_of, write_study
 
 SPACE = {"method.warmup_frac": FloatDistribution(0.1, 0.3)}
@@ -102,13 +103,15 @@ def test_a_trial_that_never_reached_its_target_is_worst_and_off_the_plot() -> No
 
 
 @pytest.mark.slow
-def test_a_study_of_top1_against_predicted_time_on_the_paper_s_cluster_runs_end_to_end(tmp_path: Path) -> None:
+def test_a_study_of_top1_against_predicted_time_on_the_paper_s_cluster_runs_end_to_end(
+        tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
     url = f"sqlite:///{tmp_path}/optuna.db"
     targeted = {**TINY_BASE, "train": {**TINY_BASE["train"], "target_top1": 0.3}}
     study = write_study(tmp_path / "s.yaml", base=targeted, objectives=["top1", "predicted_time_to_target"], trials=3,
                         pruner={"name": "none"}, cluster="paper-a100-hdr200", references={"paper_defaults": False})
-    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
-    run_cli("study", "run", "tiny", "--storage", url, "--no-tracking", cwd=tmp_path)
+    for command in (("create", str(study)), ("run", "tiny", "--no-tracking")):  # in this process: imports once
+        done = abtune_main("study", *command, "--storage", url, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
     cluster = load_cluster("paper-a100-hdr200")
     trials = trials_of(url)
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 3  # the ddp reference and two searched trials
@@ -118,8 +121,8 @@ def test_a_study_of_top1_against_predicted_time_on_the_paper_s_cluster_runs_end_
         assert summary["predicted"]["cluster"] == "paper-a100-hdr200"
         assert trial.values[1] == trial.user_attrs["predicted_time_to_target"] == pytest.approx(predicted)
         assert 0 < trial.values[1] <= summary["predicted"]["train_seconds"] or math.isinf(trial.values[1])
-    best = run_cli("study", "best", "tiny", "--storage", url, cwd=tmp_path).stdout
-    assert "predicted s to target" in best
+    best = abtune_main("study", "best", "tiny", "--storage", url, cwd=tmp_path)
+    assert best.returncode == 0 and "predicted s to target" in best.stdout, best.stderr
 
 
 def _front_by_every_pair(scores: list[list[float]]) -> list[bool]:
