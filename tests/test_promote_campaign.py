@@ -4,6 +4,7 @@ launcher at 1 and 2 simulated nodes, then `abtune report scaling`."""
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -11,7 +12,7 @@ import pytest
 import yaml
 
 from abtune.runfiles import read_summary
-from tests.conftest import run_cli
+from tests.conftest import CliResult, run_cli
 from tests.promote_fixtures import BEST, BEST_RUN_ID, image_tree, single_objective_study, tiny_target
 
 CARRIED = ("method.warmup_frac", "method.ab_frac", "method.rebound_frac", "method.lr_rebound_frac",
@@ -22,14 +23,18 @@ PNG_MAGIC = b"\x89PNG"
 
 
 @pytest.mark.slow
-def test_promoted_campaign_runs_and_reports_every_run(tmp_path: Path, mlflow_db: Path) -> None:
+def test_promoted_campaign_runs_and_reports_every_run(tmp_path: Path, mlflow_db: Path,
+                                                      abtune_main: Callable[..., CliResult]) -> None:
+    """`promote` in this process (its installed command: tests/test_promote.py), `report scaling` through the
+    installed `abtune`."""
     storage = f"sqlite:///{tmp_path / 'studies.db'}"
     study = single_objective_study(storage)
     data = image_tree(tmp_path / "imagenet")
     target = tiny_target(tmp_path / "target.yaml", data, epochs=EPOCHS)
     out = tmp_path / "campaign"
-    result = run_cli("promote", "tiny", "--storage", storage, "--top", "1", "--to", str(target), "--nodes", "1,2",
-                     "--scaling", "local", "--campaign-dir", str(out), "--tracking-uri", f"sqlite:///{mlflow_db}")
+    result = abtune_main("promote", "tiny", "--storage", storage, "--top", "1", "--to", str(target), "--nodes", "1,2",
+                         "--scaling", "local", "--campaign-dir", str(out), "--tracking-uri", f"sqlite:///{mlflow_db}")
+    assert result.returncode == 0, result.stderr
     assert "4 of 4 runs finished" in result.stdout
     _check_mlflow_tags(f"sqlite:///{mlflow_db}", target)
 
