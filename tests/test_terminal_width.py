@@ -1,6 +1,6 @@
 """Every line a reader sees fits the terminal or wraps at words, at 80 and 100 columns, in a real pseudo-terminal:
-`study best`, `study status`, `promote --dry-run` (in this process, tests/terminal.py) and `compare` (the installed
-command); only a command to copy may run past the edge."""
+`study best`, `study status`, `promote --dry-run` and `compare` (in this process, tests/terminal.py; the installed
+`compare` in a terminal: tests/test_compare.py); only a command to copy may run past the edge."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import write_config
-from tests.terminal import run_here_in_terminal, run_in_terminal, too_wide
+from tests.terminal import run_here_in_terminal, too_wide
 
 VIT_TARGET = Path(__file__).resolve().parent.parent / "studies" / "imagenet_vit_b16.yaml"
 # a command to copy (after its lead-in) stays one line; so does a batch script's line
@@ -54,8 +54,9 @@ def test_promote_dry_run_fits_and_rounds_what_it_carries(quickstart: tuple[Path,
 @pytest.mark.parametrize("columns", [80])
 def test_compare_fits_and_ends_with_a_verdict(tmp_path: Path, columns: int) -> None:
     config = write_config(tmp_path / "run.yaml", train={"steps": 20, "local_batch_size": 16, "eval_every": 10})
-    code, lines = run_in_terminal(["compare", str(config), "--methods", "ddp,sbc", "--nproc", "2", "--ranks-per-node",
-                                   "1", "--out", str(tmp_path / "out"), "--no-tracking"], columns, tmp_path)
+    code, lines = run_here_in_terminal(["compare", str(config), "--methods", "ddp,sbc", "--nproc", "2",
+                                        "--ranks-per-node", "1", "--out", str(tmp_path / "out"), "--no-tracking"],
+                                       columns, tmp_path)
     assert code == 0, "\n".join(lines)
     assert _overflow(lines, columns) == [], "\n".join(lines)
     text = "\n".join(line.strip() for line in lines)
