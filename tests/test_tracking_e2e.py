@@ -1,21 +1,22 @@
 """MLflow tracking end to end: real `abtune train` runs, a real `mlflow server` (also stopped in the
-middle of a run), `abtune ui`, and a tracking URL with a password that must never show."""
+middle of a run), and a tracking URL with a password that must never show. `abtune ui` on a study's stores:
+tests/test_study_screenshots.py."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
+import shutil
 import socket
-import subprocess
 import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 from mlflow import MlflowClient
 
@@ -33,7 +34,7 @@ from abtune.tracking.records import (
 )
 from abtune.tracking.servers import Service, start_mlflow_server, stop, wait_ready
 from abtune.training.hooks import hook_spec, read_metrics, write_hook_specs
-from tests.conftest import abtune_command, run_cli, write_config
+from tests.conftest import run_cli, write_config
 from tests.gate import gate
 
 pytestmark = pytest.mark.slow
@@ -132,14 +133,36 @@ def _rest(base: str, endpoint: str, payload: dict[str, Any] | None = None, **que
         return json.loads(response.read())
 
 
+@dataclass
+class MlflowServer:
+    """One `mlflow server` on one store for this module's tests (its start-up: seconds of CPU): a test may stop
+    it; `running()` starts it again, on the same store and port, for the next."""
+
+    backend: str
+    port: int
+    log: Path
+    service: Service | None = None
+
+    def running(self) -> Service:
+        if self.service is None or self.service.process.poll() is not None:
+            self.service = start_mlflow_server(self.backend, port=self.port, log=self.log)
+            wait_ready(self.service)
+        return self.service
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory, _mlflow_template: Path) -> Iterator[MlflowServer]:
+    folder = tmp_path_factory.mktemp("mlflow-server")
+    shutil.copy(_mlflow_template, folder / "mlflow.db")
+    shared = MlflowServer(f"sqlite:///{folder / 'mlflow.db'}", free_port(), folder / "server.log")
+    yield shared
+    if shared.service is not None:
+        stop(shared.service)
+
+
 @pytest.fixture
-def server(tmp_path: Path, mlflow_db: Path):  # noqa: ANN201 - yields a running Service
-    service = start_mlflow_server(f"sqlite:///{mlflow_db}", log=tmp_path / "server.log")
-    try:
-        wait_ready(service)
-        yield service
-    finally:
-        stop(service)
+def server(mlflow_server: MlflowServer) -> Service:
+    return mlflow_server.running()
 
 
 def test_a_run_against_a_real_server_reads_back_over_rest_and_never_shows_the_password(
@@ -163,7 +186,7 @@ def test_a_run_against_a_real_server_reads_back_over_rest_and_never_shows_the_pa
     assert {f["path"] for f in listed} == {"plots/accuracy_loss.png", "plots/traffic_per_phase.png", "plots/spectra.png"}
 
     # The password went nowhere: not in params, tags, artifacts, output, run folder or server log.
-    everything = [result.stdout, result.stderr, json.dumps(run), (tmp_path / "server.log").read_text()]
+    everything = [result.stdout, result.stderr, json.dumps(run), server.log.read_text()]
     folder = MlflowClient(server.url).download_artifacts(rid, "", str(tmp_path / "download"))
     files = [p for p in [*Path(folder).rglob("*"), *(tmp_path / "run").rglob("*")] if p.is_file()]
     everything += [p.read_bytes().decode(errors="replace") for p in files]
@@ -192,78 +215,28 @@ def _stop_server_at_the_gate(run_dir: Path, service: Service, run_id: str) -> th
     return thread
 
 
-def test_a_server_outage_mid_run_loses_no_metric(tmp_path: Path, mlflow_db: Path,
+def test_a_server_outage_mid_run_loses_no_metric(tmp_path: Path, mlflow_server: MlflowServer,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # fail fast while the server is down
-    backend, port = f"sqlite:///{mlflow_db}", free_port()
-    service = start_mlflow_server(backend, port=port, log=tmp_path / "server.log")
-    try:
-        wait_ready(service)
-        tracking = open_tracking(service.url)
-        run_dir = tmp_path / "run"
-        run_dir.mkdir()
-        (run_dir / "config.yaml").write_text(write_config(tmp_path / "run.yaml", **AB_RUN).read_text())
-        run_id = tracking.start_run(load_run_config(run_dir / "config.yaml"), experiment="outage", run_name="r",
-                                    launch_info=LaunchInfo("local", 2, 1))
-        spec = tracking.hook_spec(run_id)
-        spec["options"]["flush_seconds"] = 0.2
-        write_hook_specs(run_dir, [spec, hook_spec(gate, step=GATE_STEP)])
-        stopper = _stop_server_at_the_gate(run_dir, service, run_id)
-        launch(run_dir, 2, 1)  # completes although the store vanished at step 20
-        stopper.join()
-        assert read_summary(run_dir).raw["steps_done"] == 60
-        assert tracking.finish_run(run_id, run_dir, "FINISHED") == "incomplete"  # still down: warned, kept
+    service = mlflow_server.running()
+    tracking = open_tracking(service.url)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(write_config(tmp_path / "run.yaml", **AB_RUN).read_text())
+    run_id = tracking.start_run(load_run_config(run_dir / "config.yaml"), experiment="outage", run_name="r",
+                                launch_info=LaunchInfo("local", 2, 1))
+    spec = tracking.hook_spec(run_id)
+    spec["options"]["flush_seconds"] = 0.2
+    write_hook_specs(run_dir, [spec, hook_spec(gate, step=GATE_STEP)])
+    stopper = _stop_server_at_the_gate(run_dir, service, run_id)
+    launch(run_dir, 2, 1)  # completes although the store vanished at step 20
+    stopper.join()
+    assert read_summary(run_dir).raw["steps_done"] == 60
+    assert tracking.finish_run(run_id, run_dir, "FINISHED") == "incomplete"  # still down: warned, kept
 
-        service = start_mlflow_server(backend, port=port, log=tmp_path / "server2.log")
-        wait_ready(service)
-        client = MlflowClient(service.url)
-        assert [s for s, _ in _history(client, run_id, "train/loss")] == [5, 10, 15, 20]  # the outage's gap
-        assert tracking.finish_run(run_id, run_dir, "FINISHED") == "replayed"
-        assert [s for s, _ in _history(client, run_id, "train/loss")] == list(range(5, 61, 5))
-        assert [s for s, _ in _history(client, run_id, "val/top1")] == [20, 40, 60]
-        assert client.get_run(run_id).data.tags["abtune.logging"] == "replayed"
-    finally:
-        stop(service)
-
-
-def _read_until(process: subprocess.Popen[str], marker: str, timeout: float) -> list[str]:
-    lines: list[str] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = process.stdout.readline() if process.stdout else ""
-        if not line and process.poll() is not None:
-            break
-        lines.append(line.rstrip())
-        if marker in line:
-            return lines
-    raise AssertionError(f"abtune ui never printed {marker!r}: {lines}")
-
-
-def test_abtune_ui_without_options_serves_both_dashboards_and_leaves_no_process(tmp_path: Path,
-                                                                               mlflow_db: Path) -> None:
-    import optuna
-
-    mlflow_db.rename(tmp_path / "mlflow.db")  # the default stores, where the quickstart leaves them
-    optuna.create_study(study_name="ui", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "ABTUNE_STORAGE")}
-    process = subprocess.Popen([*abtune_command(), "ui"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, cwd=tmp_path, env={**env, "PYTHONUNBUFFERED": "1"})
-    try:
-        lines = _read_until(process, "Ctrl-C", timeout=240)
-        assert lines[0] == (f"abtune ui: found MLflow store sqlite:///{tmp_path / 'mlflow.db'} "
-                            f"and Optuna storage sqlite:///{tmp_path / 'optuna.db'}")
-        urls = {line.split(":", 1)[0]: line.split()[-1] for line in lines if "http://127.0.0.1:" in line}
-        assert set(urls) == {"MLflow", "optuna-dashboard"}
-        assert any(line.startswith("from your laptop: ssh -N -L ") for line in lines)
-        for url in urls.values():
-            with urllib.request.urlopen(url + "/", timeout=30) as response:
-                assert response.status == 200
-        family = psutil.Process(process.pid).children(recursive=True)
-        assert len(family) >= 2
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-    survivors = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert not survivors, [p.cmdline() for p in survivors]
+    client = MlflowClient(mlflow_server.running().url)  # the same store, again at the same address
+    assert [s for s, _ in _history(client, run_id, "train/loss")] == [5, 10, 15, 20]  # the outage's gap
+    assert tracking.finish_run(run_id, run_dir, "FINISHED") == "replayed"
+    assert [s for s, _ in _history(client, run_id, "train/loss")] == list(range(5, 61, 5))
+    assert [s for s, _ in _history(client, run_id, "val/top1")] == [20, 40, 60]
+    assert client.get_run(run_id).data.tags["abtune.logging"] == "replayed"
