@@ -36,7 +36,6 @@ from abtune.study import recommendation
 from abtune.tracking.records import HEADLINE, HEADLINE_SECTION, TOP1_PERCENT
 from abtune.tracking.view import RESULT_METRICS, VIEW_TAG, results_view
 from tests import browser
-from tests.conftest import run_cli
 from tests.study_helpers import TINY_BASE, write_study
 
 pytestmark = pytest.mark.slow
@@ -47,6 +46,8 @@ GENAI_VIEW = ("Detect Issues", "Detect issues", "Token Usage")  # what MLflow's 
 @pytest.fixture(scope="module")
 def finished_study(tmp_path_factory: pytest.TempPathFactory, _mlflow_template: Path) -> tuple[Path, dict[str, str]]:
     """A 2-trial study run with the default stores of its folder; (folder, environment)."""
+    from abtune.cli import main
+
     folder = tmp_path_factory.mktemp("screenshots")
     shutil.copy(_mlflow_template, folder / "mlflow.db")  # the default store, already migrated
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "ABTUNE_STORAGE")}
@@ -55,8 +56,12 @@ def finished_study(tmp_path_factory: pytest.TempPathFactory, _mlflow_template: P
     space = {"method.warmup_frac": {"low": 0.1, "high": 0.3}, "method.sigma_cutoff": {"low": 1e-7, "high": 1e-6, "log": True}}
     study = write_study(folder / "s.yaml", base=base, trials=2, objectives=["top1", "inter_node_bytes"], space=space,
                         references={"paper_defaults": False, "ddp": True})
-    run_cli("study", "create", str(study), cwd=folder, env=env)
-    run_cli("study", "run", "tiny", cwd=folder, env=env)
+    with pytest.MonkeyPatch.context() as patch:  # in this process: the study commands' imports paid once
+        patch.chdir(folder)
+        for name in ("MLFLOW_TRACKING_URI", "ABTUNE_STORAGE"):  # what tracking sets is undone with them
+            patch.delenv(name, raising=False)
+        for command in (["create", str(study)], ["run", "tiny"]):
+            assert main(["study", *command]) == 0, command
     return folder, env
 
 
