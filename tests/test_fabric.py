@@ -393,7 +393,8 @@ def test_the_readme_command_brings_up_iptables_for_the_loss_test_or_skips_it_wit
 
 
 @pytest.mark.slow
-def test_a_study_trial_whose_link_dies_is_retried_from_its_checkpoint_and_completes(tmp_path: Path) -> None:
+def test_a_study_trial_whose_link_dies_is_retried_from_its_checkpoint_and_completes(
+        tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
     """The drill a user runs to see what a study does when a node's network fails: the trial's link goes down at
     step 12, its hang detector fails it in one line, the study retries it (`retries.hung`, default 1) from its step
     10 checkpoint on a fresh fabric that replays no fault, and the retry trains to the end (step 20)."""
@@ -406,7 +407,7 @@ def test_a_study_trial_whose_link_dies_is_retried_from_its_checkpoint_and_comple
                         base={**TINY_BASE, "model": {**TINY_BASE["model"], **MODEL}, "train": train},
                         layout={"nproc": 2, "ranks_per_node": 1})
     launcher = profile(tmp_path / "drill.yaml", faults=[{"at_step": 12, "node": 1, "link": "down"}])
-    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    assert abtune_main("study", "create", str(study), "--storage", url, cwd=tmp_path).returncode == 0
     result = run_cli("study", "run", "tiny", "--storage", url, "--launcher", str(launcher), "--no-tracking",
                      cwd=tmp_path)
 

@@ -136,8 +136,9 @@ def stop_study(storage: BaseStorage, name: str, spec: StudySpec, mode: str,
     _wait_until(lambda: not busy(), wait_s)
     study = optuna.load_study(study_name=name, storage=storage)
     left = running()
+    jobs = _cancel_unfollowed(left, spec, mode)
     for trial in left:
-        say(_stop_trial(study, trial, spec, mode, tracking or Tracking()))
+        say(_stop_trial(study, trial, spec, mode, tracking or Tracking(), jobs.get(trial.number)))
     still = {t.number for t in left}
     for number, stored_id in sorted(was_running.items()):
         if number not in still:
@@ -159,18 +160,32 @@ def _fate(storage: BaseStorage, study_id: int, trial: FrozenTrial) -> str:
     return f"trial {trial.number}: its worker stopped it ({reason}): failed{again}"
 
 
-def _stop_trial(study: optuna.Study, trial: FrozenTrial, spec: StudySpec, mode: str, tracking: Tracking) -> str:
+def _cancel_unfollowed(trials: list[FrozenTrial], spec: StudySpec, mode: str) -> dict[int, Job]:
+    """The jobs of the trials no live worker follows, by trial number, cancelled all at once and waited for
+    together until they have ended (their ranks write nothing more): one wait for all, not one per trial."""
+    if mode == LET_FINISH:
+        return {}
+    unfollowed = [t for t in trials if not follower_alive(t, spec.retries.stale_after_s)]
+    jobs = {t.number: job for t in unfollowed if (job := _job_of(t)) is not None}
+    for job in jobs.values():
+        job.cancel()
+    _wait_until(lambda: all(job.gone() for job in jobs.values()), WAIT_S)
+    return jobs
+
+
+def _stop_trial(study: optuna.Study, trial: FrozenTrial, spec: StudySpec, mode: str, tracking: Tracking,
+                cancelled: Job | None) -> str:
+    """`cancelled`: the trial's job, which _cancel_unfollowed cancelled (None: it had none, or it is followed)."""
     owner = workers.owner_of(trial)
     if follower_alive(trial, spec.retries.stale_after_s):
         verb = "follows it to its end" if mode == LET_FINISH else "did not stop in time; it still follows it"
         return f"trial {trial.number}: its worker {workers.describe(owner)} {verb}"
-    job = _job_of(trial)
     if mode == LET_FINISH:
+        job = _job_of(trial)
         if job is None:
             return f"trial {trial.number}: no job left; the next `abtune study run` fails it as stale"
         return f"trial {trial.number}: {job.describe()} keeps running; the next `abtune study run` re-attaches it"
-    if job is not None:
-        _cancel(job)
+    job = cancelled
     retry = None if mode == FAIL else retries.INTERRUPTED
     if not retries.fail_unfollowed(study, trial, STOPPED, retry):
         return f"trial {trial.number}: finished meanwhile"
@@ -189,12 +204,6 @@ def _job_of(trial: FrozenTrial) -> Job | None:
     """The trial's job while it still runs (SLURM: any host; local: this host)."""
     job = reattach.job_to_follow(trial)
     return job if job is not None and not job.gone() else None
-
-
-def _cancel(job: Job) -> None:
-    """Cancel a trial's job and wait until it has ended: its ranks write nothing more."""
-    job.cancel()
-    _wait_until(job.gone, WAIT_S)
 
 
 def _wait_until(condition: Callable[[], bool], timeout_s: float) -> None:

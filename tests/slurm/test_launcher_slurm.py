@@ -24,7 +24,7 @@ from abtune.launch.slurm import outcome as outcome_of
 from abtune.rundir import prepare_run_dir
 from abtune.runfiles import read_summary
 from abtune.training.hooks import read_metrics, write_hook_specs
-from tests.conftest import CliResult, abtune_command, run_cli, wait_for, with_checkout_on_path, write_config
+from tests.conftest import CliResult, abtune_command, wait_for, with_checkout_on_path, write_config
 from tests.gate import gate_spec, paused, release
 from tests.study_helpers import trials_of, write_study
 
@@ -85,10 +85,11 @@ def sacct_states(job_id: str) -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
-def test_ab_groups_stay_inside_a_node(tmp_path: Path, profile: Path) -> None:
+def test_ab_groups_stay_inside_a_node(tmp_path: Path, profile: Path, abtune_main: Callable[..., CliResult]) -> None:
     config = ab_config(tmp_path, steps=60)
     run_dir = tmp_path / "run"
-    result = run_cli("train", str(config), "--launcher", str(profile), "--run-dir", str(run_dir), "--no-tracking")
+    result = abtune_main("train", str(config), "--launcher", str(profile), "--run-dir", str(run_dir), "--no-tracking")
+    assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("submitted SLURM job ")
     assert "final top-1" in result.stdout
 
@@ -156,7 +157,8 @@ def test_detached_and_unfollowed_jobs_keep_running_and_say_how_to_reach_them(
                    f"logs {detached / 'jobs'}",
                    f"follow with: squeue -j {job_id}; the result appears in {detached / 'summary.json'}"]
 
-    command = [*abtune_command(), "train", str(ab_config(tmp_path, steps=100_000)), "--launcher", str(profile),
+    endless = write_config(tmp_path / "endless.yaml", train={"steps": 100_000, "log_every": 10})
+    command = [*abtune_command(), "train", str(endless), "--launcher", str(one_rank_per_node(profile)),
                "--run-dir", str(tmp_path / "followed"), "--no-tracking"]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as cli:
         first = cli.stdout.readline() if cli.stdout else ""
@@ -172,12 +174,13 @@ def test_detached_and_unfollowed_jobs_keep_running_and_say_how_to_reach_them(
     wait_for(lambda: sacct_states(job_id)[-1] == "COMPLETED", JOB_TIMEOUT_S, "the detached job to complete")
 
 
-def test_failed_rank_ends_the_job_with_its_cause(tmp_path: Path, profile: Path) -> None:
+def test_failed_rank_ends_the_job_with_its_cause(tmp_path: Path, profile: Path,
+                                                abtune_main: Callable[..., CliResult]) -> None:
     """One rank's error ends the whole job at once (srun --kill-on-bad-exit), reported with the SLURM state."""
     config = write_config(tmp_path / "nan.yaml", optimizer={"name": "sgd", "lr": 1e30, "momentum": 0.0},
                           train={"steps": 1000})
-    result = run_cli("train", str(config), "--launcher", str(one_rank_per_node(profile)), "--run-dir",
-                     str(tmp_path / "run"), "--no-tracking", check=False)
+    result = abtune_main("train", str(config), "--launcher", str(one_rank_per_node(profile)), "--run-dir",
+                         str(tmp_path / "run"), "--no-tracking")
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and re.fullmatch(r"abtune: error: SLURM job \d+ FAILED: the loss became nan at step \d+ .*",
@@ -232,24 +235,24 @@ def test_interrupted_job_resumes_from_its_checkpoint(tmp_path: Path, profile: Pa
     checkpoint() and requeues), then requeued by SLURM itself (`scontrol requeue`: the job restarts
     as first submitted, and SLURM_RESTART_COUNT tells it to resume). Same job, same run folder."""
     # Each interruption comes while rank 0 is held at a gate (tests/gate.py), so the run cannot end before it
-    # whatever the machine's speed, and each resume step is known: the gate at step 30 holds once checkpoint
-    # 20 is complete, the one at step 70 once 60 is. ddp: what is tested here is the job's requeue (AB's
+    # whatever the machine's speed, and each resume step is known: the gate at step 15 holds once checkpoint
+    # 10 is complete, the one at step 35 once 30 is. ddp: what is tested here is the job's requeue (AB's
     # resume is tested in tests/test_resume_after_sync.py).
-    steps = 100
-    config = write_config(tmp_path / "ddp.yaml", train={"steps": steps, "eval_every": steps, "log_every": 10,
-                                                        "checkpoint_every": 20})
+    steps = 50
+    config = write_config(tmp_path / "ddp.yaml", train={"steps": steps, "eval_every": steps, "log_every": 5,
+                                                        "checkpoint_every": 10})
     run_dir = prepared_run(config, tmp_path / "run")
-    write_hook_specs(run_dir, [gate_spec(30, "first"), gate_spec(70, "second")])
+    write_hook_specs(run_dir, [gate_spec(15, "first"), gate_spec(35, "second")])
     monkeypatch.setenv("PYTHONPATH", with_checkout_on_path(os.environ)["PYTHONPATH"])  # the ranks import the gate
     job = load_launcher(str(profile)).submit(run_dir, Layout(2, 1))  # 2 ranks: half the start-up cost of 4
     assert isinstance(job, SlurmJob)
     log = job_folder(run_dir) / f"{job.job_id}_0_log.out"
 
-    wait_for(lambda: paused(run_dir, "first"), JOB_TIMEOUT_S, "rank 0 at step 30")
+    wait_for(lambda: paused(run_dir, "first"), JOB_TIMEOUT_S, "rank 0 at step 15")
     preempt(job.submitit_job)
     wait_for(lambda: len(resumed_at(log, run_dir)) == 1, JOB_TIMEOUT_S, "the first resume")
-    release(run_dir, "first")  # the requeued job's rank 0 trains on past step 30
-    wait_for(lambda: paused(run_dir, "second"), JOB_TIMEOUT_S, "rank 0 at step 70")
+    release(run_dir, "first")  # the requeued job's rank 0 trains on past step 15
+    wait_for(lambda: paused(run_dir, "second"), JOB_TIMEOUT_S, "rank 0 at step 35")
     subprocess.run(["scontrol", "requeue", job.job_id], check=True, timeout=30)
     wait_for(lambda: len(resumed_at(log, run_dir)) == 2, JOB_TIMEOUT_S, "the second resume")
     release(run_dir, "second")
@@ -257,9 +260,9 @@ def test_interrupted_job_resumes_from_its_checkpoint(tmp_path: Path, profile: Pa
 
     assert result.ok, result
     assert read_summary(run_dir).raw["steps_done"] == steps
-    assert resumed_at(log, run_dir) == [20, 60]  # the newest complete checkpoint each time
+    assert resumed_at(log, run_dir) == [10, 30]  # the newest complete checkpoint each time
     steps_logged = [r["step"] for r in read_metrics(run_dir) if r["kind"] == "log"]
-    assert steps_logged == list(range(10, steps + 1, 10))  # the count continues: no step twice, none missing
+    assert steps_logged == list(range(5, steps + 1, 5))  # the count continues: no step twice, none missing
     wait_for(lambda: sacct_states(job.job_id)[-1] == "COMPLETED", 30, "sacct to record COMPLETED")
     assert sacct_states(job.job_id) == ["REQUEUED", "REQUEUED", "COMPLETED"]
 

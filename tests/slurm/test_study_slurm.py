@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -186,16 +187,23 @@ def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, pr
 def test_cancelled_trial_job_fails_its_trial_and_the_study_goes_on(
         tmp_path: Path, profile: Path, cli: Cli) -> None:
     url = created_study(cli, tmp_path, steps=HELD_RUN_STEPS, trials=2, references=NO_REFERENCES, hooks=HELD)
-    runner = start_run(tmp_path, "tiny", "--launcher", str(profile), "--storage", url, "--no-tracking")
-    # held mid-training, so the cancel cannot come after the job's end (on an idle machine it once did)
-    trial = wait_for(lambda: held_trial(url), JOB_TIMEOUT_S, "a trial's job held mid-training")
+
+    def cancel_the_first_release_the_second() -> FrozenTrial:  # beside the runner, which runs in this process
+        # held mid-training, so the cancel cannot come after the job's end (on an idle machine it once did)
+        trial = wait_for(lambda: held_trial(url), JOB_TIMEOUT_S, "a trial's job held mid-training")
+        subprocess.run(["scancel", trial.user_attrs[JOB_ATTR]["record"]], check=True, timeout=30)
+        second = wait_for(lambda: next((t for t in running(url) if t.number != trial.number
+                                        and t.user_attrs.get(JOB_ATTR) and paused(run_dir(t))), None),
+                          2 * JOB_TIMEOUT_S, "the next trial held")
+        release(run_dir(second))
+        return trial
+
+    with ThreadPoolExecutor(1) as beside:
+        acting = beside.submit(cancel_the_first_release_the_second)
+        run = cli("study", "run", "tiny", "--launcher", str(profile), "--storage", url, "--no-tracking", cwd=tmp_path)
+        trial = acting.result()
+    out = succeeded(run)
     job_id = trial.user_attrs[JOB_ATTR]["record"]
-    subprocess.run(["scancel", job_id], check=True, timeout=30)
-    second = wait_for(lambda: next((t for t in running(url) if t.number != trial.number and t.user_attrs.get(JOB_ATTR)
-                                    and paused(run_dir(t))), None), 2 * JOB_TIMEOUT_S, "the next trial held")
-    release(run_dir(second))
-    out, err = runner.communicate(timeout=2 * JOB_TIMEOUT_S)
-    assert runner.returncode == 0, err
 
     first, second = trials_of(url)
     assert first.number == trial.number and first.state == TrialState.FAIL
