@@ -58,6 +58,9 @@ RECOMMENDATION_ATTR = PREFIX + "recommendation"
 RECOMMENDATION_TEXT_TAG = RECOMMENDATION_ATTR + ".text"  # MLflow: the study's answer, part of its run's description
 ARTIFACTS_AT_ATTR = PREFIX + "study_artifacts_at"  # when a runner last rebuilt the study's plots (time.time())
 ARTIFACTS_COST_ATTR = PREFIX + "study_artifacts_cost_s"  # how long that rebuild took (wall seconds)
+# {inputs, analysis}: the latest importances and inert parameters a runner computed (study/importance.py), and a
+# digest of the trials they were computed from; `study best` prints them while the trials are the same
+ANALYSIS_ATTR = PREFIX + "importance_analysis"
 STOP_ATTR = PREFIX + "stop"  # {id, mode, at}: the latest `abtune study stop`
 WORKER_JOBS_ATTR = PREFIX + "worker_jobs"  # the job ids of the workers `abtune study launch` submitted
 WORKER_KIND_ATTR = PREFIX + "worker_job_kind"  # the launcher kind of those jobs

@@ -1,6 +1,6 @@
-"""`abtune study confirm` in a real pseudo-terminal at 80 and 100 columns: a progress bar while its runs train
-(no line per finished run), then the project's tables (not markdown), and no line wider than the terminal
-except a command to copy."""
+"""`abtune study confirm` on a real pseudo-terminal (in the test's process) at 80 and 100 columns: a progress bar
+while its runs train (no line per finished run), then the project's tables (not markdown), and no line wider than
+the terminal except a command to copy."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from optuna.trial import create_trial
 
 from abtune.study import lifecycle
 from tests.study_helpers import TINY_BASE, write_study
-from tests.terminal import run_in_terminal, tables_in
+from tests.terminal import run_here_in_terminal, tables_in
 from tests.test_terminal_width import WIDTHS, _broken_words, _overflow
 
 pytestmark = pytest.mark.slow
@@ -46,8 +46,8 @@ def stored_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 @pytest.mark.parametrize("columns", WIDTHS)  # the first width trains the runs, the second finds them done
 def test_confirm_shows_a_progress_bar_then_tables_that_fit(stored_study: tuple[Path, str], columns: int) -> None:
     folder, url = stored_study
-    code, lines = run_in_terminal(["study", "confirm", "tiny", "--top", "1", "--seeds", str(SEEDS), "--storage", url,
-                                   "--no-tracking"], columns, folder, rows=60)
+    code, lines = run_here_in_terminal(["study", "confirm", "tiny", "--top", "1", "--seeds", str(SEEDS), "--storage",
+                                        url, "--no-tracking"], columns, folder, rows=60)
     shown = "\n".join(lines)
     assert code == 0, shown
     assert _overflow(lines, columns) == [], shown

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,9 +16,12 @@ from abtune.attrs import FAIL_REASON_ATTR, REFERENCE_ATTR, RETRY_OF_ATTR
 from abtune.launch.launchers import LocalJobHere
 from abtune.launch.local import _failure_message
 from abtune.launch.outcome import recorded_failure
-from tests.conftest import run_cli
+from tests.conftest import CliResult
+from tests.study_cli import in_process
 from tests.study_helpers import trials_of, write_study
 from tests.test_tracking_outage import SHORT_BASE, SHORT_SPACE
+
+Abtune = Callable[..., CliResult]
 
 
 def test_empty_failure_files_leave_the_exit_code_as_the_cause(tmp_path: Path) -> None:
@@ -59,13 +62,14 @@ def small_file_system(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.mark.slow
 def test_a_study_on_a_full_disk_stops_in_one_line_and_runs_its_reference_again(
-        tmp_path: Path, small_file_system: Path) -> None:
+        tmp_path: Path, small_file_system: Path, abtune_main: Abtune) -> None:
     url = f"sqlite:///{tmp_path}/optuna.db"
     study = write_study(tmp_path / "s.yaml", trials=2, references={"paper_defaults": False, "ddp": True},
                         base={**SHORT_BASE, "train": {**SHORT_BASE["train"], "checkpoint_every": 5}},
                         space=SHORT_SPACE, layout={"nproc": 1}, study_dir=str(small_file_system))
-    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
-    full = run_cli("study", "run", "tiny", "--storage", url, "--no-tracking", cwd=tmp_path, check=False)
+    in_process(abtune_main, "study", "create", str(study), "--storage", url, cwd=tmp_path)
+    full = in_process(abtune_main, "study", "run", "tiny", "--storage", url, "--no-tracking", cwd=tmp_path,
+                      check=False)
 
     assert full.returncode == 2 and "Traceback" not in full.stderr, full.stderr
     error = full.stderr.strip().splitlines()[-1]
@@ -76,7 +80,7 @@ def test_a_study_on_a_full_disk_stops_in_one_line_and_runs_its_reference_again(
     assert "no space left on device" in trials[0].user_attrs[FAIL_REASON_ATTR]
 
     subprocess.run(["mount", "-o", "remount,size=16m", str(small_file_system)], check=True)
-    run_cli("study", "run", "tiny", "--storage", url, "--no-tracking", cwd=tmp_path)
+    in_process(abtune_main, "study", "run", "tiny", "--storage", url, "--no-tracking", cwd=tmp_path)
     trials = trials_of(url)
     assert [(t.state, t.user_attrs.get(RETRY_OF_ATTR)) for t in trials] == [
         (TrialState.FAIL, None), (TrialState.COMPLETE, 0), (TrialState.COMPLETE, None)]

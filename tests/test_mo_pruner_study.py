@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -14,14 +15,18 @@ from abtune.runfiles import complete_checkpoints, read_summary
 from abtune.study import recommendation
 from abtune.study.definition import open_search_study
 from abtune.study.storage import open_storage
-from tests.conftest import run_cli
+from tests.conftest import CliResult
+from tests.study_cli import in_process
 from tests.study_helpers import trials_of, write_study
+
+Abtune = Callable[..., CliResult]
 
 pytestmark = pytest.mark.slow
 OPTIONS = {"first_rung": 0.3, "reduction_factor": 2, "min_trials": 2}  # 30 steps: rungs at 9 and 18
 
 
-def test_pruned_trials_are_marked_everywhere_and_keep_their_checkpoint(tmp_path: Path, mlflow_db: Path) -> None:
+def test_pruned_trials_are_marked_everywhere_and_keep_their_checkpoint(tmp_path: Path, mlflow_db: Path,
+                                                                        abtune_main: Abtune) -> None:
     """Trials whose learning rate is far too low trail the paper-defaults trial at a rung and stop; each
     decision is the pruner's rule applied to the trials that had reached the rung before; pruned
     trials are PRUNED in status, best, export and MLflow, keep their last checkpoint, and are never
@@ -30,8 +35,8 @@ def test_pruned_trials_are_marked_everywhere_and_keep_their_checkpoint(tmp_path:
     study = write_study(tmp_path / "s.yaml", trials=6, objectives=["top1", "inter_node_bytes"],
                         space={"optimizer.lr": {"low": 1e-7, "high": 3e-3, "log": True}},
                         pruner={"name": "pareto-asha", "options": OPTIONS})
-    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
-    run_cli("study", "run", "tiny", "--storage", url, "--tracking-uri", tracking, cwd=tmp_path)
+    in_process(abtune_main, "study", "create", str(study), "--storage", url, cwd=tmp_path)
+    in_process(abtune_main, "study", "run", "tiny", "--storage", url, "--tracking-uri", tracking, cwd=tmp_path)
 
     trials = trials_of(url)
     assert [t.user_attrs.get(REFERENCE_ATTR) for t in trials[:2]] == [PAPER_DEFAULTS, DDP]
@@ -56,13 +61,13 @@ def test_pruned_trials_are_marked_everywhere_and_keep_their_checkpoint(tmp_path:
     front = {t.number for t in study_obj.best_trials}  # what `study confirm --top K` picks from
     assert front and not {t.number for t in pruned} & (front | set(recommendation.require(study_obj).ranked))
 
-    status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
+    status = in_process(abtune_main, "study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert f"pruned {len(pruned)}" in status, status
-    best = run_cli("study", "best", "tiny", "--storage", url, cwd=tmp_path).stdout
+    best = in_process(abtune_main, "study", "best", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert f"{len(pruned)} trial(s) pruned (pareto-asha" in best and \
         f"{pruned[0].number} at step {pruned[0].user_attrs['steps_done']}" in best, best
-    run_cli("study", "export", "tiny", "--format", "json", "--output", str(tmp_path / "t.json"), "--storage", url,
-            cwd=tmp_path)
+    in_process(abtune_main, "study", "export", "tiny", "--format", "json", "--output", str(tmp_path / "t.json"),
+               "--storage", url, cwd=tmp_path)
     exported = {r["number"]: r for r in json.loads((tmp_path / "t.json").read_text())["trials"]}
     for trial in pruned:
         row = exported[trial.number]

@@ -3,6 +3,7 @@ says, and a reference left failed by an earlier `study run` is enqueued again by
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -13,7 +14,8 @@ from abtune.attrs import DDP, FAIL_REASON_ATTR, OVER_BUDGET_ATTR, REFERENCE_ATTR
 from abtune.study import retries
 from abtune.study.storage import open_storage
 from abtune.training.hooks import TrainingHook
-from tests.conftest import run_cli
+from tests.conftest import CliResult
+from tests.study_cli import in_process
 from tests.study_helpers import trials_of, write_study
 from tests.test_tracking_outage import SHORT_BASE, SHORT_SPACE
 
@@ -28,23 +30,26 @@ def fail_once(run_dir: Path, once: str) -> TrainingHook:
     return TrainingHook()
 
 
-def _study(tmp_path: Path, **fields: object) -> str:
+Abtune = Callable[..., CliResult]
+
+
+def _study(tmp_path: Path, abtune_main: Abtune, **fields: object) -> str:
     url = f"sqlite:///{tmp_path}/optuna.db"
     study = write_study(tmp_path / "s.yaml", trials=2, references={"paper_defaults": False, "ddp": True},
                         base=SHORT_BASE, space=SHORT_SPACE, layout={"nproc": 1}, **fields)
-    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    in_process(abtune_main, "study", "create", str(study), "--storage", url, cwd=tmp_path)
     return url
 
 
-def _run(tmp_path: Path, url: str) -> str:
-    result = run_cli("study", "run", "tiny", "--storage", url, "--no-tracking", cwd=tmp_path)
+def _run(tmp_path: Path, url: str, abtune_main: Abtune) -> str:
+    result = in_process(abtune_main, "study", "run", "tiny", "--storage", url, "--no-tracking", cwd=tmp_path)
     return result.stdout + result.stderr
 
 
-def test_a_failed_reference_run_is_retried_although_retries_failed_is_0(tmp_path: Path) -> None:
+def test_a_failed_reference_run_is_retried_although_retries_failed_is_0(tmp_path: Path, abtune_main: Abtune) -> None:
     hook = {"factory": f"{__name__}:fail_once", "options": {"once": str(tmp_path / "failed")}}
-    url = _study(tmp_path, hooks=[hook])
-    _run(tmp_path, url)
+    url = _study(tmp_path, abtune_main, hooks=[hook])
+    _run(tmp_path, url, abtune_main)
 
     trials = trials_of(url)
     assert [(t.state, t.user_attrs.get(REFERENCE_ATTR), t.user_attrs.get(RETRY_OF_ATTR)) for t in trials] == [
@@ -52,8 +57,8 @@ def test_a_failed_reference_run_is_retried_although_retries_failed_is_0(tmp_path
     assert trials[0].user_attrs[RETRIED_ATTR] and "rank 0 failed once" in trials[0].user_attrs[FAIL_REASON_ATTR]
 
 
-def test_a_reference_left_failed_runs_again_at_the_next_study_run_once(tmp_path: Path) -> None:
-    url = _study(tmp_path)
+def test_a_reference_left_failed_runs_again_at_the_next_study_run_once(tmp_path: Path, abtune_main: Abtune) -> None:
+    url = _study(tmp_path, abtune_main)
     storage = open_storage(url)
     study = optuna.load_study(study_name="tiny", storage=storage)
     trial = study.ask()  # the DDP reference, failed by an earlier `study run` that did not retry it
@@ -63,7 +68,7 @@ def test_a_reference_left_failed_runs_again_at_the_next_study_run_once(tmp_path:
     assert [t.number for t in lost] == [0]
     for _ in range(2):  # two workers that started at once both enqueue it
         retries.enqueue(study, lost[0], retries.FAILED)
-    _run(tmp_path, url)
+    _run(tmp_path, url, abtune_main)
 
     trials = trials_of(url)
     assert [(t.state, t.user_attrs.get(REFERENCE_ATTR), t.user_attrs.get(RETRY_OF_ATTR)) for t in trials] == [
@@ -73,12 +78,12 @@ def test_a_reference_left_failed_runs_again_at_the_next_study_run_once(tmp_path:
     assert retries.lost_references(trials) == []
 
 
-def test_the_next_study_run_enqueues_a_lost_reference(tmp_path: Path) -> None:
-    url = _study(tmp_path)
+def test_the_next_study_run_enqueues_a_lost_reference(tmp_path: Path, abtune_main: Abtune) -> None:
+    url = _study(tmp_path, abtune_main)
     study = optuna.load_study(study_name="tiny", storage=open_storage(url))
     trial = study.ask()
     study.tell(trial, state=TrialState.FAIL)
-    output = _run(tmp_path, url)
+    output = _run(tmp_path, url, abtune_main)
 
     trials = trials_of(url)
     assert "trial 0 (DDP reference) failed: enqueued again" in output

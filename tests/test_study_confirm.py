@@ -11,7 +11,8 @@ import pytest
 from abtune.attrs import DDP, PAPER_DEFAULTS
 from abtune.runfiles import read_summary
 from abtune.study import results
-from tests.conftest import CliResult, run_cli
+from tests.conftest import CliResult
+from tests.study_cli import in_process
 from tests.study_helpers import study_attrs, trials_of, write_study
 
 VIT_TARGET = Path(__file__).resolve().parent.parent / "studies" / "imagenet_vit_b16.yaml"
@@ -27,17 +28,19 @@ def _row(table: str, name: str, metric: str = "top1") -> str:
 
 
 @pytest.mark.slow
-def test_confirm_reruns_the_best_and_both_references_with_fresh_seeds(tmp_path: Path, mlflow_db: Path) -> None:
+def test_confirm_reruns_the_best_and_both_references_with_fresh_seeds(tmp_path: Path, mlflow_db: Path,
+                                                                      abtune_main: Callable[..., CliResult]) -> None:
     url, tracking = f"sqlite:///{tmp_path}/optuna.db", f"sqlite:///{mlflow_db}"
-    run_cli("study", "create", str(write_study(tmp_path / "s.yaml", trials=3)), "--storage", url, cwd=tmp_path)
-    run_cli("study", "run", "tiny", "--storage", url, "--no-tracking", cwd=tmp_path)
+    in_process(abtune_main, "study", "create", str(write_study(tmp_path / "s.yaml", trials=3)), "--storage", url,
+               cwd=tmp_path)
+    in_process(abtune_main, "study", "run", "tiny", "--storage", url, "--no-tracking", cwd=tmp_path)
     promote = ("promote", "tiny", "--storage", url, "--to", str(VIT_TARGET), "--nodes", "2", "--scaling", "local",
                "--dry-run", "--no-tracking")
-    before = run_cli(*promote, cwd=tmp_path)
+    before = in_process(abtune_main, *promote, cwd=tmp_path)
     assert "rests on a single run per configuration" in before.stderr and "abtune study confirm tiny" in before.stderr
 
-    shown = run_cli("study", "confirm", "tiny", "--top", "1", "--seeds", "3", "--parallel", "2", "--storage", url,
-                    "--tracking-uri", tracking, cwd=tmp_path).stdout
+    shown = in_process(abtune_main, "study", "confirm", "tiny", "--top", "1", "--seeds", "3", "--parallel", "2",
+                       "--storage", url, "--tracking-uri", tracking, cwd=tmp_path).stdout
     table = (Path(study_attrs(url)["abtune.study_dir"]) / "confirm" / "confirmation.md").read_text()
     assert "recommended: trial" in shown or "not recommended:" in shown
     trials = trials_of(url)
@@ -87,7 +90,7 @@ def test_confirm_reruns_the_best_and_both_references_with_fresh_seeds(tmp_path: 
     assert artifacts["report/confirmation.md"] > 0 and artifacts["report/confirmation.png"] > 0, artifacts
     assert run.data.metrics[f"trial_{paper.number}.top1_mean"] == pytest.approx(sum(top1[paper.number]) / 3)
 
-    after = run_cli(*promote, cwd=tmp_path)
+    after = in_process(abtune_main, *promote, cwd=tmp_path)
     assert "rests on" not in after.stderr
     chosen = max((n for n in index["trials"] if n != ddp.number),
                  key=lambda n: (attrs[f"abtune.confirmation.trial_{n}"]["values"][0], -n))

@@ -14,9 +14,12 @@ from abtune.study import lifecycle
 from abtune.study.storage import open_storage
 from tests import cli_fixture
 from tests.cli_fixture import Result
-from tests.conftest import run_cli
+from tests.conftest import CliResult
 from tests.quickstart_fixture import quickstart_study
+from tests.study_cli import in_process
 from tests.study_helpers import trials_of, write_study
+
+Abtune = Callable[..., CliResult]
 
 cli = cli_fixture.cli  # the in-process `abtune` fixture
 
@@ -41,15 +44,16 @@ def test_a_spent_study_says_nothing_ran_and_grows_by_its_file_or_add_trials(tmp_
 
 
 @pytest.mark.slow
-def test_add_trials_grows_a_spent_study_without_losing_a_trial(tmp_path: Path) -> None:
+def test_add_trials_grows_a_spent_study_without_losing_a_trial(tmp_path: Path, abtune_main: Abtune) -> None:
     url = f"sqlite:///{tmp_path}/optuna.db"
     study = write_study(tmp_path / "s.yaml", trials=1, references={"paper_defaults": False, "ddp": False})
-    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
-    run_cli("study", "run", "tiny", "--storage", url, "--no-tracking", cwd=tmp_path)
+    in_process(abtune_main, "study", "create", str(study), "--storage", url, cwd=tmp_path)
+    in_process(abtune_main, "study", "run", "tiny", "--storage", url, "--no-tracking", cwd=tmp_path)
     before = trials_of(url)
-    again = run_cli("study", "run", "tiny", "--storage", url, "--no-tracking", cwd=tmp_path).stdout
+    again = in_process(abtune_main, "study", "run", "tiny", "--storage", url, "--no-tracking", cwd=tmp_path).stdout
     assert again.startswith("study tiny: budget spent, nothing ran") and len(trials_of(url)) == 1
-    grown = run_cli("study", "run", "tiny", "--storage", url, "--no-tracking", "--add-trials", "2", cwd=tmp_path).stdout
+    grown = in_process(abtune_main, "study", "run", "tiny", "--storage", url, "--no-tracking", "--add-trials", "2",
+                       cwd=tmp_path).stdout
     assert grown.startswith("study tiny: budget raised from 1 to 3 trials; every trial so far is kept"), grown
     after = trials_of(url)
     assert [t.state.name for t in after] == ["COMPLETE"] * 3

@@ -16,8 +16,9 @@ from abtune.attrs import JOB_ATTR, RUN_ID_ATTR
 from abtune.launch.pids import process_alive
 from abtune.study.stop import STOPPED
 from abtune.training.hooks import read_metrics
-from tests.conftest import CliResult, abtune_command, run_cli, wait_for, with_checkout_on_path
+from tests.conftest import CliResult, abtune_command, wait_for, with_checkout_on_path
 from tests.gate import gate_spec, paused, release
+from tests.study_cli import in_process
 from tests.study_helpers import TINY_BASE, running, trials_of, write_study
 
 pytestmark = pytest.mark.slow
@@ -119,7 +120,7 @@ def test_study_stop_local(tmp_path: Path, abtune_main: Callable[..., CliResult])
 
     runner = _study_run(tmp_path, url, "first.log", "--parallel", "2")
     first = wait_for(lambda: _held(url, 2), 300, "two trials training")
-    out = run_cli(*stop, cwd=tmp_path).stdout
+    out = in_process(abtune_main, *stop, cwd=tmp_path).stdout
     assert runner.wait(timeout=60) == 130
     trials = trials_of(url)
     assert "asked its workers to start no new trial" in out, out
@@ -142,7 +143,7 @@ def test_study_stop_local(tmp_path: Path, abtune_main: Callable[..., CliResult])
     second = wait_for(lambda: _held(url, 2), 300, "the two retries training")
     os.kill(runner.pid, signal.SIGKILL)  # its trials' jobs live on, followed by nobody
     runner.wait(timeout=60)
-    out = run_cli(*stop, "--fail", cwd=tmp_path).stdout
+    out = in_process(abtune_main, *stop, "--fail", cwd=tmp_path).stdout
     tracking = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     for trial in second:
         job = trial.user_attrs[JOB_ATTR]["record"]
@@ -155,7 +156,7 @@ def test_study_stop_local(tmp_path: Path, abtune_main: Callable[..., CliResult])
 
     runner = _study_run(tmp_path, url, "third.log", "--parallel", "2")
     last = wait_for(lambda: _held(url, 1), 300, "the last trial training")
-    out = run_cli(*stop, "--let-trials-finish", cwd=tmp_path).stdout
+    out = in_process(abtune_main, *stop, "--let-trials-finish", cwd=tmp_path).stdout
     assert f"trial {last[0].number}: its worker" in out and "follows it to its end" in out, out
     release(Path(last[0].user_attrs["run_dir"]))  # only now may it train on to its end
     assert runner.wait(timeout=300) == 0
@@ -235,7 +236,8 @@ def test_study_stop_cancels_every_seed_of_a_dead_runner_s_repeated_trial(
     tracking = f"sqlite:///{mlflow_db}"
     url, trial = _repeated_study_killed_mid_trial(tmp_path, tracking, abtune_main)  # its seeds held at the gate meanwhile
     jobs = trial.user_attrs["seed_jobs"]
-    out = run_cli("study", "stop", "tiny", "--fail", "--storage", url, "--tracking-uri", tracking, cwd=tmp_path).stdout
+    out = in_process(abtune_main, "study", "stop", "tiny", "--fail", "--storage", url, "--tracking-uri", tracking,
+                     cwd=tmp_path).stdout
     pids = ", ".join(f"local job {jobs[str(s)]['record']['pid']}" for s in sorted(int(s) for s in jobs))
     assert f"trial {trial.number}: {pids} cancelled, failed\n" in out, out
     assert not any(process_alive(entry["record"]) for entry in jobs.values())

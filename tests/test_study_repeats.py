@@ -7,6 +7,7 @@ import io
 import json
 import math
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,11 @@ from abtune.attrs import DDP, REFERENCE_ATTR
 from abtune.runfiles import read_summary
 from abtune.study import results
 from abtune.study.runner import INTERRUPTED
-from tests.conftest import run_cli, wait_for
+from tests.conftest import CliResult, wait_for
+from tests.study_cli import in_process
 from tests.study_helpers import running, signal_group, start_run, trials_of, write_study
+
+Abtune = Callable[..., CliResult]
 
 pytestmark = pytest.mark.slow
 
@@ -31,14 +35,15 @@ def _evaluations(run_dir: Path) -> dict[int, float]:
     return {r["step"]: r["val_top1"] for r in rows if r["kind"] == "evaluation"}
 
 
-def test_repeats_give_means_and_a_restart_keeps_finished_seeds(tmp_path: Path, mlflow_db: Path) -> None:
+def test_repeats_give_means_and_a_restart_keeps_finished_seeds(tmp_path: Path, mlflow_db: Path,
+                                                                abtune_main: Abtune) -> None:
     """`repeats: 2`, 3 trials (both references and one searched): the searched trial trains seeds 0 and
     1000 one after another (a pruner is set, so the running mean is reported; the references, never
     pruned, train theirs side by side); Ctrl-C after its first seed finished, and the restarted study
     copies that seed instead of training it again."""
     url, tracking = f"sqlite:///{tmp_path}/optuna.db", f"sqlite:///{mlflow_db}"
     study = write_study(tmp_path / "s.yaml", trials=3, repeats=2, pruner={"name": "median"})
-    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    in_process(abtune_main, "study", "create", str(study), "--storage", url, cwd=tmp_path)
 
     def first_seed_finished() -> FrozenTrial | None:
         for trial in running(url):
@@ -56,7 +61,7 @@ def test_repeats_give_means_and_a_restart_keeps_finished_seeds(tmp_path: Path, m
     first_summary = (_seed_dirs(interrupted)[0] / "summary.json").read_text()
     assert trials_of(url)[interrupted.number].user_attrs["fail_reason"] == INTERRUPTED
 
-    run_cli("study", "run", "tiny", "--storage", url, "--tracking-uri", tracking, cwd=tmp_path)
+    in_process(abtune_main, "study", "run", "tiny", "--storage", url, "--tracking-uri", tracking, cwd=tmp_path)
     trials = trials_of(url)
     retry = next(t for t in trials if t.user_attrs.get("retry_of") == interrupted.number)
     assert retry.user_attrs["reused_seeds"] == [0]
@@ -80,16 +85,17 @@ def test_repeats_give_means_and_a_restart_keeps_finished_seeds(tmp_path: Path, m
             assert trial.intermediate_values == pytest.approx({s: (curves[0][s] + curves[1][s]) / 2 for s in curves[0]})
         _check_mlflow_run(tracking, trial, top1)
 
-    rows = list(csv.DictReader(io.StringIO(run_cli("study", "export", "tiny", "--storage", url, cwd=tmp_path).stdout)))
+    exported = in_process(abtune_main, "study", "export", "tiny", "--storage", url, cwd=tmp_path).stdout
+    rows = list(csv.DictReader(io.StringIO(exported)))
     for row in rows:
         trial = trials[int(row["number"])]
         if trial.state == TrialState.COMPLETE:
             assert float(row["top1_std"]) == pytest.approx(trial.user_attrs["top1_std"])
             assert json.loads(row["top1_seeds"]) == trial.user_attrs["top1_seeds"]
     best = results.best_trial(trials)
-    shown = run_cli("study", "best", "tiny", "--storage", url, cwd=tmp_path).stdout
+    shown = in_process(abtune_main, "study", "best", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert f"{best.user_attrs['top1']:.4f} ± {best.user_attrs['top1_std']:.4f}" in shown, shown
-    status = run_cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
+    status = in_process(abtune_main, "study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
     held = "recommended so far" if "not recommended:" not in status else "closest to DDP"  # held against DDP
     assert (f"{held}: trial {best.number} (mean over 2 seeds: top-1 {best.user_attrs['top1']:.4f} ± "
             f"{best.user_attrs['top1_std']:.4f}, inter-node MB") in " ".join(status.split()), status

@@ -21,6 +21,7 @@ from abtune.study import results
 from abtune.study.runner import INTERRUPTED, claim_study_artifacts
 from abtune.study.storage import open_storage
 from tests.conftest import CliResult, run_cli, wait_for
+from tests.study_cli import in_process
 from tests.study_helpers import TINY_BASE, running, signal_group, start_run, trials_of, write_study
 
 pytestmark = pytest.mark.slow
@@ -72,7 +73,7 @@ def test_parallel_study_with_pruning(tmp_path: Path, mlflow_db: Path, abtune_mai
         assert trial.user_attrs["steps_done"] == step == max(trial.intermediate_values)
         assert trial.intermediate_values[step] < paper[step]
 
-    run_cli("study", "run", "tiny", "--storage", url, "--tracking-uri", tracking, cwd=tmp_path)  # nothing left to do
+    in_process(abtune_main, "study", "run", "tiny", "--storage", url, "--tracking-uri", tracking, cwd=tmp_path)  # no work
     assert [(t.number, t.state, t.values) for t in trials_of(url)] == [(t.number, t.state, t.values) for t in trials]
     _check_exports(tmp_path, url, trials, abtune_main)
     _check_mlflow(tracking, trials)
@@ -155,7 +156,8 @@ def test_interrupt_kill_and_resume_complete_the_budget(tmp_path: Path, abtune_ma
     worker.wait(timeout=60)
     assert [t.number for t in running(url)] == [killed]  # left behind by the dead worker
 
-    best = run_cli("study", "run", "tiny", "--parallel", "2", "--storage", url, "--no-tracking", cwd=tmp_path).stdout
+    best = in_process(abtune_main, "study", "run", "tiny", "--parallel", "2", "--storage", url, "--no-tracking",
+                      cwd=tmp_path).stdout
     trials = trials_of(url)
     assert {t.state for t in trials} <= FINISHED
     assert trials[killed].state == TrialState.FAIL and trials[killed].user_attrs["fail_reason"].startswith("stale")

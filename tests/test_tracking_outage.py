@@ -4,14 +4,18 @@ study runner goes on with one warning, no traceback, and no trial is left RUNNIN
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from optuna.trial import TrialState
 
 from abtune.training.hooks import TrainingHook
-from tests.conftest import run_cli
+from tests.conftest import CliResult
+from tests.study_cli import in_process
 from tests.study_helpers import TINY_BASE, trials_of, write_study
+
+Abtune = Callable[..., CliResult]
 
 # One rank, ten steps: the fault is in the tracking, not the training.
 SHORT_BASE = {**TINY_BASE, "train": {"steps": 10, "local_batch_size": 16, "eval_every": 5, "log_every": 5},
@@ -46,14 +50,15 @@ def test_rank_0_trains_on_when_the_store_fails_as_its_hook_opens_it(
 
 
 @pytest.mark.slow
-def test_a_study_goes_on_when_its_store_is_deleted_mid_study(tmp_path: Path, mlflow_db: Path) -> None:
+def test_a_study_goes_on_when_its_store_is_deleted_mid_study(tmp_path: Path, mlflow_db: Path,
+                                                              abtune_main: Abtune) -> None:
     url = f"sqlite:///{tmp_path}/optuna.db"
     hook = {"factory": f"{__name__}:break_store", "options": {"store": str(mlflow_db), "once": str(tmp_path / "broken")}}
     study = write_study(tmp_path / "s.yaml", trials=2, references={"paper_defaults": False, "ddp": True},
                         hooks=[hook], base=SHORT_BASE, space=SHORT_SPACE, layout={"nproc": 1})
-    run_cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
-    result = run_cli("study", "run", "tiny", "--storage", url, "--tracking-uri", f"sqlite:///{mlflow_db}",
-                     cwd=tmp_path, check=False)
+    in_process(abtune_main, "study", "create", str(study), "--storage", url, cwd=tmp_path)
+    result = in_process(abtune_main, "study", "run", "tiny", "--storage", url, "--tracking-uri", f"sqlite:///{mlflow_db}",
+                        cwd=tmp_path, check=False)
 
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr

@@ -23,6 +23,8 @@ carries an untested value to the scaling runs.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import random
 import warnings
@@ -31,9 +33,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
+from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 
-from abtune.attrs import FIRST_RANKS_ATTR, SCHEDULE_ATTR, SPEC_ATTR
+from abtune.attrs import ANALYSIS_ATTR, FIRST_RANKS_ATTR, SCHEDULE_ATTR, SPEC_ATTR
 from abtune.methods import declaring
 from abtune.methods.settings import MethodSettings
 from abtune.objectives import OBJECTIVES
@@ -208,6 +211,30 @@ def analysis(trials: Sequence[FrozenTrial], space: Sequence[str], objectives: Se
     if report["importances"] is None:
         report["importances_missing"] = "; ".join(skipped.values())
     return report
+
+
+def study_analysis(storage: BaseStorage, study_id: int, trials: Sequence[FrozenTrial], space: Sequence[str],
+                   objectives: Sequence[str], *, keep: bool = False) -> dict[str, Any]:
+    """`analysis` of a stored study's trials: the one the study holds when it was computed from the same search
+    trials, space and objectives (40 forests fewer: seconds of CPU), else computed now; `keep` stores what is
+    computed in the study (the runner does, after every rebuild of its plots) for the next reader."""
+    inputs = _analysis_inputs(trials, space, objectives)
+    held = storage.get_study_system_attrs(study_id).get(ANALYSIS_ATTR)
+    if isinstance(held, dict) and held.get("inputs") == inputs:
+        return dict(held["analysis"])
+    report = analysis(trials, space, objectives)
+    if keep:
+        storage.set_study_system_attr(study_id, ANALYSIS_ATTR, {"inputs": inputs, "analysis": report})
+    return report
+
+
+def _analysis_inputs(trials: Sequence[FrozenTrial], space: Sequence[str], objectives: Sequence[str]) -> str:
+    """A digest of everything `analysis` reads: the search trials' parameters, their ranges and every result
+    attribute, the space, the objectives and the number of shufflings."""
+    read = [[t.number, t.params, {n: repr(d) for n, d in t.distributions.items()}, t.user_attrs]
+            for t in results.search_trials(trials)]
+    text = json.dumps([list(space), list(objectives), PERMUTATIONS, read], sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _finite(value: Any) -> bool:

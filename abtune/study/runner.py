@@ -218,7 +218,8 @@ class StudyRunner:
             return
         started = time.monotonic()
         trials = self.all_trials()
-        analysis = importance.analysis(trials, list(self.spec.space), importance.shown_objectives(self.spec))
+        analysis = importance.study_analysis(self.storage, self.study_id, trials, list(self.spec.space),
+                                             importance.shown_objectives(self.spec), keep=True)
         self.tracking.update_study_artifacts(self.parent_run, trials, self.study.metric_names, analysis,
                                              recommended=self._publish_answer())
         self._describe_study(trials)

@@ -53,7 +53,7 @@ def print_best(storage: BaseStorage, name: str, rule: Rule, *, wide: bool = Fals
     refs = [t for t in (results.reference(trials, PAPER_DEFAULTS), results.reference(trials, DDP)) if t is not None]
     if refs:
         print_trials(console, "reference trials", refs, trials, spec, wide=wide, labelled=True)
-    print_importances(console, importance.analysis(trials, list(spec.space), metrics))
+    print_importances(console, importance.study_analysis(storage, study_id, trials, list(spec.space), metrics))
 
 
 def print_recommendation(console: Console, answer: recommendation.Recommendation, rule: Rule,
