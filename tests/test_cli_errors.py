@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from abtune.study import lifecycle
-from tests.conftest import CliResult, abtune_command, run_cli, write_config
+from tests.conftest import CliResult, abtune_command, write_config
 from tests.study_helpers import trials_of, write_study
 
 
@@ -43,9 +43,9 @@ def test_bad_config_gives_one_line_and_exit_2(tmp_path: Path, abtune_main: Calla
     assert not (tmp_path / "run").exists()
 
 
-def test_missing_config_file(tmp_path: Path) -> None:
-    """Through the installed command: `abtune train`'s entry point (the other errors run in process)."""
-    result = run_cli("train", str(tmp_path / "nope.yaml"), check=False)
+def test_missing_config_file(tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
+    """In process, as the other errors (`abtune train`'s entry point: test_launchers.py's dry run)."""
+    result = abtune_main("train", str(tmp_path / "nope.yaml"))
     assert result.returncode == 2
     assert result.stderr.strip() == f"abtune: error: {tmp_path / 'nope.yaml'}: no such file"
 
