@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from abtune.study import lifecycle
-from tests.conftest import REPO, CliResult, abtune_command, run_cli, with_checkout_on_path, write_config
+from tests.conftest import CliResult, abtune_command, write_config
 from tests.study_helpers import trials_of, write_study
 
 
@@ -42,9 +43,9 @@ def test_bad_config_gives_one_line_and_exit_2(tmp_path: Path, abtune_main: Calla
     assert not (tmp_path / "run").exists()
 
 
-def test_missing_config_file(tmp_path: Path) -> None:
-    """Through the installed command: `abtune train`'s entry point (the other errors run in process)."""
-    result = run_cli("train", str(tmp_path / "nope.yaml"), check=False)
+def test_missing_config_file(tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
+    """In process, as the other errors (`abtune train`'s entry point: test_launchers.py's dry run)."""
+    result = abtune_main("train", str(tmp_path / "nope.yaml"))
     assert result.returncode == 2
     assert result.stderr.strip() == f"abtune: error: {tmp_path / 'nope.yaml'}: no such file"
 
@@ -137,18 +138,16 @@ def test_a_refused_argument_never_echoes_a_password(abtune_main: Callable[..., C
     assert "hunter2" not in result.stdout + result.stderr and "s3cret" not in result.stdout + result.stderr
 
 
-def test_a_postgresql_url_with_no_driver_installed_names_the_missing_driver(tmp_path: Path) -> None:
-    """Neither psycopg2 nor psycopg 3 importable (packages that fail to import shadow the installed ones)."""
-    shadow = tmp_path / "shadow"
+def test_a_postgresql_url_with_no_driver_installed_names_the_missing_driver(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, abtune_main: Callable[..., CliResult]) -> None:
+    """Neither psycopg2 nor psycopg 3 importable (None in sys.modules: their import fails, as a missing package's)."""
     for driver in ("psycopg2", "psycopg"):
-        (shadow / driver).mkdir(parents=True)
-        (shadow / driver / "__init__.py").write_text(f"raise ModuleNotFoundError('No module named {driver}')\n")
-    env = {**with_checkout_on_path(os.environ), "PYTHONPATH": f"{shadow}{os.pathsep}{REPO}"}
+        monkeypatch.setitem(sys.modules, driver, None)
     url = "postgresql://me:s3cret@127.0.0.1:9/abtune"
     study, config = write_study(tmp_path / "s.yaml"), write_config(tmp_path / "run.yaml")
     for args in (["study", "create", str(study), "--storage", url],
                  ["train", str(config), "--tracking-uri", url, "--run-dir", str(tmp_path / "run")]):
-        result = run_cli(*args, check=False, env=env, cwd=tmp_path)
+        result = abtune_main(*args, cwd=tmp_path)
         assert result.returncode == 2, result.stderr
         assert result.stderr == ("abtune: error: postgresql://me:***@127.0.0.1:9/abtune: no PostgreSQL driver is "
                                  "installed (psycopg2 or psycopg); pip install 'abtune[postgres]'\n")

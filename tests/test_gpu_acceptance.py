@@ -54,15 +54,20 @@ def test_cpu_path_trains_every_method_calibrates_and_predicts(tmp_path: Path) ->
     assert "# GPU acceptance" in out.read_text() and "| ab | fp32 | gloo | 2 | passed |" in out.read_text()
 
 
-def test_cuda_asked_for_without_one_says_so_in_one_line() -> None:
+def test_cuda_asked_for_without_one_says_so_in_one_line(bench: ModuleType, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """The script's main in this process (the CPU-path test runs it as a program)."""
     pytest.importorskip("torch")
     import torch
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    result = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2
-    assert result.stderr.strip().count("\n") == 0 and "no CUDA GPU" in result.stderr
-    assert "Traceback" not in result.stderr
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT)])
+    with pytest.raises(SystemExit) as exit_:
+        bench.main()
+    stderr = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert stderr.strip().count("\n") == 0 and "no CUDA GPU" in stderr
+    assert "Traceback" not in stderr
 
 
 def test_a_cell_that_finished_but_did_not_cycle_ab_is_a_failure(bench: ModuleType) -> None:

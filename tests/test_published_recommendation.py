@@ -13,9 +13,10 @@ import optuna
 import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Run
-from optuna.trial import create_trial
+from optuna.trial import FrozenTrial, create_trial
 
 from abtune.attrs import RUN_ID_ATTR
+from abtune.study import importance
 from abtune.study import runner as runner_module
 from abtune.study.runner import StudyRunner
 from abtune.study.storage import open_storage
@@ -49,6 +50,13 @@ def _ran_study(folder: Path, ddp_top1: float, uri: str) -> tuple[StudyRunner, di
     runner = StudyRunner(open_storage(url), "quickstart", url, 1, None, tracking=tracking)
     assert runner.run()
     return runner, runs
+
+
+def _even_importances(trials: list[FrozenTrial], values: list[float], objective: str) -> dict[str, float]:
+    """Importances that cost nothing, for a test of the recommendation (tests/test_importance_uncertainty.py and
+    tests/test_tracking.py test the real ones and how a study run publishes them)."""
+    names = sorted({name for trial in trials for name in trial.params})
+    return dict.fromkeys(names, 1 / len(names))
 
 
 def _parent(uri: str, runner: StudyRunner) -> Run:
@@ -116,6 +124,7 @@ def test_an_answer_decided_again_while_the_study_runs_is_published_again(
     study.add_trial(create_trial(params=like.params, distributions=like.distributions, values=[0.9861, 40e6],
                                  user_attrs={**like.user_attrs, "top1": 0.9861, "inter_node_bytes": 40e6}))
     monkeypatch.setattr(runner_module, "claim_study_artifacts", lambda *args, **kwargs: True)
+    monkeypatch.setattr(importance, "_importances_of", _even_importances)  # nine trials: 40 fits no other test reads
     runner._update_study_artifacts()
 
     verdict = "recommended: trial 8 (top-1 0.9861, inter-node MB 40.00)"

@@ -80,6 +80,7 @@ def test_without_the_mlflow_command_abtune_ui_says_what_to_install(tmp_path: Pat
                                           "it in this environment (pip install mlflow) or put it on PATH"]
 
 
+@pytest.mark.slow  # starts a server (MLflow's; http.server)
 def test_without_optuna_dashboard_abtune_ui_says_so_and_stops_the_mlflow_it_started(tmp_path: Path) -> None:
     python = python_without(tmp_path / "env", packages=("optuna_dashboard",), commands=("mlflow",))
     (tmp_path / "mlflow.db").touch()
@@ -108,6 +109,7 @@ SERVED_TWICE = ("import sys, time\n"
                 "    time.sleep(0.05)\n")
 
 
+@pytest.mark.slow  # starts a server (MLflow's; http.server)
 def test_a_page_another_program_serves_on_the_port_is_not_the_service_being_ready(tmp_path: Path) -> None:
     """A program that takes the port while the service starts answers 200 there; the service, unable to
     listen, exits: that is what wait_ready reports, not a UI that is somebody else's."""
