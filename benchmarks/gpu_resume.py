@@ -177,6 +177,10 @@ def main() -> None:
     if args.rank_worker:
         rank_worker(args.rank_worker)
         return
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("gpu_resume: CUDA was asked for but torch sees no CUDA GPU; run it on a GPU machine, or --device cpu "
+              "for the same check on the CPU", file=sys.stderr)
+        sys.exit(2)
     device = "cuda:0" if args.device == "cuda" else "cpu"
     started = time.perf_counter()
     rows = []
