@@ -116,6 +116,13 @@ def _wait(processes: list[RankProcess], network: NodeNetwork) -> int | None:
 
 
 def _stop(processes: list[RankProcess]) -> None:
+    """Rank 0 last: it hosts the rendezvous store, and a peer that outlives it prints torch's C++ warning
+    with a stack for every store call it can no longer make, under the launcher's one-line error."""
+    _stop_together(processes[1:])
+    _stop_together(processes[:1])
+
+
+def _stop_together(processes: list[RankProcess]) -> None:
     for process in processes:
         if process.poll() is None:
             process.terminate()
