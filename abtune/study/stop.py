@@ -136,9 +136,10 @@ def stop_study(storage: BaseStorage, name: str, spec: StudySpec, mode: str,
     _wait_until(lambda: not busy(), wait_s)
     study = optuna.load_study(study_name=name, storage=storage)
     left = running()
-    jobs = _cancel_unfollowed(left, spec, mode)
+    followed = {t.number for t in left if follower_alive(t, spec.retries.stale_after_s)}  # read once: squeue
+    jobs = _cancel_unfollowed([t for t in left if t.number not in followed], mode)
     for trial in left:
-        say(_stop_trial(study, trial, spec, mode, tracking or Tracking(), jobs.get(trial.number)))
+        say(_stop_trial(study, trial, mode, tracking or Tracking(), trial.number in followed, jobs.get(trial.number)))
     still = {t.number for t in left}
     for number, stored_id in sorted(was_running.items()):
         if number not in still:
@@ -160,12 +161,11 @@ def _fate(storage: BaseStorage, study_id: int, trial: FrozenTrial) -> str:
     return f"trial {trial.number}: its worker stopped it ({reason}): failed{again}"
 
 
-def _cancel_unfollowed(trials: list[FrozenTrial], spec: StudySpec, mode: str) -> dict[int, Job]:
+def _cancel_unfollowed(unfollowed: list[FrozenTrial], mode: str) -> dict[int, Job]:
     """The jobs of the trials no live worker follows, by trial number, cancelled all at once and waited for
     together until they have ended (their ranks write nothing more): one wait for all, not one per trial."""
     if mode == LET_FINISH:
         return {}
-    unfollowed = [t for t in trials if not follower_alive(t, spec.retries.stale_after_s)]
     jobs = {t.number: job for t in unfollowed if (job := _job_of(t)) is not None}
     for job in jobs.values():
         job.cancel()
@@ -173,11 +173,12 @@ def _cancel_unfollowed(trials: list[FrozenTrial], spec: StudySpec, mode: str) ->
     return jobs
 
 
-def _stop_trial(study: optuna.Study, trial: FrozenTrial, spec: StudySpec, mode: str, tracking: Tracking,
+def _stop_trial(study: optuna.Study, trial: FrozenTrial, mode: str, tracking: Tracking, followed: bool,
                 cancelled: Job | None) -> str:
-    """`cancelled`: the trial's job, which _cancel_unfollowed cancelled (None: it had none, or it is followed)."""
+    """`followed`: a live worker follows the trial; `cancelled`: the trial's job, which _cancel_unfollowed
+    cancelled (None: it had none, or it is followed)."""
     owner = workers.owner_of(trial)
-    if follower_alive(trial, spec.retries.stale_after_s):
+    if followed:
         verb = "follows it to its end" if mode == LET_FINISH else "did not stop in time; it still follows it"
         return f"trial {trial.number}: its worker {workers.describe(owner)} {verb}"
     if mode == LET_FINISH:
