@@ -174,7 +174,8 @@ AccountingStoragePass=$MUNGE_SOCKET
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,sched_interval=1,bf_interval=1
 # requeue-friendly: jobs are requeueable by default (submitit calls scontrol requeue),
 # nodes return to service on their own, and killed steps go away quickly: submitit's tasks ignore
-# scancel's SIGTERM, so a cancelled job lives on until the SIGKILL KillWait seconds later
+# SIGTERM, so a step lives on until the SIGKILL KillWait seconds later. (scancel's SIGKILL comes from
+# slurmd, which waits max(KillWait, 5) s, hard-coded: a cancelled job still takes 5-8 s to end.)
 JobRequeue=1
 ReturnToService=2
 KillWait=1
