@@ -29,7 +29,7 @@ from abtune.launch.fabric import fabric_namespaces, missing_requirements
 from abtune.launch.profiles import parse_rate_bits
 from abtune.runfiles import read_summary
 from tests import system
-from tests.conftest import CliResult, abtune_command, run_cli, write_config
+from tests.conftest import CliResult, abtune_command, with_checkout_on_path, write_config
 from tests.study_helpers import TINY_BASE, trials_of, write_study
 
 # TCP/IP headers are dropped from the counters (66 bytes a packet, `HEADER_BYTES`) and gloo's framing is in
@@ -67,6 +67,37 @@ def profile(path: Path, **fabric: Any) -> Path:
     return path
 
 
+Abtune = Callable[..., CliResult]
+
+
+@pytest.fixture
+def abtune_fd(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Abtune:
+    """`abtune ARGS` in this process, its output read as run_cli reads a command's: the file descriptors, so that
+    what the ranks print (they write to the descriptors they inherit) counts too; at run_cli's 200 columns and with
+    its PYTHONPATH (the checkout: without it, the session's warm server, started from the checkout, refuses the
+    ranks of a study trial's job, whose Python path would not hold it, and they start cold). A new Python per run
+    costs about 4 s of CPU (torch, Optuna) on this 2-core machine; `check` fails the test on an exit other than 0
+    with what was printed."""
+    from abtune.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("PYTHONPATH", with_checkout_on_path(os.environ)["PYTHONPATH"])
+    for forcing in ("FORCE_COLOR", "TTY_COMPATIBLE"):
+        monkeypatch.delenv(forcing, raising=False)
+
+    def call(*args: str, cwd: Path | None = None, check: bool = True) -> CliResult:
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        capfd.readouterr()
+        code = main(list(args))
+        out, err = capfd.readouterr()
+        if check and code != 0:
+            raise AssertionError(f"abtune {' '.join(args)} failed ({code}):\n{out}\n{err}")
+        return CliResult(code, out, err)
+
+    return call
+
+
 def host_network() -> tuple[str, str, str]:
     """What the host has (links, addresses, qdiscs, routes), for before/after comparisons."""
     def show(*args: str) -> str:
@@ -75,13 +106,13 @@ def host_network() -> tuple[str, str, str]:
     return show("ip", "-o", "link"), show("ip", "-o", "addr") + show("ip", "route"), show("tc", "qdisc", "show")
 
 
-def train(tmp_path: Path, launcher: Path, nproc: int, per_node: int, method: str,
+def train(abtune_fd: Abtune, tmp_path: Path, launcher: Path, nproc: int, per_node: int, method: str,
           method_options: dict[str, Any] | None = None, **train_section: Any) -> dict[str, Any]:
     config = write_config(tmp_path / f"{method}.yaml", model=MODEL, method={"name": method, **(method_options or {})},
                           train={"steps": 12, "eval_every": 1000, **train_section})
     run_dir = tmp_path / f"run-{method}-{per_node}"
-    result = run_cli("train", str(config), "--launcher", str(launcher), "--nproc", str(nproc), "--ranks-per-node",
-                     str(per_node), "--run-dir", str(run_dir), "--no-tracking")
+    result = abtune_fd("train", str(config), "--launcher", str(launcher), "--nproc", str(nproc), "--ranks-per-node",
+                       str(per_node), "--run-dir", str(run_dir), "--no-tracking")
     # every peer has a name inside the fabric: torch's store no longer warns of each connection it accepts
     assert "hostname of the client socket cannot be retrieved" not in result.stdout + result.stderr, result.stderr
     return read_summary(run_dir).raw
@@ -105,10 +136,11 @@ def assert_model_matches_link(summary: dict[str, Any]) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("method", "per_node"), LAYOUTS, ids=[f"{m}-{4 // n}x{n}" for m, n in LAYOUTS])
-def test_modelled_inter_node_bytes_match_the_link_counters(tmp_path: Path, method: str, per_node: int) -> None:
+def test_modelled_inter_node_bytes_match_the_link_counters(tmp_path: Path, abtune_fd: Abtune, method: str,
+                                                           per_node: int) -> None:
     require_fabric()
     before = host_network()
-    summary = train(tmp_path, profile(tmp_path / "emulated.yaml"), 4, per_node, method, METHODS[method])
+    summary = train(abtune_fd, tmp_path, profile(tmp_path / "emulated.yaml"), 4, per_node, method, METHODS[method])
     assert_model_matches_link(summary)
     measured = summary["traffic"]["measured_inter_node_bytes"]
     assert measured["link"]["namespaces"] and not set(measured["link"]["namespaces"]) & set(fabric_namespaces())
@@ -116,11 +148,11 @@ def test_modelled_inter_node_bytes_match_the_link_counters(tmp_path: Path, metho
 
 
 @pytest.mark.slow
-def test_a_shaped_link_holds_its_rate_and_carries_fewer_bytes_for_ab(tmp_path: Path) -> None:
+def test_a_shaped_link_holds_its_rate_and_carries_fewer_bytes_for_ab(tmp_path: Path, abtune_fd: Abtune) -> None:
     require_fabric()
     shaped = profile(tmp_path / "shaped.yaml", bandwidth=SHAPED)
-    ddp = train(tmp_path, shaped, 4, 2, "ddp", steps=SHAPED_STEPS)
-    ab = train(tmp_path, shaped, 4, 2, "ab", AB_LONG_PHASES, steps=SHAPED_STEPS)
+    ddp = train(abtune_fd, tmp_path, shaped, 4, 2, "ddp", steps=SHAPED_STEPS)
+    ab = train(abtune_fd, tmp_path, shaped, 4, 2, "ab", AB_LONG_PHASES, steps=SHAPED_STEPS)
     rate = parse_rate_bits(SHAPED)
     for summary in (ddp, ab):
         assert_model_matches_link(summary)
@@ -233,7 +265,8 @@ FAULT_BOUND_S = 90  # the fault's step, the floor, the launcher's clean-up, with
 
 
 @pytest.mark.slow
-def test_a_link_taken_down_mid_run_fails_it_in_one_line_naming_the_node_and_leaves_nothing(tmp_path: Path) -> None:
+def test_a_link_taken_down_mid_run_fails_it_in_one_line_naming_the_node_and_leaves_nothing(
+        tmp_path: Path, abtune_fd: Abtune) -> None:
     """The profile's fault takes node 1's link down at step 10 of 2000: the ranks wait for each other, and the hang
     detector of a rank on node 0 fails the run in one line at its 5 s floor (not the process group's 600 s timeout)
     naming node 1 and its ranks, which it no longer hears from in the rendezvous store, then itself, its step and
@@ -244,8 +277,8 @@ def test_a_link_taken_down_mid_run_fails_it_in_one_line_naming_the_node_and_leav
         "steps": 2000, "log_every": 5, "eval_every": 1000, "hang": {"floor_s": HANG_FLOOR_S, "untimed_s": 120}})
     launcher = profile(tmp_path / "down.yaml", faults=[{"at_step": 10, "node": 1, "link": "down"}])
     started = time.monotonic()
-    result = run_cli("train", str(config), "--launcher", str(launcher), "--nproc", "4", "--ranks-per-node", "2",
-                     "--run-dir", str(tmp_path / "run"), "--no-tracking", check=False)
+    result = abtune_fd("train", str(config), "--launcher", str(launcher), "--nproc", "4", "--ranks-per-node", "2",
+                       "--run-dir", str(tmp_path / "run"), "--no-tracking", check=False)
     took = time.monotonic() - started
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
     # (last: in step 9, say, or in set-up when its ten steps took less than a second of publishing)
@@ -318,19 +351,20 @@ def test_a_latency_this_kernel_cannot_emulate_is_refused_at_dry_run(tmp_path: Pa
                                         "has no netem"), result.stderr
 
 
-LOSS_STEPS = 40
+LOSS_STEPS = 20  # the fault at step 10, then as many again: 18 MB crossed the links, 462 segments resent
 
 
 @pytest.mark.slow
-def test_a_link_that_loses_packets_trains_to_the_end_and_tcp_resends_what_it_lost(tmp_path: Path) -> None:
+def test_a_link_that_loses_packets_trains_to_the_end_and_tcp_resends_what_it_lost(tmp_path: Path,
+                                                                                   abtune_fd: Abtune) -> None:
     """2% of the packets reaching each node are dropped from the start, 5% at node 1 from step 10 (a fault): the run
     trains to its last step, and the nodes' kernels count the TCP segments they had to send again."""
     require_fabric(loss=True)
     before = set(fabric_namespaces())
     config = write_config(tmp_path / "run.yaml", model=MODEL, train={"steps": LOSS_STEPS, "log_every": 5})
     launcher = profile(tmp_path / "lossy.yaml", loss_pct=2, faults=[{"at_step": 10, "node": 1, "loss_pct": 5}])
-    run_cli("train", str(config), "--launcher", str(launcher), "--nproc", "4", "--ranks-per-node", "2",
-            "--run-dir", str(tmp_path / "run"), "--no-tracking")
+    abtune_fd("train", str(config), "--launcher", str(launcher), "--nproc", "4", "--ranks-per-node", "2",
+              "--run-dir", str(tmp_path / "run"), "--no-tracking")
     summary = read_summary(tmp_path / "run").raw
     link = summary["traffic"]["measured_inter_node_bytes"]["link"]
     assert summary["steps_done"] == LOSS_STEPS and link["loss_pct"] == 2.0
@@ -340,14 +374,15 @@ def test_a_link_that_loses_packets_trains_to_the_end_and_tcp_resends_what_it_los
 
 
 @pytest.mark.slow
-def test_latency_runs_or_is_refused_in_one_line_where_the_kernel_has_no_netem(tmp_path: Path) -> None:
+def test_latency_runs_or_is_refused_in_one_line_where_the_kernel_has_no_netem(tmp_path: Path,
+                                                                               abtune_fd: Abtune) -> None:
     """This project's machine (a sandboxed kernel) has no netem; a kernel with it trains with 5 ms more from step 5."""
     require_fabric()
     before = set(fabric_namespaces())
     config = write_config(tmp_path / "run.yaml", model=MODEL, train={"steps": 20, "log_every": 5})
     launcher = profile(tmp_path / "slow.yaml", faults=[{"at_step": 5, "node": 1, "latency_ms": 5}])
-    result = run_cli("train", str(config), "--launcher", str(launcher), "--nproc", "4", "--ranks-per-node", "2",
-                     "--run-dir", str(tmp_path / "run"), "--no-tracking", check=False)
+    result = abtune_fd("train", str(config), "--launcher", str(launcher), "--nproc", "4", "--ranks-per-node", "2",
+                       "--run-dir", str(tmp_path / "run"), "--no-tracking", check=False)
     if "this kernel has no netem" in result.stderr:
         assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     else:
@@ -394,7 +429,7 @@ def test_the_readme_command_brings_up_iptables_for_the_loss_test_or_skips_it_wit
 
 @pytest.mark.slow
 def test_a_study_trial_whose_link_dies_is_retried_from_its_checkpoint_and_completes(
-        tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
+        tmp_path: Path, abtune_fd: Abtune) -> None:
     """The drill a user runs to see what a study does when a node's network fails: the trial's link goes down at
     step 12, its hang detector fails it in one line, the study retries it (`retries.hung`, default 1) from its step
     10 checkpoint on a fresh fabric that replays no fault, and the retry trains to the end (step 20)."""
@@ -407,9 +442,9 @@ def test_a_study_trial_whose_link_dies_is_retried_from_its_checkpoint_and_comple
                         base={**TINY_BASE, "model": {**TINY_BASE["model"], **MODEL}, "train": train},
                         layout={"nproc": 2, "ranks_per_node": 1})
     launcher = profile(tmp_path / "drill.yaml", faults=[{"at_step": 12, "node": 1, "link": "down"}])
-    assert abtune_main("study", "create", str(study), "--storage", url, cwd=tmp_path).returncode == 0
-    result = run_cli("study", "run", "tiny", "--storage", url, "--launcher", str(launcher), "--no-tracking",
-                     cwd=tmp_path)
+    abtune_fd("study", "create", str(study), "--storage", url, cwd=tmp_path)
+    result = abtune_fd("study", "run", "tiny", "--storage", url, "--launcher", str(launcher), "--no-tracking",
+                       cwd=tmp_path)
 
     hung, retry = trials_of(url)
     assert hung.state == TrialState.FAIL and hung.user_attrs["retried"] is True

@@ -122,10 +122,11 @@ def _tables(url: str) -> set[str]:
 
 
 def test_mlflow_on_the_database_optuna_set_up_ends_in_one_line_that_asks_for_a_database_of_its_own(
-        tmp_path: Path, fresh_database_url: str) -> None:
+        tmp_path: Path, fresh_database_url: str, abtune_main: Callable[..., CliResult]) -> None:
     """Both keep their schema version in `alembic_version`: MLflow stops on Optuna's revision ("Can't locate
-    revision") after writing its tables beside Optuna's. abtune refuses first, for a run and for the UI; a
-    database where an earlier MLflow already wrote its tables gets the same line."""
+    revision") after writing its tables beside Optuna's. abtune refuses first, for a run and for the UI (through
+    the installed command); a database where an earlier MLflow already wrote its tables gets the same line (in this
+    process: a new Python costs seconds of imports)."""
     from mlflow import MlflowClient
 
     from tests.conftest import run_cli, write_config
@@ -138,8 +139,9 @@ def test_mlflow_on_the_database_optuna_set_up_ends_in_one_line_that_asks_for_a_d
                 f"{make_url(url).host}:{make_url(url).port}/{make_url(url).database}: another program set it up first "
                 "(schema revision ")
 
-    def refused(*args: str) -> None:
-        result = run_cli(*args, "--tracking-uri", url, cwd=tmp_path, check=False)
+    def refused(*args: str, in_process: bool = False) -> None:
+        command = (*args, "--tracking-uri", url)
+        result = abtune_main(*command, cwd=tmp_path) if in_process else run_cli(*command, cwd=tmp_path, check=False)
         assert result.returncode == 2, result.stderr
         assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(expected), result.stderr
         assert "give MLflow a database of its own" in result.stderr and password not in result.stdout + result.stderr
@@ -152,8 +154,8 @@ def test_mlflow_on_the_database_optuna_set_up_ends_in_one_line_that_asks_for_a_d
     with pytest.raises(Exception, match="Can't locate revision"):  # as an earlier abtune (or MLflow itself) left it
         MlflowClient(fresh_database_url).search_experiments()
     assert "experiments" in _tables(fresh_database_url)
-    refused("train", str(config), "--run-dir", str(tmp_path / "run"))
-    refused("ui")
+    refused("train", str(config), "--run-dir", str(tmp_path / "run"), in_process=True)
+    refused("ui", in_process=True)
 
 
 NO_REFERENCES = {"paper_defaults": False, "ddp": False}  # every trial sampled

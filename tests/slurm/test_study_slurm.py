@@ -5,7 +5,7 @@ folder (one machine: both nodes see it)."""
 
 from __future__ import annotations
 
-import os
+import functools
 import re
 import signal
 import subprocess
@@ -21,10 +21,11 @@ from abtune.attrs import JOB_ATTR, WORKER_ATTR
 from abtune.launch.slurm import POLL_SECONDS, attach
 from abtune.runfiles import read_summary
 from abtune.study.stop import STOPPED
-from tests.conftest import CliResult, run_cli, wait_for, with_checkout_on_path
+from tests.conftest import CliResult, run_cli, wait_for
 from tests.gate import gate_spec, paused, release
 from tests.slurm import rpc_counts
 from tests.slurm.test_launcher_slurm import JOB_TIMEOUT_S, cluster_profile, preempt, sacct_states
+from tests.study_cli import in_process
 from tests.study_helpers import TINY_BASE, running, signal_group, start_run, trials_of, write_study
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]  # slow too: `-m "not slow"` is the quick subset
@@ -49,25 +50,20 @@ Cli = Callable[..., CliResult]
 
 
 @pytest.fixture
-def cli(abtune_main: Cli, monkeypatch: pytest.MonkeyPatch) -> Cli:
-    """`abtune ARGS` in this process: a new Python per command costs seconds of this 2-core machine (25 s
-    at load 8). The jobs it submits get this process's environment, with the checkout on PYTHONPATH as
-    run_cli gives it, so that their trials load the tests' gate. `study run` that is stopped with Ctrl-C
-    keeps a process of its own (start_run); `study launch` keeps one test through the installed command."""
-    monkeypatch.setenv("PYTHONPATH", with_checkout_on_path(os.environ)["PYTHONPATH"])
-    return abtune_main
-
-
-def succeeded(result: CliResult) -> str:
-    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
-    return result.stdout
+def cli(abtune_main: Cli) -> Cli:
+    """`abtune ARGS` in this process, as the local study tests run it (tests/study_cli.py): a new Python per command
+    costs seconds of this 2-core machine (25 s at load 8). An exit other than 0 fails the test with what the
+    command printed, unless `check=False`. The jobs it submits get this process's environment, with the checkout
+    on PYTHONPATH as run_cli gives it, so that their trials load the tests' gate. `study run` that is stopped with
+    Ctrl-C keeps a process of its own (start_run); `study launch` keeps one test through the installed command."""
+    return functools.partial(in_process, abtune_main)
 
 
 def created_study(cli: Cli, tmp_path: Path, steps: int, **fields: object) -> str:
     url = f"sqlite:///{tmp_path}/optuna.db"
     train = {**TINY_BASE["train"], "steps": steps, "eval_every": steps, "log_every": 10}
     study = write_study(tmp_path / "s.yaml", base={**TINY_BASE, "train": train}, **fields)
-    succeeded(cli("study", "create", str(study), "--storage", url, cwd=tmp_path))
+    cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
     return url
 
 
@@ -96,7 +92,7 @@ def test_study_launch_runs_the_budget_on_a_job_array(
     launch = ("study", "launch", "tiny", "--workers", "2", "--launcher", str(profile), "--storage", url,
               "--tracking-uri", tracking)
 
-    dry = succeeded(cli(*launch, "--dry-run", cwd=tmp_path))
+    dry = cli(*launch, "--dry-run", cwd=tmp_path).stdout
     assert "#SBATCH --array=0-1%2" in dry and "#SBATCH --nodes=2" in dry  # workers, then a trial
     assert not (tmp_path / "runs").exists() and trials_of(url) and not running(url)  # nothing submitted
 
@@ -131,9 +127,9 @@ def test_study_launch_runs_the_budget_on_a_job_array(
     searched = [tuple(sorted(t.params.items())) for t in trials[1:]]
     assert len(set(searched)) == len(searched), searched  # two workers started together seed apart
     _check_one_child_run_per_trial(tracking, trials)
-    best = succeeded(cli("study", "best", "tiny", "--storage", url, cwd=tmp_path))
+    best = cli("study", "best", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert re.search(rf"run it again: abtune train \S+/config.yaml --launcher {re.escape(str(profile))}\n", best), best
-    again = succeeded(cli(*launch, cwd=tmp_path))
+    again = cli(*launch, cwd=tmp_path).stdout
     assert again.startswith("study tiny: budget spent (3 trials), nothing launched; add trials with")
     assert len(trials_of(url)) == len(everything)
 
@@ -171,12 +167,12 @@ def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, pr
     _, err = runner.communicate(timeout=JOB_TIMEOUT_S)
     assert runner.returncode == 130 and f"SLURM job(s) {job_id} keep running" in err, err
     assert [(t.number, t.state) for t in trials_of(url)] == [(trial.number, TrialState.RUNNING)]
-    status = succeeded(cli("study", "status", "tiny", "--storage", url, cwd=tmp_path))
+    status = cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert f"running: trial {trial.number} in SLURM job {job_id} on " in status
 
     release(run_dir(trial))  # it may end before the rerun looks (then its result is told): both re-attach it
-    out = succeeded(cli("study", "run", "tiny", "--launcher", str(profile), "--storage", url, "--no-tracking",
-                        cwd=tmp_path))
+    out = cli("study", "run", "tiny", "--launcher", str(profile), "--storage", url, "--no-tracking",
+              cwd=tmp_path).stdout
     assert f"trial {trial.number}: re-attached to SLURM job {job_id}" in out
     trials = trials_of(url)
     assert [(t.number, t.state) for t in trials] == [(trial.number, TrialState.COMPLETE)]  # no duplicate
@@ -200,9 +196,9 @@ def test_cancelled_trial_job_fails_its_trial_and_the_study_goes_on(
 
     with ThreadPoolExecutor(1) as beside:
         acting = beside.submit(cancel_the_first_release_the_second)
-        run = cli("study", "run", "tiny", "--launcher", str(profile), "--storage", url, "--no-tracking", cwd=tmp_path)
+        out = cli("study", "run", "tiny", "--launcher", str(profile), "--storage", url, "--no-tracking",
+                  cwd=tmp_path).stdout
         trial = acting.result()
-    out = succeeded(run)
     job_id = trial.user_attrs[JOB_ATTR]["record"]
 
     first, second = trials_of(url)
@@ -219,13 +215,14 @@ def test_sbatch_refusal_is_one_line_and_loses_no_trial(tmp_path: Path, profile: 
     unknown_partition = ("abtune: error: partition: nosuchpart is not a partition of this cluster (sinfo lists "
                          "debug); set one of them in the launcher profile\n")
     for command in ("launch", "run"):  # both ask sinfo before any trial: nothing reaches sbatch
-        refused = cli("study", command, "tiny", "--launcher", str(bad), "--storage", url, cwd=tmp_path)
+        refused = cli("study", command, "tiny", "--launcher", str(bad), "--storage", url, cwd=tmp_path,
+                      check=False)
         assert (refused.returncode, refused.stdout, refused.stderr) == (2, "", unknown_partition)
     assert trials_of(url) == []
 
     featureless = tmp_path / "featureless.yaml"  # what sinfo cannot tell: sbatch refuses the trial's job itself
     featureless.write_text(profile.read_text() + "sbatch: {constraint: nosuchfeature}\n")
-    run = cli("study", "run", "tiny", "--launcher", str(featureless), "--storage", url, cwd=tmp_path)
+    run = cli("study", "run", "tiny", "--launcher", str(featureless), "--storage", url, cwd=tmp_path, check=False)
     assert (run.returncode, run.stderr) == (
         2, "abtune: error: sbatch refused the job: Batch job submission failed: Invalid feature specification\n")
     asked, retry = trials_of(url)  # the trial that could not be submitted runs again later, budget intact
@@ -238,8 +235,8 @@ def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, 
     """A worker signalled as SLURM preempts (or times out) a job requeues itself; the new run of the
     same array task finds its trial by its SLURM job id and follows the same trial job to the end."""
     url = created_study(cli, tmp_path, steps=HELD_RUN_STEPS, trials=1, references=NO_REFERENCES, hooks=HELD)
-    out = succeeded(cli("study", "launch", "tiny", "--workers", "1", "--launcher", str(profile), "--storage", url,
-                        cwd=tmp_path))
+    out = cli("study", "launch", "tiny", "--workers", "1", "--launcher", str(profile), "--storage", url,
+              cwd=tmp_path).stdout
     worker_id = re.search(r"SLURM job\(s\) (\d+)\n", out)[1]  # type: ignore[index]  # one body: no array
     trial = wait_for(lambda: held_trial(url), JOB_TIMEOUT_S, "a trial's job training")
     job_id, first_pid = trial.user_attrs[JOB_ATTR]["record"], trial.system_attrs[WORKER_ATTR]["pid"]
@@ -270,11 +267,11 @@ def test_study_stop_cancels_the_workers_then_the_trial_jobs(tmp_path: Path, prof
     blocking = tmp_path / "blocking.yaml"  # trials need 2 of each node's 4 CPUs; 3-CPU workers leave 1
     blocking.write_text(yaml.safe_dump({**fields, "cpus_per_task": 2, "worker": {"cpus": 3}}))
     refused = cli("study", "launch", "tiny", "--workers", "2", "--launcher", str(blocking), "--storage", url,
-                  "--dry-run", cwd=tmp_path)
+                  "--dry-run", cwd=tmp_path, check=False)
     assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
     assert "2 worker(s) of 3 CPU(s) on the nodes of debug can keep every trial from starting" in refused.stderr
     one = cli("study", "launch", "tiny", "--workers", "1", "--launcher", str(blocking), "--storage", url,
-              "--dry-run", cwd=tmp_path)  # one worker still blocks a node: no "fewer workers"
+              "--dry-run", cwd=tmp_path, check=False)  # one worker still blocks a node: no "fewer workers"
     assert one.returncode == 2 and len(one.stderr.splitlines()) == 1, one.stderr
     assert one.stderr.strip().endswith(  # the cluster has one partition: the login node is the way
         f"CPUs): run the study from this login node instead: `abtune study run tiny --launcher {blocking}` "
@@ -282,25 +279,25 @@ def test_study_stop_cancels_the_workers_then_the_trial_jobs(tmp_path: Path, prof
     nowhere = tmp_path / "nowhere.yaml"
     nowhere.write_text(yaml.safe_dump({**fields, "worker": {"partition": "cpu"}}))
     missing = cli("study", "launch", "tiny", "--workers", "1", "--launcher", str(nowhere), "--storage", url,
-                  "--dry-run", cwd=tmp_path)
+                  "--dry-run", cwd=tmp_path, check=False)
     assert (missing.returncode, missing.stderr) == (2, "abtune: error: worker.partition: cpu is not a partition of "
                                                        "this cluster (sinfo lists debug); set one of them in the "
                                                        "launcher profile\n")
     profile.write_text(yaml.safe_dump({**fields, "worker": {"partition": "debug", "time_limit": "0:20:00"}}))
     launch = ("study", "launch", "tiny", "--workers", "2", "--launcher", str(profile), "--storage", url)
-    dry = succeeded(cli(*launch, "--dry-run", cwd=tmp_path))
+    dry = cli(*launch, "--dry-run", cwd=tmp_path).stdout
     assert dry.count("#SBATCH --time=20\n") == 1 and dry.count("#SBATCH --time=60\n") == 1  # workers, trial
 
-    out = succeeded(cli(*launch, cwd=tmp_path))
+    out = cli(*launch, cwd=tmp_path).stdout
     match = re.search(r"SLURM job\(s\) (\d+)_0 \1_1\n", out)
     assert match, out
     worker_ids = [f"{match[1]}_0", f"{match[1]}_1"]
     started = wait_for(lambda: held_trial(url), JOB_TIMEOUT_S, "a trial's job training")
-    status = succeeded(cli("study", "status", "tiny", "--storage", url, cwd=tmp_path))
+    status = cli("study", "status", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert re.search(rf"running: trial {started.number} in SLURM job {started.user_attrs[JOB_ATTR]['record']} on .*"
                      r"since [\d:]+: (RUNNING|COMPLETING)\n", status), status
 
-    said = succeeded(cli("study", "stop", "tiny", "--storage", url, cwd=tmp_path))
+    said = cli("study", "stop", "tiny", "--storage", url, cwd=tmp_path).stdout
     assert "cancelled worker job(s) " in said and all(w in said for w in worker_ids), said
     trials = trials_of(url)
     stopped = [t for t in trials if t.user_attrs.get("fail_reason") == STOPPED]
