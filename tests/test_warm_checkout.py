@@ -22,3 +22,25 @@ def test_a_launcher_from_another_checkout_is_refused_and_starts_cold(tmp_path: P
     log = Path(os.environ[warm.SOCKET_VARIABLE]).parent / warm.LOG_FILE
     assert "abtune from another checkout" in log.read_text()
     assert not (tmp_path / "never-runs").exists()
+
+
+CHECKOUT = str(Path(warm.__file__).parents[2])
+
+
+def _base_path() -> list[str]:
+    import sys
+    return [entry for entry in sys.path if os.path.abspath(entry) != CHECKOUT]
+
+
+def test_a_launcher_elsewhere_whose_ranks_import_the_same_abtune_is_taken(tmp_path: Path) -> None:
+    """The server started in the checkout (its abtune from there); a launcher working in another folder,
+    without PYTHONPATH, gets the same abtune from the editable install's finder: no reason to start cold."""
+    assert warm._path_mismatch([str(tmp_path)], [CHECKOUT], _base_path(), {"abtune": CHECKOUT}) is None
+
+
+def test_a_launcher_whose_ranks_would_import_another_abtune_is_refused(tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    (other / "abtune").mkdir(parents=True)
+    (other / "abtune" / "__init__.py").write_text("")
+    refusal = warm._path_mismatch([str(tmp_path)], [CHECKOUT], [str(other), *_base_path()], {"abtune": CHECKOUT})
+    assert refusal == f"abtune would not come from {CHECKOUT}"

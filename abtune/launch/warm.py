@@ -420,7 +420,7 @@ class Server:
             refusal = netns.can_enter(request["netns"])
             if refusal:
                 return refusal
-        return _path_mismatch(request["path"], self.prefix)
+        return _path_mismatch(request["path"], self.prefix, self.base_path, _loaded_origins())
 
     def _reap(self) -> None:
         with contextlib.suppress(BlockingIOError):
@@ -493,10 +493,16 @@ def _launcher_took(conn: socket.socket) -> bool:
         return False
 
 
-def _path_mismatch(prefix: list[str], own_prefix: list[str]) -> str | None:
-    """Would `prefix` (working directory, PYTHONPATH) make a cold rank import a module from elsewhere
-    than the server did? Each module comes from the first entry that holds it, else from the base path."""
-    origins = {name: _origin(module) for name, module in list(sys.modules.items()) if "." not in name}
+def _loaded_origins() -> dict[str, str | None]:
+    """The sys.path entry of every top-level module this process has imported."""
+    return {name: _origin(module) for name, module in list(sys.modules.items()) if "." not in name}
+
+
+def _path_mismatch(prefix: list[str], own_prefix: list[str], base_path: list[str],
+                   origins: dict[str, str | None]) -> str | None:
+    """Would `prefix` (working directory, PYTHONPATH) make a cold rank import one of the server's modules
+    (`origins`) from elsewhere? Each module comes from the first entry that holds it, else from the base
+    path (where an editable install's finder also answers)."""
     decided: set[str] = set()
     for entry in prefix:
         names = _importable(entry) & origins.keys() - decided
@@ -505,16 +511,31 @@ def _path_mismatch(prefix: list[str], own_prefix: list[str]) -> str | None:
                 return f"{entry} holds another {name}"
         decided |= names
     for name in origins.keys() - decided:
-        if origins[name] in own_prefix:
+        if origins[name] in own_prefix and _base_origin(name, base_path) != origins[name]:
             return f"{name} would not come from {origins[name]}"
+    return None
+
+
+def _base_origin(name: str, base_path: list[str]) -> str | None:
+    """Where a top-level module comes from without a prefix: the first finder that knows it, the path
+    finder searching only `base_path`."""
+    for finder in sys.meta_path:
+        search = base_path if finder is importlib.machinery.PathFinder else None
+        with contextlib.suppress(Exception):  # a third-party finder's fault means: not known here
+            spec = finder.find_spec(name, search)
+            if spec is not None:
+                return _entry_of(spec.origin) if spec.has_location else None
     return None
 
 
 def _origin(module: Any) -> str | None:
     """The sys.path entry a top-level module was loaded from (None: built in, or a namespace package)."""
     file = getattr(module, "__file__", None)
-    if not file:
-        return None
+    return _entry_of(file) if file else None
+
+
+def _entry_of(file: str) -> str:
+    """The sys.path entry that top-level module or package file `file` is found in."""
     folder = os.path.dirname(os.path.abspath(file))
     return os.path.dirname(folder) if os.path.basename(file) == "__init__.py" else folder
 
