@@ -62,6 +62,9 @@ ARTIFACTS_COST_ATTR = PREFIX + "study_artifacts_cost_s"  # how long that rebuild
 # digest of the trials they were computed from; `study best` prints them while the trials are the same
 ANALYSIS_ATTR = PREFIX + "importance_analysis"
 STOP_ATTR = PREFIX + "stop"  # {id, mode, at}: the latest `abtune study stop`
+# {inputs, flops, params, seconds_per_sample}: the cost probe of the trial's model on a host (study/cost.py);
+# `study run` on the same host with the same model reads it instead of importing torch to probe again
+LOCAL_PROBE_ATTR = PREFIX + "local_probe"
 WORKER_JOBS_ATTR = PREFIX + "worker_jobs"  # the job ids of the workers `abtune study launch` submitted
 WORKER_KIND_ATTR = PREFIX + "worker_job_kind"  # the launcher kind of those jobs
 

@@ -27,10 +27,11 @@ SEEDS = 2
 
 @pytest.fixture(scope="module")
 def stored_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """A tiny study whose three trials are stored, not trained: confirming it trains 3 x SEEDS short runs."""
+    """A tiny study whose three trials are stored, not trained: confirming it trains 3 x SEEDS runs of two steps
+    (what the tables show needs a run's final evaluation, not its learning)."""
     folder = tmp_path_factory.mktemp("confirm-terminal")
     url = f"sqlite:///{folder / 'optuna.db'}"
-    base = {**TINY_BASE, "train": {**TINY_BASE["train"], "steps": 10, "eval_every": 5}}
+    base = {**TINY_BASE, "train": {**TINY_BASE["train"], "steps": 2, "eval_every": 1000}}
     spec = write_study(folder / "s.yaml", base=base, trials=3, objectives=["top1", "inter_node_bytes"],
                        study_dir=str(folder / "trials"), references={"paper_defaults": False, "ddp": False})
     lifecycle.create(spec, None, url, force=False)

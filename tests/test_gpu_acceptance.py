@@ -8,7 +8,6 @@ timing.py's predictions), on tiny models under gloo: what passes here leaves onl
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -32,11 +31,16 @@ def report_json(path: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_cpu_path_trains_every_method_calibrates_and_predicts(tmp_path: Path) -> None:
+def test_cpu_path_trains_every_method_calibrates_and_predicts(tmp_path: Path, bench: ModuleType,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The script's main in this process (torch imported once); its ranks run the script as a program."""
     out = tmp_path / "report.md"
-    result = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--quick", "--out", str(out)],
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), "--device", "cpu", "--quick", "--out", str(out)])
+    with pytest.raises(SystemExit) as exit_:
+        bench.main()
+    shown = capsys.readouterr()
+    assert exit_.value.code == 0, shown.out[-2000:] + shown.err[-2000:]
     report = report_json(out)
     cells = {cell["method"]: cell for cell in report["methods"]}
     assert set(cells) == {"ddp", "ab", "ab-nogroups", "sbc", "powersgd", "fp16"}
@@ -56,7 +60,7 @@ def test_cpu_path_trains_every_method_calibrates_and_predicts(tmp_path: Path) ->
 
 def test_cuda_asked_for_without_one_says_so_in_one_line(bench: ModuleType, monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    """The script's main in this process (the CPU-path test runs it as a program)."""
+    """The script's main in this process (as the CPU-path test runs it)."""
     pytest.importorskip("torch")
     import torch
     if torch.cuda.is_available():

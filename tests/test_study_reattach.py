@@ -118,7 +118,7 @@ def test_study_stop_local(tmp_path: Path, abtune_main: Callable[..., CliResult])
     assert abtune_main("study", "create", str(study), "--storage", url, cwd=tmp_path).returncode == 0
     stop = ("study", "stop", "tiny", "--storage", url)
 
-    runner = _study_run(tmp_path, url, "first.log", "--parallel", "2")
+    runner = _study_run(tmp_path, url, "first.log", "--parallel", "2", "--no-tracking")  # tracked: the second
     first = wait_for(lambda: _held(url, 2), 300, "two trials training")
     out = in_process(abtune_main, *stop, cwd=tmp_path).stdout
     assert runner.wait(timeout=60) == 130
@@ -154,7 +154,7 @@ def test_study_stop_local(tmp_path: Path, abtune_main: Callable[..., CliResult])
         assert tracking.get_run(trial.user_attrs[RUN_ID_ATTR]).info.status == "FAILED"
     assert not running(url) and not [t for t in trials_of(url) if t.state == TrialState.WAITING]
 
-    runner = _study_run(tmp_path, url, "third.log", "--parallel", "2")
+    runner = _study_run(tmp_path, url, "third.log", "--parallel", "2", "--no-tracking")
     last = wait_for(lambda: _held(url, 1), 300, "the last trial training")
     out = in_process(abtune_main, *stop, "--let-trials-finish", cwd=tmp_path).stdout
     assert f"trial {last[0].number}: its worker" in out and "follows it to its end" in out, out

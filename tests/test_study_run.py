@@ -20,7 +20,7 @@ from abtune.runfiles import read_summary
 from abtune.study import results
 from abtune.study.runner import INTERRUPTED, claim_study_artifacts
 from abtune.study.storage import open_storage
-from tests.conftest import CliResult, run_cli, wait_for
+from tests.conftest import CliResult, wait_for
 from tests.study_cli import in_process
 from tests.study_helpers import TINY_BASE, running, signal_group, start_run, trials_of, write_study
 
@@ -47,7 +47,8 @@ def test_parallel_study_with_pruning(tmp_path: Path, mlflow_db: Path, abtune_mai
     study = write_study(tmp_path / "s.yaml", trials=4, space={"optimizer.lr": {"low": 1e-7, "high": 3e-3, "log": True}},
                         pruner={"name": "median", "options": {"n_startup_trials": 1}})
     assert abtune_main("study", "create", str(study), "--storage", url, cwd=tmp_path).returncode == 0
-    run_cli("study", "run", "tiny", "--parallel", "2", "--storage", url, "--tracking-uri", tracking, cwd=tmp_path)
+    in_process(abtune_main, "study", "run", "tiny", "--parallel", "2", "--storage", url, "--tracking-uri", tracking,
+               cwd=tmp_path)  # the installed command's study runs: start_run, below and in other files
 
     trials = trials_of(url)
     assert len(trials) == 4 and {t.state for t in trials} <= FINISHED, [t.state for t in trials]

@@ -90,7 +90,11 @@ def cmd_create(args: argparse.Namespace) -> int:
         print(f"warm start: {plural(len(warm), 'trial')} of study {old.study_name} enqueued first ({', '.join(warm)}: "
               "its confirmed picks, then its Pareto front)")
     from abtune.study import cost
-    cost.announce(load_study_spec(args.study_file), name, args.cluster)
+    from abtune.study.storage import open_storage
+
+    storage = open_storage(url)
+    cost.announce(load_study_spec(args.study_file), name, args.cluster,
+                  cost.KeptProbe(storage, storage.get_study_id_from_name(name)))
     storage_flag = f" --storage '{where}'" if args.storage else ""
     print(f"run it: abtune study run {name}{storage_flag}")
     return 0
@@ -142,7 +146,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     from abtune.study import cost
     cost.check_local_run(cost.stored_spec_of(storage, args.name), args.name, launcher.kind, args.cluster,
-                         args.parallel, args.yes)
+                         args.parallel, args.yes, cost.KeptProbe(storage, study_id))
     from abtune.tracking import open_tracking
 
     tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)

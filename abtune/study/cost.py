@@ -4,29 +4,30 @@ On the local launcher (ranks as processes here) a short probe times the trial's 
 thread, as a rank has); on a SLURM cluster the cluster description says (`--cluster NAME`,
 clusters/NAME.yaml). The seconds come from abtune/timing.py (`estimate_run`); this module only gathers the
 run's shape and words the answer. A local study estimated beyond a few hours is refused without `--yes`,
-naming the SLURM route (docs/first-slurm-study.md).
+naming the SLURM route (docs/first-slurm-study.md). The probe's result is kept in the study (`study create`
+probes, `study run` on the same host reads it): a runner then needs neither torch nor the probe's seconds.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import socket
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING, Any
 
 from abtune import prose
+from abtune.attrs import LOCAL_PROBE_ATTR
 from abtune.config import ModelConfig, RunConfig, parse_run_config
-from abtune.data import RGB_CHANNELS, DatasetInfo
 from abtune.errors import ConfigError
-from abtune.models import MODEL_BUILDERS, build_model, forward_flops_per_sample, parameter_count
 from abtune.study.spec import StudySpec
 from abtune.timing import ComputeSource, PlannedRun, estimate_run, load_cluster, measured_here
 from abtune.words import plural
+
+if TYPE_CHECKING:
+    from abtune.data import DatasetInfo
 
 LOCAL_LIMIT_S = 4 * 3600  # a local study estimated beyond this asks for --yes
 PROBE_STEPS = 2  # timed, after one warm-up step
@@ -41,6 +42,7 @@ class StudyCost:
     where: str  # "here: 8 ranks on 2 CPU cores" or "on cluster NAME"
     source: ComputeSource
     local: bool
+    probe: dict[str, Any] | None = None  # here: what to store in the study (LOCAL_PROBE_ATTR)
 
     @property
     def total_seconds(self) -> float:
@@ -57,6 +59,8 @@ DATA_SHAPES = {"digits": (10, 8), "cifar10": (10, 32), "cifar100": (100, 32), "i
 
 
 def data_shape(config: RunConfig) -> DatasetInfo:
+    from abtune.data import RGB_CHANNELS, DatasetInfo
+
     classes, size = DATA_SHAPES[config.data.name]
     return DatasetInfo(classes, config.data.image_size or size, RGB_CHANNELS, config.data.name)
 
@@ -70,6 +74,10 @@ def planned_run(config: RunConfig, nodes: int, ranks_per_node: int) -> PlannedRu
 @functools.cache
 def _counts(model_json: str, info: DatasetInfo) -> tuple[int, int]:
     """(forward FLOPs a sample, parameters): a campaign's runs share one model, built once."""
+    import torch
+
+    from abtune.models import MODEL_BUILDERS, forward_flops_per_sample, parameter_count
+
     model = ModelConfig.model_validate_json(model_json)
     with torch.device("meta"):  # shapes only: no memory, no initialization
         params = parameter_count(MODEL_BUILDERS[model.arch](model, info))
@@ -78,6 +86,11 @@ def _counts(model_json: str, info: DatasetInfo) -> tuple[int, int]:
 
 def probe_seconds_per_sample(model_config: ModelConfig, info: DatasetInfo, precision: str, batch: int) -> float:
     """One rank's training step (forward, backward, AdamW) of the model on this machine's CPU, one thread."""
+    import torch
+    import torch.nn.functional as F
+
+    from abtune.models import build_model
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -103,8 +116,9 @@ def probe_seconds_per_sample(model_config: ModelConfig, info: DatasetInfo, preci
         torch.set_num_threads(threads)
 
 
-def study_cost(spec: StudySpec, cluster: str | None) -> StudyCost:
-    """The study's cost on `cluster` (a description's name or path), or here when None."""
+def study_cost(spec: StudySpec, cluster: str | None, known: dict[str, Any] | None = None) -> StudyCost:
+    """The study's cost on `cluster` (a description's name or path), or here when None (`known`: the probe the
+    study stored, used where it fits)."""
     layout = spec.layout
     if cluster is not None:
         described = load_cluster(cluster)
@@ -112,16 +126,34 @@ def study_cost(spec: StudySpec, cluster: str | None) -> StudyCost:
         estimate = estimate_run(run, described)
         return StudyCost(estimate.seconds, spec.trials * spec.repeats, f"on cluster {described.name}",
                          estimate.compute_source, local=False)
-    run, config = _planned(spec.base, 1, layout.nproc)
-    batch = min(PROBE_BATCH, run.local_batch_size)
-    per_sample = probe_seconds_per_sample(config.model, data_shape(config), run.precision, batch)
+    config = parse_run_config(spec.base, "the study's base config")
+    train = config.train
+    batch = min(PROBE_BATCH, train.local_batch_size)
+    probe = _probe(config, batch, known)
+    run = PlannedRun(config.model.arch, probe["flops"], probe["params"], train.precision, train.local_batch_size,
+                     train.steps, 1, layout.nproc)
     cores = os.cpu_count() or 1
     how = f"a {PROBE_STEPS}-step probe of the trial's model at batch {batch} on one CPU thread here"
-    here = measured_here(run.arch, run.forward_flops_per_sample, run.precision, per_sample, layout.nproc, how)
+    here = measured_here(run.arch, run.forward_flops_per_sample, run.precision, probe["seconds_per_sample"],
+                         layout.nproc, how)
     estimate = estimate_run(run, here, ranks_per_core=layout.nproc / cores)
     return StudyCost(estimate.seconds, spec.trials * spec.repeats,
                      f"here: {plural(layout.nproc, 'rank')} on {plural(cores, 'CPU core')}",
-                     estimate.compute_source, local=True)
+                     estimate.compute_source, local=True, probe=probe)
+
+
+def _probe(config: RunConfig, batch: int, known: dict[str, Any] | None) -> dict[str, Any]:
+    """The run's shape and the probe's seconds a sample: `known` (a study's stored probe) where it probed this
+    model, data, precision and batch on this host, else probed now."""
+    info = DATA_SHAPES[config.data.name]
+    inputs = {"model": config.model.model_dump(mode="json"), "data": [config.data.name, config.data.image_size or info[1]],
+              "precision": config.train.precision, "batch": batch, "host": socket.gethostname(), "cores": os.cpu_count()}
+    if known is not None and known.get("inputs") == inputs:
+        return known
+    shape = data_shape(config)
+    flops, params = _counts(config.model.model_dump_json(), shape)
+    return {"inputs": inputs, "flops": flops, "params": params,
+            "seconds_per_sample": probe_seconds_per_sample(config.model, shape, config.train.precision, batch)}
 
 
 def duration(seconds: float) -> str:
@@ -146,11 +178,34 @@ def cost_lines(cost: StudyCost, name: str, parallel: int = 1) -> list[str]:
     return lines
 
 
-def announce(spec: StudySpec, name: str, cluster: str | None) -> StudyCost | None:
+@dataclass(frozen=True)
+class KeptProbe:
+    """Where a study keeps its probe: a system attribute of study `study_id` in `storage` (Optuna's)."""
+
+    storage: Any
+    study_id: int
+
+    def read(self) -> dict[str, Any] | None:
+        return self.storage.get_study_system_attrs(self.study_id).get(LOCAL_PROBE_ATTR)
+
+    def keep(self, cost: StudyCost, known: dict[str, Any] | None) -> None:
+        if cost.probe is not None and cost.probe is not known:
+            self.storage.set_study_system_attr(self.study_id, LOCAL_PROBE_ATTR, cost.probe)
+
+
+def _cost_kept(spec: StudySpec, cluster: str | None, kept: KeptProbe | None) -> StudyCost:
+    known = kept.read() if kept is not None and cluster is None else None
+    cost = study_cost(spec, cluster, known)
+    if kept is not None:
+        kept.keep(cost, known)
+    return cost
+
+
+def announce(spec: StudySpec, name: str, cluster: str | None, kept: KeptProbe | None = None) -> StudyCost | None:
     """Print the study's estimated cost (standard output); an estimate that cannot be made is one line on
-    standard error, never a failure of the command."""
+    standard error, never a failure of the command. `kept`: where the study keeps its probe."""
     try:
-        cost = study_cost(spec, cluster)
+        cost = _cost_kept(spec, cluster, kept)
     except ConfigError as error:
         if cluster is not None:
             raise
@@ -168,13 +223,13 @@ def stored_spec_of(storage: Any, name: str) -> StudySpec:
 
 
 def check_local_run(spec: StudySpec, name: str, launcher_kind: str, cluster: str | None, parallel: int,
-                    yes: bool) -> None:
+                    yes: bool, kept: KeptProbe | None = None) -> None:
     """Before `study run`: print the estimate (on a SLURM profile only with a cluster description); refuse a
-    local study beyond LOCAL_LIMIT_S without --yes."""
+    local study beyond LOCAL_LIMIT_S without --yes. `kept`: where the study keeps its probe."""
     if launcher_kind != "local" and cluster is None:  # no description of its nodes: nothing to say (--cluster)
         return
     try:
-        cost = study_cost(spec, cluster if launcher_kind != "local" else None)
+        cost = _cost_kept(spec, cluster if launcher_kind != "local" else None, kept)
     except ConfigError as error:
         print(f"abtune: no time estimate: {error}", file=sys.stderr)
         return
