@@ -1,9 +1,11 @@
-"""A study's answer is published once per rebuild of its plots, and once at the end of `study run`: the parent
-run's recommendation tags and description, the recommended trial's run tag and optuna-dashboard's note are
-written by one path (recommendation.publish), counted here in a real MLflow store."""
+"""A study's answer is published once per rebuild of its plots, the last one when `study run` ends, and not
+again by a worker whose trials a later rebuild has read: the parent run's recommendation tags and description,
+the recommended trial's run tag and optuna-dashboard's note are written by one path (recommendation.publish),
+counted here in a real MLflow store."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -13,10 +15,11 @@ import optuna_dashboard
 import pytest
 from mlflow import MlflowClient
 
+from abtune.attrs import ARTIFACTS_AT_ATTR
 from abtune.study import runner as runner_module
 from abtune.study.runner import StudyRunner
 from abtune.study.storage import open_storage
-from abtune.tracking import Tracking
+from abtune.tracking import Tracking, open_tracking
 from abtune.tracking._base import RECOMMENDED_TAG
 from abtune.tracking._mlflow import NOTE_TAG
 from tests.quickstart_fixture import quickstart_study
@@ -66,11 +69,23 @@ def test_each_rebuild_while_a_study_runs_publishes_its_answer_once(tmp_path: Pat
     runner, runs = _ran_study(tmp_path, 0.95, uri)
     monkeypatch.setattr(runner_module, "claim_study_artifacts", lambda *args, **kwargs: True)
     writes.clear()
-    assert runner._update_study_artifacts()
+    runner._update_study_artifacts()
     assert writes == {"note": 2, "recommended": 1, "search": 1, "dashboard": 1}, writes
     assert _tagged(uri, runs) == [2]
     note = MlflowClient(uri).get_run(runner.parent_run).data.tags[NOTE_TAG]
     assert note.index("## Recommendation") < note.index("![pareto_front]"), note
+
+
+def test_a_worker_whose_last_rebuild_another_worker_made_publishes_nothing_more(
+        tmp_path: Path, mlflow_db: Path, writes: Counter[str]) -> None:
+    """Another worker claimed the study's rebuild after this one's last trial ended (here: it ran none): that
+    rebuild reads every trial this worker finished and publishes the answer."""
+    url = quickstart_study(tmp_path)
+    storage = open_storage(url)
+    storage.set_study_system_attr(storage.get_study_id_from_name("quickstart"), ARTIFACTS_AT_ATTR, time.time())
+    runner = StudyRunner(storage, "quickstart", url, 1, None, tracking=open_tracking(f"sqlite:///{mlflow_db}"))
+    assert runner.run()
+    assert writes == {"note": 1}, writes  # the study's description when the runner started, nothing after
 
 
 def test_without_tracking_the_dashboard_still_gets_the_answer_once(tmp_path: Path, writes: Counter[str]) -> None:

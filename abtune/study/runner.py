@@ -193,9 +193,9 @@ class StudyRunner:
         finally:
             signal.signal(signal.SIGINT, previous)
             self._close_ended_runs()
-            published = self._update_study_artifacts(final=True)
+            self._update_study_artifacts(final=True)
             self.tracking.finish_run(self.parent_run, None, "KILLED" if self.stopping else "FINISHED")
-        if not published:  # the plots were drawn by another worker since this one's last trial, or tracking is off
+        if self.parent_run is None:  # tracking off: no rebuild publishes the answer, the dashboard's note still shows it
             self._publish_answer()
         if self.error is not None:
             raise self.error
@@ -211,14 +211,15 @@ class StudyRunner:
             self.display.note(f"trial {trial.number} ({results.label(trial)}) failed: enqueued again, "
                               "every comparison reads it")
 
-    def _update_study_artifacts(self, final: bool = False) -> bool:
+    def _update_study_artifacts(self, final: bool = False) -> None:
         """The study's plots and importances rebuilt from every trial and its answer published with them, when this
-        runner claims the rebuild; whether it did."""
+        runner claims the rebuild. A final one it does not claim was claimed by another worker after this one's
+        last trial ended: that worker's rebuild reads the trial and publishes the answer."""
         if self.parent_run is None:  # tracking off: no run to put the plots on, nothing to compute
-            return False
+            return
         self._artifacts_due = time.monotonic() + STUDY_ARTIFACTS_EVERY_S
         if not claim_study_artifacts(self.storage, self.study_id, ended_at=self._ended_at if final else None):
-            return False
+            return
         started = time.monotonic()
         trials = self.all_trials()
         analysis = importance.study_analysis(self.storage, self.study_id, trials, list(self.spec.space),
@@ -230,7 +231,6 @@ class StudyRunner:
         self._describe_study(trials)
         recommendation.publish(self.study, answer, self.tracking, self.parent_run)
         self.storage.set_study_system_attr(self.study_id, ARTIFACTS_COST_ATTR, time.monotonic() - started)
-        return True
 
     def _describe_study(self, trials: list[FrozenTrial]) -> None:
         if self.parent_run is not None:
