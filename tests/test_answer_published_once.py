@@ -50,26 +50,19 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     return counts
 
 
-def test_a_study_run_publishes_its_answer_once_at_its_end(tmp_path: Path, mlflow_db: Path, writes: Counter[str],
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_study_run_and_each_rebuild_publish_the_answer_once(tmp_path: Path, mlflow_db: Path, writes: Counter[str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     uri = f"sqlite:///{mlflow_db}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    _, runs = _ran_study(tmp_path, 0.95, uri)  # the budget spent: the run rebuilds the plots once and ends
+    runner, runs = _ran_study(tmp_path, 0.95, uri)  # the budget spent: the run rebuilds the plots once and ends
     assert _tagged(uri, runs) == [2]
     # descriptions: the study's when the runner starts, then the rebuild's (the study's text with the new plots)
     # and the answer's; the choice tagged, and the dashboard's note written, once
     assert writes == {"note": 3, "recommended": 1, "search": 1, "dashboard": 1}, writes
 
-
-def test_each_rebuild_while_a_study_runs_publishes_its_answer_once(tmp_path: Path, mlflow_db: Path,
-                                                                   writes: Counter[str],
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    uri = f"sqlite:///{mlflow_db}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    runner, runs = _ran_study(tmp_path, 0.95, uri)
     monkeypatch.setattr(runner_module, "claim_study_artifacts", lambda *args, **kwargs: True)
     writes.clear()
-    runner._update_study_artifacts()
+    runner._update_study_artifacts()  # a rebuild while the study runs
     assert writes == {"note": 2, "recommended": 1, "search": 1, "dashboard": 1}, writes
     assert _tagged(uri, runs) == [2]
     note = MlflowClient(uri).get_run(runner.parent_run).data.tags[NOTE_TAG]
