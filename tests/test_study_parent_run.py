@@ -69,6 +69,7 @@ def test_the_result_metrics_fit_the_runs_tables_column() -> None:
 def test_the_parent_run_describes_the_study_and_shows_its_plots(store: str, tmp_path: Path) -> None:
     tracking, parent, runs, study = _described_study(tmp_path)
     tracking.update_study_artifacts(parent, study.trials, study.metric_names, None, recommended=2)
+    tracking.show_recommendation(parent, {}, {}, runs[2])  # the runner publishes the answer after the plots
 
     client = MlflowClient(store)
     run = client.get_run(parent)
@@ -85,7 +86,7 @@ def test_the_parent_run_describes_the_study_and_shows_its_plots(store: str, tmp_
     assert (metrics["Study/complete"], metrics["Study/failed"], metrics["Study/best top-1"]) == (3, 0, 93.0)
     assert client.get_run(runs[2]).data.tags["abtune.recommended"] == "true"
 
-    tracking.update_study_artifacts(parent, study.trials, study.metric_names, None, recommended=1)  # choice moves
+    tracking.show_recommendation(parent, {}, {}, runs[1])  # choice moves
     assert "abtune.recommended" not in client.get_run(runs[2]).data.tags
     assert client.get_run(runs[1]).data.tags["abtune.recommended"] == "true"
 
@@ -101,15 +102,15 @@ def test_a_reference_trials_run_says_which_reference(store: str, tmp_path: Path)
 
 
 def test_the_description_keeps_the_recommendation_when_the_plots_are_updated(store: str, tmp_path: Path) -> None:
-    """The recommendation and the study's plots share the parent run's description: a plot update after the
-    recommendation was published keeps it between the study's text and the plots."""
+    """The recommendation and the study's plots share the parent run's description: the answer published after a
+    plot update sits between the study's text and the plots."""
     from abtune.study import recommendation
 
     tracking, parent, _, study = _described_study(tmp_path)
     answer = recommendation.current(study)
     assert answer is not None
-    recommendation.publish(study, answer, tracking, parent)
     tracking.update_study_artifacts(parent, study.trials, study.metric_names, None, recommended=answer.trial)
+    recommendation.publish(study, answer, tracking, parent)
 
     note = MlflowClient(store).get_run(parent).data.tags["mlflow.note.content"]
     text, advice, plots = note.index("**Study tiny-study**"), note.index("## Recommendation"), note.index("![pareto_front]")

@@ -141,7 +141,9 @@ def against_shuffled(trials: Sequence[FrozenTrial], observed: dict[str, dict[str
                      permutations: int = PERMUTATIONS) -> dict[str, dict[str, float]]:
     """Each importance's p-value against a permutation baseline: the share of `permutations` shufflings of the
     objective's values over the trials (parameters kept) that credit the parameter at least as much, counting
-    the observed one; with 19 shufflings p <= 0.05 only when it beats every one of them."""
+    the observed one; with 19 shufflings p <= 0.05 only when it beats every one of them. A shuffling that repeats
+    an earlier one (three trials have six orders) reuses its fit: the evaluator is seeded, the same values in the
+    same order give the same importances."""
     searched = _with_params(trials)
     shuffle = random.Random(0).shuffle
     p_values: dict[str, dict[str, float]] = {}
@@ -149,10 +151,13 @@ def against_shuffled(trials: Sequence[FrozenTrial], observed: dict[str, dict[str
         scored = [t for t in searched if _finite(t.user_attrs.get(objective))]
         values = [float(t.user_attrs[objective]) for t in scored]
         beaten = dict.fromkeys(by_param, 0)
+        fitted: dict[tuple[float, ...], dict[str, float]] = {}
         for _ in range(permutations):
             shuffled = list(values)
             shuffle(shuffled)
-            null = _importances_of(scored, shuffled, objective)
+            if (order := tuple(shuffled)) not in fitted:
+                fitted[order] = _importances_of(scored, shuffled, objective)
+            null = fitted[order]
             for param, importance in by_param.items():
                 beaten[param] += null.get(param, 0.0) >= importance
         p_values[objective] = {p: (1 + n) / (1 + permutations) for p, n in beaten.items()}

@@ -195,7 +195,8 @@ class StudyRunner:
             self._close_ended_runs()
             self._update_study_artifacts(final=True)
             self.tracking.finish_run(self.parent_run, None, "KILLED" if self.stopping else "FINISHED")
-        self._publish_answer()  # the plots may have been drawn by another worker, or not at all (tracking off)
+        if self.parent_run is None:  # tracking off: no rebuild publishes the answer, the dashboard's note still shows it
+            self._publish_answer()
         if self.error is not None:
             raise self.error
         return not self.stopping
@@ -211,6 +212,9 @@ class StudyRunner:
                               "every comparison reads it")
 
     def _update_study_artifacts(self, final: bool = False) -> None:
+        """The study's plots and importances rebuilt from every trial and its answer published with them, when this
+        runner claims the rebuild. A final one it does not claim was claimed by another worker after this one's
+        last trial ended: that worker's rebuild reads the trial and publishes the answer."""
         if self.parent_run is None:  # tracking off: no run to put the plots on, nothing to compute
             return
         self._artifacts_due = time.monotonic() + STUDY_ARTIFACTS_EVERY_S
@@ -220,9 +224,12 @@ class StudyRunner:
         trials = self.all_trials()
         analysis = importance.study_analysis(self.storage, self.study_id, trials, list(self.spec.space),
                                              importance.shown_objectives(self.spec), keep=True)
+        answer = recommendation.current(self.study)
+        # No plot rings a trial the study does not recommend (none finished, or none within DDP's margin)
         self.tracking.update_study_artifacts(self.parent_run, trials, self.study.metric_names, analysis,
-                                             recommended=self._publish_answer())
+                                             recommended=None if answer is None else answer.promoted)
         self._describe_study(trials)
+        recommendation.publish(self.study, answer, self.tracking, self.parent_run)
         self.storage.set_study_system_attr(self.study_id, ARTIFACTS_COST_ATTR, time.monotonic() - started)
 
     def _describe_study(self, trials: list[FrozenTrial]) -> None:
@@ -231,14 +238,10 @@ class StudyRunner:
                                          parent_run.study_params(self.spec), parent_run.study_progress(trials),
                                          results.finished_count(trials))
 
-    def _publish_answer(self) -> int | None:
+    def _publish_answer(self) -> None:
         """The study's answer as the trials leave it now (decided again when they changed), on its MLflow run
-        and optuna-dashboard note (study/recommendation.py); the number of the trial it recommends (None before
-        one finished, or when none is within the margin of DDP: no plot rings a trial the study does not
-        recommend)."""
-        answer = recommendation.current(self.study)
-        recommendation.publish(self.study, answer, self.tracking, self.parent_run)
-        return None if answer is None else answer.promoted
+        and optuna-dashboard note (study/recommendation.py)."""
+        recommendation.publish(self.study, recommendation.current(self.study), self.tracking, self.parent_run)
 
     def _step(self) -> bool:
         for active in list(self.active):

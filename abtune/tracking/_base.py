@@ -124,4 +124,5 @@ class Tracking:
         """Pareto front, importances, optimization history of a study, as PNGs on the parent run, drawn from
         every trial (the reference trials included) on the study's `objectives` (Optuna's metric names);
         `analysis` (the study's parameter importances and inert parameters) as importances.json and its plot.
-        `recommended`: the number of the trial the study recommends, marked on the front and its run tagged."""
+        `recommended`: the number of the trial the study recommends, marked on the front. The parent run's description
+        shows the plots once rewritten (describe_study, show_recommendation)."""

@@ -348,8 +348,9 @@ class MlflowTracking(Tracking):
                                objectives: Sequence[str] | None, analysis: dict[str, Any] | None = None,
                                recommended: int | None = None) -> None:
         """Pareto front, importances and optimization history of a study's `trials` (every one, the reference
-        trials included) as PNGs on the parent run, shown under its description, and `analysis` (importances
-        per objective, inert parameters) as importances.json; the recommended trial's run tagged."""
+        trials included) as PNGs on the parent run, tagged written for its description (which the next
+        describe_study or show_recommendation writes), and `analysis` (importances per objective, inert
+        parameters) as importances.json; `recommended` ringed on the front."""
         if parent_run_id is None:
             return
         from abtune.tracking.study_plots import write_study_plots
@@ -359,9 +360,6 @@ class MlflowTracking(Tracking):
                 written = write_study_plots(trials, objectives, Path(folder), analysis, recommended)
                 self.client.log_artifacts(parent_run_id, folder, "study")
                 self.client.log_batch(parent_run_id, tags=_study_tags(written))
-            tags = self.client.get_run(parent_run_id).data.tags
-            self.client.set_tag(parent_run_id, NOTE_TAG, study_note(parent_run_id, tags))
-            self._tag_recommended(parent_run_id, trials, recommended)
         except Exception as error:  # a dashboard must not stop a study
             self._lost(error)
 
@@ -379,12 +377,6 @@ class MlflowTracking(Tracking):
             self._tag_recommended_run(parent_run_id, recommended_run)
         except Exception as error:  # the study's storage holds the same; the record is a convenience
             self._lost(error)
-
-    def _tag_recommended(self, parent_run_id: str, trials: Sequence[FrozenTrial], recommended: int | None) -> None:
-        from abtune.attrs import RUN_ID_ATTR
-
-        chosen = next((t.user_attrs.get(RUN_ID_ATTR) for t in trials if t.number == recommended), None)
-        self._tag_recommended_run(parent_run_id, chosen)
 
     def _tag_recommended_run(self, parent_run_id: str, chosen: str | None) -> None:
         """`abtune.recommended = true` on the recommended trial's run only (an earlier choice loses it)."""

@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.container import BarContainer  # noqa: E402
+from matplotlib.image import imsave  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 
 REFERENCE_STYLE = {"ddp": ("*", "tab:red", "DDP reference"), "paper-defaults": ("D", "tab:green", "paper defaults")}
 DPI = 110
+MARGIN_INCHES = 0.1  # white around what a figure shows, as savefig(bbox_inches="tight") leaves
 FEW_TRIALS = 20  # importances over fewer search trials than this come with a warning
 LABELLED_POINTS = 30  # the close-up labels every trial up to this many; beyond, the front only
 FRONT = "Pareto front"
@@ -51,12 +54,29 @@ class Drawn:
 
 
 def _save(figure: Any, path: Path) -> Drawn:
+    figure.set_dpi(DPI)  # laid out, drawn and read back with the one renderer: its text sizes are measured once
     figure.tight_layout()
-    figure.savefig(path, dpi=DPI, bbox_inches="tight")
+    _write_cropped(figure, path)
     texts = [text for artist in figure.findobj(Text) if artist.get_visible() and (text := artist.get_text())]
     drawn = Drawn(path, _series(figure), _covered(figure), texts)
     plt.close(figure)
     return drawn
+
+
+def _write_cropped(figure: Any, path: Path) -> None:
+    """The figure drawn once and written without its empty margins beyond MARGIN_INCHES, as
+    savefig(bbox_inches="tight") writes it, which draws it twice more: once to measure, once cropped. What is
+    drawn up to the canvas's edge may reach past it: savefig then draws it on a canvas widened to fit."""
+    figure.canvas.draw()
+    pixels = np.asarray(figure.canvas.buffer_rgba())
+    rows, columns = np.nonzero((pixels != pixels[0, 0]).any(axis=2))  # what differs from the background
+    height, width = pixels.shape[:2]
+    if not rows.size or rows[0] == 0 or rows[-1] == height - 1 or columns.min() == 0 or columns.max() == width - 1:
+        figure.savefig(path, dpi=DPI, bbox_inches="tight", pad_inches=MARGIN_INCHES)
+        return
+    margin = round(MARGIN_INCHES * DPI)
+    imsave(path, pixels[max(rows[0] - margin, 0):rows[-1] + 1 + margin,
+                        max(columns.min() - margin, 0):columns.max() + 1 + margin], dpi=DPI)
 
 
 def _series(figure: Any) -> dict[str, list[tuple[float, float]]]:
@@ -482,7 +502,7 @@ def _reference_line(axis: Any, value: float, data: list[float]) -> bool:
 def _label_ends(figure: Any, axis: Any, ends: list[tuple[float, float, str, str]], gap_pt: float = 8.0) -> None:
     """Each line's label right of its last point; labels that would overlap are spread `gap_pt` apart as a
     group centred on where they belong, within the axes."""
-    figure.canvas.draw()  # the limits are final once drawn
+    axis.get_ylim()  # the limits made final from the data drawn so far (transData reads them as they are)
     to_points = 72.0 / figure.dpi
     ordered = sorted(ends, key=lambda e: (e[1], e[0]))
     wanted = [axis.transData.transform((x, y))[1] * to_points for x, y, _, _ in ordered]
