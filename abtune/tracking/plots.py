@@ -22,7 +22,7 @@ from matplotlib.container import BarContainer  # noqa: E402
 from matplotlib.image import imsave  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogFormatter, MaxNLocator  # noqa: E402
 
 from abtune import prose  # noqa: E402
 from abtune.objectives import OBJECTIVES  # noqa: E402
@@ -147,6 +147,9 @@ def accuracy_and_loss(records: list[dict[str, Any]], segments: list[tuple[str, i
     bottom.plot([r["step"] for r in logs], [r["loss"] for r in logs], label="train loss")
     bottom.plot([r["step"] for r in evals], [r["val_loss"] for r in evals], "o-", label="val loss")
     bottom.set_yscale("log")
+    # plain numbers ("0.1", and "2.35" where a loss spans under a decade), not math text's 10^-1 and 2.35x10^0
+    bottom.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    bottom.yaxis.set_minor_formatter(LogFormatter())  # labels a few minor ticks only within a decade
     bottom.set_xlabel("step")
     bottom.set_ylabel("loss")
     _legend_outside(bottom)
