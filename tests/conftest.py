@@ -22,6 +22,21 @@ TINY_VIT = {"arch": "vit", "patch_size": 2, "num_layers": 1, "num_heads": 2, "hi
 CLI_TIMEOUT_S = 600
 REPO = Path(__file__).resolve().parent.parent
 
+# Bytecode for the suite, even where PYTHONDONTWRITEBYTECODE=1 (this machine's image and CI's set it): without
+# it pytest rewrites every test module's asserts again in each xdist worker (seconds each), and every
+# `abtune` process a test starts compiles abtune from source (about half a second of CPU each). The caches go
+# where Python puts them anyway (__pycache__, ignored by git) and are read whether or not the variable is set;
+# only this process and the abtune sources are concerned, never what a test's `abtune` writes.
+sys.dont_write_bytecode = False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """abtune compiled once, before any xdist worker or `abtune` process imports it (up to date: stats only)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        import compileall
+
+        compileall.compile_dir(REPO / "abtune", quiet=2)
+
 
 def abtune_command() -> list[str]:
     installed = shutil.which("abtune", path=str(Path(sys.executable).parent))
