@@ -31,7 +31,7 @@ from abtune.launch.warm import owned_server
 from abtune.methods import METHOD_NAMES
 from abtune.promote.plan import STRATEGIES
 from abtune.redact import redact, redacting_excepthook
-from abtune.rundir import DEFAULT_RUNS_DIR, check_resumable, check_writable, default_run_dir
+from abtune.rundir import DEFAULT_RUNS_DIR, check_no_run_in, check_resumable, check_writable, default_run_dir
 from abtune.runfiles import CONFIG_FILE, HOOKS_FILE, latest_checkpoint_step, read_summary, summary_path
 from abtune.runs import FAILED, FINISHED, KILLED, Run, status_of
 from abtune.study.cli import add_rule_arguments, register_study_commands, rule_of
@@ -69,6 +69,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     if args.detach and not launcher.jobs_outlive_driver:
         raise ConfigError(f"--detach: a {launcher.kind} run ends with this command; --detach is for slurm profiles")
+    if not args.resume:
+        check_no_run_in(run_dir)  # before MLflow's import and store: seconds for a one-line refusal
     tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
     run = Run.prepare(config, run_dir, launcher, layout, resume=args.resume, claim=True)
     resumed_from = run.previous_tracking_run()

@@ -68,8 +68,8 @@ def prepare_run_dir(config: RunConfig, run_dir: Path | None, resume: bool, claim
     stored = run_dir / CONFIG_FILE
     if resume:
         check_same_config(stored, config)
-    elif stored.exists():
-        raise ConfigError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --run-dir")
+    else:
+        check_no_run_in(run_dir)
     with writing(run_dir, "run folder"):
         run_dir.mkdir(parents=True, exist_ok=True)
         if claim:
@@ -77,6 +77,12 @@ def prepare_run_dir(config: RunConfig, run_dir: Path | None, resume: bool, claim
         stored.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     shutil.rmtree(run_dir / FAILURES_DIR, ignore_errors=True)
     return run_dir
+
+
+def check_no_run_in(run_dir: Path) -> None:
+    """A new run's folder must not hold another run (its config.yaml)."""
+    if (run_dir / CONFIG_FILE).exists():
+        raise ConfigError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --run-dir")
 
 
 def check_resumable(run_dir: Path, config: RunConfig, nodes: int, ranks_per_node: int) -> None:

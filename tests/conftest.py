@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import fcntl
 import functools
 import os
 import re
@@ -21,6 +22,21 @@ import yaml
 TINY_VIT = {"arch": "vit", "patch_size": 2, "num_layers": 1, "num_heads": 2, "hidden_dim": 16, "mlp_dim": 32}
 CLI_TIMEOUT_S = 600
 REPO = Path(__file__).resolve().parent.parent
+
+# Bytecode for the suite, even where PYTHONDONTWRITEBYTECODE=1 (this machine's image and CI's set it): without
+# it pytest rewrites every test module's asserts again in each xdist worker (seconds each), and every
+# `abtune` process a test starts compiles abtune from source (about half a second of CPU each). The caches go
+# where Python puts them anyway (__pycache__, ignored by git) and are read whether or not the variable is set;
+# only this process and the abtune sources are concerned, never what a test's `abtune` writes.
+sys.dont_write_bytecode = False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """abtune compiled once, before any xdist worker or `abtune` process imports it (up to date: stats only)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        import compileall
+
+        compileall.compile_dir(REPO / "abtune", quiet=2)
 
 
 def abtune_command() -> list[str]:
@@ -233,10 +249,7 @@ def _importances_computed_once_per_input(tmp_path_factory: pytest.TempPathFactor
     that stubs what it calls (Optuna's evaluator) must stub `_importances_of` instead, or it may read a stored result."""
     from tests.importance_cache import importances_computed_once
 
-    base = tmp_path_factory.getbasetemp()  # the workers' folders share the session's
-    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "importances"
-    folder.mkdir(exist_ok=True)
-    with importances_computed_once(folder):
+    with importances_computed_once(_session_folder(tmp_path_factory, "importances")):
         yield
 
 
@@ -244,11 +257,16 @@ TRACKING_VARIABLES = ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _mlflow_store_outside_the_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def _mlflow_store_outside_the_repo(tmp_path_factory: pytest.TempPathFactory,
+                                   request: pytest.FixtureRequest) -> Iterator[None]:
     """`abtune train` tracks by default into ./mlflow.db; tests that do not choose a store share one in
-    a temporary folder. Session scope: module-scoped fixtures that train run before function ones."""
+    a temporary folder. Session scope: module-scoped fixtures that train run before function ones.
+    Where the collected tests imported MLflow (the whole suite's do), they will track: the store starts as
+    a copy of the session's migrated one instead of running every migration again (seconds of CPU)."""
     store = tmp_path_factory.getbasetemp() / "mlflow-tests" / "mlflow.db"
     store.parent.mkdir(exist_ok=True)
+    if "mlflow" in sys.modules:
+        shutil.copy(request.getfixturevalue("_mlflow_template"), store)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
         for name in TRACKING_VARIABLES[1:]:
@@ -268,11 +286,25 @@ def _restore_tracking_variables(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def _mlflow_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from mlflow import MlflowClient
+    """An empty MLflow SQLite store, migrated once per session by whichever xdist worker needs it first."""
+    path = _session_folder(tmp_path_factory, "mlflow-template") / "mlflow.db"
+    with (path.parent / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            from mlflow import MlflowClient
 
-    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
-    MlflowClient(f"sqlite:///{path}").search_experiments()
+            migrating = path.with_name(f"migrating-{os.getpid()}.db")
+            MlflowClient(f"sqlite:///{migrating}").search_experiments()
+            os.replace(migrating, path)  # whole or absent for the other worker
     return path
+
+
+def _session_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A folder of this test session that its pytest-xdist workers share."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import optuna
 from optuna.storages import BaseStorage, RDBStorage
@@ -99,14 +100,29 @@ def open_storage(url: str, create: bool = False) -> BaseStorage:
     engine_url = with_installed_driver(url)
     for attempt in range(SCHEMA_RACE_ATTEMPTS):
         try:
-            return _opened(url, lambda: RDBStorage(engine_url, engine_kwargs=kwargs))
+            return _opened(url, lambda: _rdb_storage(engine_url, kwargs))
         except _SchemaRace:  # another process created the tables between Optuna's check and its CREATE
             time.sleep(0.05 * (attempt + 1))
-    return _opened(url, lambda: RDBStorage(engine_url, engine_kwargs=kwargs), retry=False)
+    return _opened(url, lambda: _rdb_storage(engine_url, kwargs), retry=False)
 
 
 class _SchemaRace(Exception):
     pass
+
+
+_SCHEMA_HEAD: list[str] = []  # the installed Optuna's newest schema revision, once read
+
+
+def _rdb_storage(engine_url: str, engine_kwargs: dict[str, Any]) -> RDBStorage:
+    """Optuna's RDB storage, its schema checked against the installed Optuna's head revision as Optuna checks
+    it, but with the head read once per process: Optuna reads it from its ten migration scripts (SQLAlchemy
+    models each) at every open, a third of a second of CPU, and a study runner or a command opens several."""
+    storage = RDBStorage(engine_url, engine_kwargs=engine_kwargs, skip_compatibility_check=True)
+    if not _SCHEMA_HEAD:
+        _SCHEMA_HEAD.append(storage.get_head_version())
+    if storage.get_current_version() != _SCHEMA_HEAD[0]:  # Optuna's own check, for its message
+        storage = RDBStorage(engine_url, engine_kwargs=engine_kwargs)
+    return storage
 
 
 def _opened(url: str, opener: Callable[[], BaseStorage], retry: bool = True) -> BaseStorage:
