@@ -52,6 +52,7 @@ def give_up_on_first_reply(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket, "recv_fds", late)
 
 
+@pytest.mark.slow  # starts a warm server of its own, which imports torch, torchvision and the trainer
 def test_a_rank_its_launcher_gave_up_on_never_runs(monkeypatch: pytest.MonkeyPatch,
                                                    capfd: pytest.CaptureFixture[str]) -> None:
     give_up_on_first_reply(monkeypatch)
