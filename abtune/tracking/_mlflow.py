@@ -348,8 +348,8 @@ class MlflowTracking(Tracking):
                                objectives: Sequence[str] | None, analysis: dict[str, Any] | None = None,
                                recommended: int | None = None) -> None:
         """Pareto front, importances and optimization history of a study's `trials` (every one, the reference
-        trials included) as PNGs on the parent run, tagged written for its description (which the next
-        describe_study or show_recommendation writes), and `analysis` (importances per objective, inert
+        trials included) as PNGs on the parent run, with the tags by which its description (written next by
+        describe_study or show_recommendation) shows them, and `analysis` (importances per objective, inert
         parameters) as importances.json; `recommended` ringed on the front."""
         if parent_run_id is None:
             return
