@@ -80,21 +80,19 @@ def cmd_create(args: argparse.Namespace) -> int:
             print(f"study {name} already exists in {where} with this definition; nothing to do")
         return 0
     print(f"created study {name} in {where}")
-    if old is not None:
-        from abtune.attrs import WARM_START_ATTR
-        from abtune.study.storage import open_storage
-
-        storage = open_storage(url)
-        warm = [t.user_attrs[WARM_START_ATTR] for t in storage.get_all_trials(storage.get_study_id_from_name(name))
-                if WARM_START_ATTR in t.user_attrs]
-        print(f"warm start: {plural(len(warm), 'trial')} of study {old.study_name} enqueued first ({', '.join(warm)}: "
-              "its confirmed picks, then its Pareto front)")
-    from abtune.study import cost
     from abtune.study.storage import open_storage
 
     storage = open_storage(url)
-    cost.announce(load_study_spec(args.study_file), name, args.cluster,
-                  cost.KeptProbe(storage, storage.get_study_id_from_name(name)))
+    study_id = storage.get_study_id_from_name(name)
+    if old is not None:
+        from abtune.attrs import WARM_START_ATTR
+
+        warm = [t.user_attrs[WARM_START_ATTR] for t in storage.get_all_trials(study_id) if WARM_START_ATTR in t.user_attrs]
+        print(f"warm start: {plural(len(warm), 'trial')} of study {old.study_name} enqueued first ({', '.join(warm)}: "
+              "its confirmed picks, then its Pareto front)")
+    from abtune.study import cost
+
+    cost.announce(load_study_spec(args.study_file), name, args.cluster, cost.KeptProbe(storage, study_id))
     storage_flag = f" --storage '{where}'" if args.storage else ""
     print(f"run it: abtune study run {name}{storage_flag}")
     return 0

@@ -58,15 +58,23 @@ def _planned(base: dict[str, Any], nodes: int, ranks_per_node: int) -> tuple[Pla
 DATA_SHAPES = {"digits": (10, 8), "cifar10": (10, 32), "cifar100": (100, 32), "imagenet": (1000, 224)}  # classes, px
 
 
-def data_shape(config: RunConfig) -> DatasetInfo:
-    from abtune.data import RGB_CHANNELS, DatasetInfo
-
+def _classes_and_size(config: RunConfig) -> tuple[int, int]:
     classes, size = DATA_SHAPES[config.data.name]
-    return DatasetInfo(classes, config.data.image_size or size, RGB_CHANNELS, config.data.name)
+    return classes, config.data.image_size or size
+
+
+def data_shape(config: RunConfig) -> DatasetInfo:
+    from abtune.data import RGB_CHANNELS, DatasetInfo  # torchvision: only where a model is built
+
+    classes, size = _classes_and_size(config)
+    return DatasetInfo(classes, size, RGB_CHANNELS, config.data.name)
 
 
 def planned_run(config: RunConfig, nodes: int, ranks_per_node: int) -> PlannedRun:
-    flops, params = _counts(config.model.model_dump_json(), data_shape(config))
+    return _shaped(config, *_counts(config.model.model_dump_json(), data_shape(config)), nodes, ranks_per_node)
+
+
+def _shaped(config: RunConfig, flops: int, params: int, nodes: int, ranks_per_node: int) -> PlannedRun:
     return PlannedRun(config.model.arch, flops, params, config.train.precision, config.train.local_batch_size,
                       config.train.steps, nodes, ranks_per_node)
 
@@ -127,11 +135,9 @@ def study_cost(spec: StudySpec, cluster: str | None, known: dict[str, Any] | Non
         return StudyCost(estimate.seconds, spec.trials * spec.repeats, f"on cluster {described.name}",
                          estimate.compute_source, local=False)
     config = parse_run_config(spec.base, "the study's base config")
-    train = config.train
-    batch = min(PROBE_BATCH, train.local_batch_size)
+    batch = min(PROBE_BATCH, config.train.local_batch_size)
     probe = _probe(config, batch, known)
-    run = PlannedRun(config.model.arch, probe["flops"], probe["params"], train.precision, train.local_batch_size,
-                     train.steps, 1, layout.nproc)
+    run = _shaped(config, probe["flops"], probe["params"], 1, layout.nproc)
     cores = os.cpu_count() or 1
     how = f"a {PROBE_STEPS}-step probe of the trial's model at batch {batch} on one CPU thread here"
     here = measured_here(run.arch, run.forward_flops_per_sample, run.precision, probe["seconds_per_sample"],
@@ -145,8 +151,7 @@ def study_cost(spec: StudySpec, cluster: str | None, known: dict[str, Any] | Non
 def _probe(config: RunConfig, batch: int, known: dict[str, Any] | None) -> dict[str, Any]:
     """The run's shape and the probe's seconds a sample: `known` (a study's stored probe) where it probed this
     model, data, precision and batch on this host, else probed now."""
-    info = DATA_SHAPES[config.data.name]
-    inputs = {"model": config.model.model_dump(mode="json"), "data": [config.data.name, config.data.image_size or info[1]],
+    inputs = {"model": config.model.model_dump(mode="json"), "data": [config.data.name, _classes_and_size(config)[1]],
               "precision": config.train.precision, "batch": batch, "host": socket.gethostname(), "cores": os.cpu_count()}
     if known is not None and known.get("inputs") == inputs:
         return known
