@@ -72,6 +72,17 @@ def abtune_main(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPa
     what a command says, where a new Python process (start-up, imports: seconds under load) adds nothing.
     `cwd` is the folder it runs in; `env` sets variables (None: unset) for the call and the rest of the test.
     Each command keeps one test through the installed entry point (`run_cli`)."""
+    return _in_process(capsys, monkeypatch)
+
+
+@pytest.fixture
+def abtune_main_fd(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
+    """`abtune_main`, what was printed read from the file descriptors as run_cli reads a command's: what the
+    ranks print (to the descriptors they inherit) counts too."""
+    return _in_process(capfd, monkeypatch)
+
+
+def _in_process(capture: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
     from abtune.cli import main
 
     def call(*args: str, cwd: Path | None = None, env: Mapping[str, str | None] | None = None) -> CliResult:
@@ -85,12 +96,12 @@ def abtune_main(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPa
                 monkeypatch.setenv(name, value)
         if cwd is not None:
             monkeypatch.chdir(cwd)
-        capsys.readouterr()  # what the test printed before is not the command's
+        capture.readouterr()  # what the test printed before is not the command's
         try:
             code = main(list(args))
         except SystemExit as exit_:  # argparse's usage errors (and --help: 0)
             code = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
-        out, err = capsys.readouterr()
+        out, err = capture.readouterr()
         return CliResult(code, out, err)
 
     return call

@@ -11,7 +11,8 @@ from pathlib import Path
 from tests.conftest import CliResult, with_checkout_on_path
 
 
-def in_process(abtune_main: Callable[..., CliResult], *args: str, cwd: Path, check: bool = True) -> CliResult:
+def in_process(abtune_main: Callable[..., CliResult], *args: str, cwd: Path | None = None,
+               check: bool = True) -> CliResult:
     """`abtune ARGS` in this process, the checkout on PYTHONPATH (as run_cli gives it: the trials' ranks load the
     tests' hooks); with `check`, an exit code other than 0 fails the test with what the command printed."""
     path = with_checkout_on_path(os.environ)["PYTHONPATH"]

@@ -9,6 +9,7 @@ locally and fail under CI=true.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -29,7 +30,8 @@ from abtune.launch.fabric import fabric_namespaces, missing_requirements
 from abtune.launch.profiles import parse_rate_bits
 from abtune.runfiles import read_summary
 from tests import system
-from tests.conftest import CliResult, abtune_command, with_checkout_on_path, write_config
+from tests.conftest import CliResult, abtune_command, write_config
+from tests.study_cli import in_process
 from tests.study_helpers import TINY_BASE, trials_of, write_study
 
 # TCP/IP headers are dropped from the counters (66 bytes a packet, `HEADER_BYTES`) and gloo's framing is in
@@ -71,31 +73,10 @@ Abtune = Callable[..., CliResult]
 
 
 @pytest.fixture
-def abtune_fd(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Abtune:
-    """`abtune ARGS` in this process, its output read as run_cli reads a command's: the file descriptors, so that
-    what the ranks print (they write to the descriptors they inherit) counts too; at run_cli's 200 columns and with
-    its PYTHONPATH (the checkout: without it, the session's warm server, started from the checkout, refuses the
-    ranks of a study trial's job, whose Python path would not hold it, and they start cold). A new Python per run
-    costs about 4 s of CPU (torch, Optuna) on this 2-core machine; `check` fails the test on an exit other than 0
-    with what was printed."""
-    from abtune.cli import main
-
-    monkeypatch.setenv("COLUMNS", "200")
-    monkeypatch.setenv("PYTHONPATH", with_checkout_on_path(os.environ)["PYTHONPATH"])
-    for forcing in ("FORCE_COLOR", "TTY_COMPATIBLE"):
-        monkeypatch.delenv(forcing, raising=False)
-
-    def call(*args: str, cwd: Path | None = None, check: bool = True) -> CliResult:
-        if cwd is not None:
-            monkeypatch.chdir(cwd)
-        capfd.readouterr()
-        code = main(list(args))
-        out, err = capfd.readouterr()
-        if check and code != 0:
-            raise AssertionError(f"abtune {' '.join(args)} failed ({code}):\n{out}\n{err}")
-        return CliResult(code, out, err)
-
-    return call
+def abtune_fd(abtune_main_fd: Abtune) -> Abtune:
+    """`abtune ARGS` in this process (a new Python per run costs about 4 s of CPU here), its output read from the
+    file descriptors so that what the ranks print counts too; `check` fails the test on an exit other than 0."""
+    return functools.partial(in_process, abtune_main_fd)
 
 
 def host_network() -> tuple[str, str, str]:
