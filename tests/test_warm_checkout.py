@@ -5,6 +5,7 @@ forked from the server would run the server's code, not the launcher's."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,6 @@ CHECKOUT = str(Path(warm.__file__).parents[2])
 
 
 def _base_path() -> list[str]:
-    import sys
     return [entry for entry in sys.path if os.path.abspath(entry) != CHECKOUT]
 
 
