@@ -42,9 +42,10 @@ BETWEEN = "between"  # the loop's own code between two timed pieces of work (log
 SILENT_S = 2.5
 REPORT_AFTER_S = SILENT_S + CHECK_SECONDS  # a frozen peer is silent for longer than SILENT_S by then
 READ_TIMEOUT_S = 5.0  # the rendezvous store's answer; none means its rank, node or the link to it stopped
-# Rank 0 serves the store: a hung rank 0 waits this long before it ends, so that peers noticing the same hang
-# finish reading and stop publishing first (a store that dies under them makes c10d print a stack on the
-# terminal); the launcher or srun ends it sooner, as soon as another rank has ended.
+# Rank 0 serves the store: a hung rank 0 ends only once its peers have stopped using it (a store that dies
+# under a peer still publishing or reading makes c10d print a stack on the terminal), or after its own bound
+# and this much again, in case a peer outlives it; the launcher or srun ends it sooner, as soon as another
+# rank has ended.
 STORE_LINGER_S = REPORT_AFTER_S + 2 * CHECK_SECONDS
 UNKNOWN_CAUSE = "a peer, its node or the link between them stopped responding"
 
@@ -313,6 +314,21 @@ class HangDetector:
         self._publish_now.set()
         for thread in self._threads:
             thread.join(timeout=None if thread.name == "abtune-hang-detector" else CHECK_SECONDS)
+
+
+def until_peers_leave(board: ProgressBoard, me: int, limit_s: float) -> None:
+    """Return once no rank but `me` has published for SILENT_S (each has ended, or is frozen), or after `limit_s`.
+    A peer that noticed the hang too reads the board and ends; one that has not yet keeps publishing."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        records = _within(READ_TIMEOUT_S, board.read)
+        if records is None:
+            return
+        now = time.time()
+        peers = [Heard.from_json(record) for rank, record in enumerate(records) if rank != me and record is not None]
+        if all(now - peer.at > SILENT_S for peer in peers):
+            return
+        time.sleep(CHECK_SECONDS)
 
 
 def _within(seconds: float, read: Callable[[], list[str | None]]) -> list[str | None] | None:

@@ -20,7 +20,6 @@ import logging
 import os
 import signal
 import sys
-import time
 import traceback
 from pathlib import Path
 from typing import NoReturn
@@ -29,7 +28,7 @@ from abtune.config import load_run_config
 from abtune.errors import AbtuneError, TrainingFailed
 from abtune.runfiles import CONFIG_FILE, FAILURES_DIR
 from abtune.runlock import join_run
-from abtune.training.hang import STORE_LINGER_S
+from abtune.training.hang import STORE_LINGER_S, ProgressBoard, until_peers_leave
 
 QUIET_VARIABLE = "ABTUNE_LAUNCHED"  # set by a launcher that reports failures itself
 
@@ -71,8 +70,9 @@ def run_rank(run_dir: Path, resume: bool) -> None:
             trainer = Trainer(config, run_dir, env)
             # one rank waits for no peer; and the debug launcher's breakpoints may take hours
             if env.world_size > 1 and config.train.hang.enabled:
-                trainer.hang.start(lambda message: end_hung_rank(run_dir, rank, message),
-                                   StoreBoard(env.world_size, config.train.pg_timeout_s))
+                board = StoreBoard(env.world_size, config.train.pg_timeout_s)
+                linger_s = config.train.hang.floor_s + STORE_LINGER_S
+                trainer.hang.start(lambda message: end_hung_rank(run_dir, rank, message, board, linger_s), board)
             trainer.train(resume=resume)
         finish_together()
     except AbtuneError as error:
@@ -90,15 +90,15 @@ def run_rank(run_dir: Path, resume: bool) -> None:
             held.close()
 
 
-def end_hung_rank(run_dir: Path, rank: int, message: str) -> NoReturn:
+def end_hung_rank(run_dir: Path, rank: int, message: str, board: ProgressBoard, linger_s: float) -> NoReturn:
     """From the hang detector's thread: the main thread is blocked in C++ and cannot be interrupted, so
-    the process ends here (abtune/training/hang.py); rank 0, which serves the rendezvous store, after its peers
-    are done with it."""
+    the process ends here (abtune/training/hang.py); rank 0, which serves the rendezvous store, once its peers
+    are done with it (at most `linger_s` later)."""
     record_failure(run_dir, rank, message)
     if not os.environ.get(QUIET_VARIABLE):
         print(f"abtune worker: {message}", file=sys.stderr)
     if rank == 0:
-        time.sleep(STORE_LINGER_S)
+        until_peers_leave(board, rank, linger_s)
     exit_without_finalizing(TrainingFailed.exit_code)
 
 
