@@ -37,12 +37,13 @@ PNG_MAGIC = b"\x89PNG"
 
 @pytest.mark.slow
 def test_compare_runs_every_method_on_the_same_budget(tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
-    """In this process (the installed command: the terminal test below)."""
+    """In this process (the installed command, and MLflow: the terminal test below), on 2 ranks as 2 nodes: what
+    the table holds does not depend on the layout, and 4 ranks would train twice the samples for it."""
     out = tmp_path / "cmp"
-    result = abtune_main("compare", str(QUICKSTART), "--methods", "ddp,ab,sbc,powersgd,fp16", "--nproc", "4",
-                         "--ranks-per-node", "2", "--out", str(out), "--set", f"train.steps={STEPS}",
+    result = abtune_main("compare", str(QUICKSTART), "--methods", "ddp,ab,sbc,powersgd,fp16", "--nproc", "2",
+                         "--ranks-per-node", "1", "--out", str(out), "--set", f"train.steps={STEPS}",
                          "--set", "sbc.delay=10", "--set", "sbc.sparsity=0.01", "--set", "train.target_top1=0.5",
-                         "--cluster", "ethernet-25g")
+                         "--cluster", "ethernet-25g", "--no-tracking")
     assert result.returncode == 0, result.stderr
     assert "methods compared" in result.stdout and "ECR" in result.stdout
     rows = {r["method"]: r for r in csv.DictReader((out / "compare.csv").open())}

@@ -3,6 +3,7 @@ SBC, PowerSGD and fp16 on 4 real ranks with their traffic checked against formul
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ from abtune.methods.sbc.compress import dense_from, sparse_binarize
 from abtune.methods.sbc.method import SparseBinaryCompression
 from abtune.methods.sbc.settings import SbcConfig
 from abtune.models import build_model
-from tests.conftest import train_and_read, write_config
+from tests.conftest import CliResult, write_config
+from tests.train_here import train_here
 
 NPROC, RANKS_PER_NODE = 4, 2
 FLOAT32, FLOAT16, INT32, INT64 = 4, 2, 4, 8
@@ -73,10 +75,14 @@ def test_sbc_residual_keeps_exactly_what_was_not_sent(one_rank_world: Any) -> No
 # --- four real ranks --------------------------------------------------------------------------------
 
 
-def _train(tmp_path: Path, name: str, steps: int = 40, **sections: Any) -> tuple[Path, dict[str, Any]]:
+Abtune = Callable[..., CliResult]
+
+
+def _train(abtune_main: Abtune, tmp_path: Path, name: str, steps: int = 40,
+           **sections: Any) -> tuple[Path, dict[str, Any]]:
     config = write_config(tmp_path / f"{name}.yaml", train={"steps": steps, "eval_every": 1000}, **sections)
     run_dir = tmp_path / name
-    return run_dir, train_and_read(config, run_dir, NPROC, RANKS_PER_NODE)
+    return run_dir, train_here(abtune_main, config, run_dir, NPROC, RANKS_PER_NODE)
 
 
 def _final_models(run_dir: Path) -> list[dict[str, torch.Tensor]]:
@@ -95,10 +101,10 @@ def _ddp_rebuild_wire(num_tensors: int) -> float:
 
 
 @pytest.mark.slow
-def test_sbc_without_compression_delay_1_and_sgd_matches_ddp(tmp_path: Path) -> None:
+def test_sbc_without_compression_delay_1_and_sgd_matches_ddp(tmp_path: Path, abtune_main: Abtune) -> None:
     sgd = {"name": "sgd", "lr": 0.05, "momentum": 0.0, "weight_decay": 0.0}
-    ddp_dir, _ = _train(tmp_path, "ddp", steps=12, optimizer=sgd)
-    sbc_dir, sbc = _train(tmp_path, "sbc", steps=12, optimizer=sgd,
+    ddp_dir, _ = _train(abtune_main, tmp_path, "ddp", steps=12, optimizer=sgd)
+    sbc_dir, sbc = _train(abtune_main, tmp_path, "sbc", steps=12, optimizer=sgd,
                           method={"name": "sbc", "sparsity": 1.0, "binarize": False, "delay": 1})
     ddp_models, sbc_models = _final_models(ddp_dir), _final_models(sbc_dir)
     for key, ddp_value in ddp_models[0].items():
@@ -109,8 +115,8 @@ def test_sbc_without_compression_delay_1_and_sgd_matches_ddp(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-def test_sbc_traffic_is_the_encoded_bytes(tmp_path: Path) -> None:
-    run_dir, summary = _train(tmp_path, "sbc", method={"name": "sbc", "delay": 10, "sparsity": 0.05})
+def test_sbc_traffic_is_the_encoded_bytes(tmp_path: Path, abtune_main: Abtune) -> None:
+    run_dir, summary = _train(abtune_main, tmp_path, "sbc", method={"name": "sbc", "delay": 10, "sparsity": 0.05})
     stats = summary["sbc"]
     assert stats["exchanges"] == 4
     # per exchange: all-gather of the lengths (int64 per rank), then of the frames padded to the longest
@@ -130,8 +136,8 @@ def _tiny_model(tmp_path: Path) -> nn.Module:
 
 
 @pytest.mark.slow
-def test_fp16_sends_half_of_ddp(tmp_path: Path) -> None:
-    _, summary = _train(tmp_path, "fp16", method={"name": "fp16"})
+def test_fp16_sends_half_of_ddp(tmp_path: Path, abtune_main: Abtune) -> None:
+    _, summary = _train(abtune_main, tmp_path, "fp16", method={"name": "fp16"})
     params = list(_tiny_model(tmp_path).parameters())
     numel = sum(p.numel() for p in params)
     assert _wire(summary, "train", "all_reduce") == 40 * numel * FLOAT16 * ALL_REDUCE_WIRE
@@ -140,9 +146,9 @@ def test_fp16_sends_half_of_ddp(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_powersgd_traffic_matches_its_low_rank_formula(tmp_path: Path) -> None:
+def test_powersgd_traffic_matches_its_low_rank_formula(tmp_path: Path, abtune_main: Abtune) -> None:
     rank, start = 2, 10
-    _, summary = _train(tmp_path, "powersgd", method={"name": "powersgd", "rank": rank, "start_step": start,
+    _, summary = _train(abtune_main, tmp_path, "powersgd", method={"name": "powersgd", "rank": rank, "start_step": start,
                                                      "min_compression_rate": 1.0})
     params = list(_tiny_model(tmp_path).parameters())
     dense = sum(p.numel() for p in params)

@@ -4,6 +4,7 @@ quickstart study's sigma-cutoff range moves the ranks."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ import pytest
 from abtune.runfiles import read_summary
 from abtune.study.spec import load_study_spec
 from abtune.training.hooks import hook_spec, write_hook_specs
-from tests.conftest import run_cli
+from tests.conftest import CliResult
+from tests.study_cli import in_process
 from tests.test_hooks import stop_at
 
 STUDIES = Path(__file__).parent.parent / "studies"
@@ -22,15 +24,16 @@ CHANCE = 0.1  # ten digit classes
 MIN_TOP1 = 0.85
 FIRST_DECOMPOSITION = 60  # the end of the quickstart's warm-up (20% of 300 steps)
 MAX_AB_INTER_NODE_SHARE = 0.45  # of DDP's training inter-node bytes, with the paper's guideline fractions
+Abtune = Callable[..., CliResult]  # `abtune train` in this process: the installed command's runs are other files'
 
 
 @pytest.mark.slow
-def test_quickstart_methods_learn_and_ab_saves_inter_node_traffic(tmp_path: Path) -> None:
+def test_quickstart_methods_learn_and_ab_saves_inter_node_traffic(tmp_path: Path, abtune_main: Abtune) -> None:
     results = {}
     for method in ("ddp", "ab"):  # ab-nogroups trains end to end in test_strict_device, pinned in test_ab_paper
         run_dir = tmp_path / method
-        output = run_cli("train", str(QUICKSTART), "--nproc", "4", "--ranks-per-node", "2",
-                         "--run-dir", str(run_dir), "--set", f"method.name={method}", "--no-tracking")
+        output = in_process(abtune_main, "train", str(QUICKSTART), "--nproc", "4", "--ranks-per-node", "2",
+                            "--run-dir", str(run_dir), "--set", f"method.name={method}", "--no-tracking")
         assert "reduction vs DDP" in output.stdout
         results[method] = read_summary(run_dir).raw
     for method, summary in results.items():
@@ -49,7 +52,7 @@ def test_quickstart_methods_learn_and_ab_saves_inter_node_traffic(tmp_path: Path
 
 
 @pytest.mark.slow
-def test_the_quickstart_studys_cutoff_range_moves_the_ranks(tmp_path: Path) -> None:
+def test_the_quickstart_studys_cutoff_range_moves_the_ranks(tmp_path: Path, abtune_main: Abtune) -> None:
     """Both ends of the searched sigma_cutoff factor, at different ranks (2 ranks as 2 nodes: the quickstart's
     shapes at half the cost). Each run is the quickstart's 300-step schedule stopped at its first evaluation
     after the first decomposition (step 60): the steps after it cannot change that decomposition's ranks."""
@@ -59,9 +62,9 @@ def test_the_quickstart_studys_cutoff_range_moves_the_ranks(tmp_path: Path) -> N
         run_dir = tmp_path / f"cutoff-{cutoff}"
         run_dir.mkdir()
         write_hook_specs(run_dir, [hook_spec(stop_at, step=FIRST_DECOMPOSITION + 1)])
-        run_cli("train", str(QUICKSTART), "--nproc", "2", "--ranks-per-node", "1", "--run-dir", str(run_dir),
-                "--set", f"method.sigma_cutoff={cutoff}", "--set", f"train.eval_every={FIRST_DECOMPOSITION + 1}",
-                "--no-tracking")
+        in_process(abtune_main, "train", str(QUICKSTART), "--nproc", "2", "--ranks-per-node", "1", "--run-dir",
+                   str(run_dir), "--set", f"method.sigma_cutoff={cutoff}",
+                   "--set", f"train.eval_every={FIRST_DECOMPOSITION + 1}", "--no-tracking")
         summary = read_summary(run_dir)
         assert summary.raw["steps_done"] == FIRST_DECOMPOSITION + 1 and summary.raw["steps"] == 300
         assert summary.raw["decompositions"][0]["step"] == FIRST_DECOMPOSITION
