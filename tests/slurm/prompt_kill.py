@@ -1,8 +1,8 @@
 """The SIGKILL that ends a cancelled or requeued job, sent as soon as slurmd starts ending the job instead of 5 s
 later. submitit's tasks ignore SIGTERM, and slurmd sends its SIGKILL max(KillWait, 5) s after it, the 5
 hard-coded (README.md, Traps): the test cluster's KillWait=1 cannot shorten that. While `prompt_kill()` runs, a
-thread reads what the nodes' slurmd logs gain every POLL_S; when one says a job or step was CANCELLED (scancel,
-a requeue, a time limit), it SIGKILLs that job's tasks on this machine, as slurmd would. The job's fate
+thread reads what the nodes' slurmd logs gain every POLL_S; when one says a job was CANCELLED (scancel, a
+requeue, a time limit), it SIGKILLs that job's tasks on this machine, as slurmd would. The job's fate
 (CANCELLED, REQUEUED) is the controller's already; only SLURM's wait for it is skipped. It asks the daemons
 nothing (no squeue: the RPC budget test counts the controller's calls) and starts no process."""
 
@@ -18,8 +18,10 @@ from pathlib import Path
 
 POLL_S = 0.2
 TASK_COMMAND = b"submitit.core._submit"  # every task of a job abtune or submitit submits
-# slurmstepd's line as it starts ending a job or a step: "*** JOB 49 ON n1 CANCELLED AT ... DUE TO JOB REQUEUE ***"
-CANCELLED = re.compile(rb"\*\*\* (?:JOB|STEP) (\d+)(?:\.\S+)? ON \S+ CANCELLED AT")
+# The batch step's line as slurmd starts ending the job: "*** JOB 49 ON n1 CANCELLED AT ... DUE TO JOB REQUEUE ***".
+# Not a step's "*** STEP 49.0 ON n1 CANCELLED AT": that one also comes of a mere SIGTERM (`scancel --signal`, the
+# first half of a preemption), which the job must survive.
+CANCELLED = re.compile(rb"\*\*\* JOB (\d+) ON \S+ CANCELLED AT")
 
 
 def kill_tasks(job_ids: set[str]) -> None:
@@ -58,7 +60,7 @@ class LogTail:
 
 @contextlib.contextmanager
 def prompt_kill(state_dir: Path) -> Iterator[None]:
-    """While it runs: the tasks of every job or step the cluster in `state_dir` cancels get their SIGKILL at once."""
+    """While it runs: the tasks of every job the cluster in `state_dir` cancels get their SIGKILL at once."""
     tails = [LogTail(log) for log in sorted(state_dir.glob("slurmd/*/slurmd.log"))]
     done = threading.Event()
 
