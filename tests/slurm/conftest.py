@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests import system
+from tests.slurm.prompt_kill import prompt_kill
 
 CLUSTER_SH = Path(__file__).resolve().parent / "cluster.sh"
 _NEEDED = ("slurmctld", "slurmd", "slurmdbd", "sinfo", "sacct", "srun", "munged", "mariadbd")
@@ -122,6 +123,13 @@ def _cancel_what_the_test_left(request: pytest.FixtureRequest) -> Iterator[None]
     if "slurm_cluster" in request.fixturenames and os.environ.get("SLURM_CONF") and shutil.which("scancel"):
         subprocess.run(["scancel", "--user", str(os.getuid())], stdin=subprocess.DEVNULL, capture_output=True,
                        timeout=60, check=False)
+
+
+@pytest.fixture
+def killed_promptly(slurm_cluster: SlurmCluster) -> Iterator[None]:
+    """The tasks of a job this test cancels or requeues get their SIGKILL at once, not 5 s later (prompt_kill.py)."""
+    with prompt_kill(slurm_cluster.state_dir):
+        yield
 
 
 def _use(cluster: SlurmCluster) -> Iterator[SlurmCluster]:

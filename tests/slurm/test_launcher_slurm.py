@@ -115,7 +115,7 @@ def test_ab_groups_stay_inside_a_node(tmp_path: Path, profile: Path, abtune_main
         assert inter[0]["payload_bytes"] == decompositions * weights * 8
 
 
-def test_cancelled_job_fails_with_the_slurm_state(tmp_path: Path, profile: Path) -> None:
+def test_cancelled_job_fails_with_the_slurm_state(tmp_path: Path, profile: Path, killed_promptly: None) -> None:
     config = ab_config(tmp_path, steps=100_000)
     run_dir = tmp_path / "run"
     command = [*abtune_command(), "train", str(config), "--launcher", str(one_rank_per_node(profile)),
@@ -143,7 +143,7 @@ def test_cancelled_job_fails_with_the_slurm_state(tmp_path: Path, profile: Path)
 
 
 def test_detached_and_unfollowed_jobs_keep_running_and_say_how_to_reach_them(
-        tmp_path: Path, profile: Path, abtune_main: Callable[..., CliResult]) -> None:
+        tmp_path: Path, profile: Path, abtune_main: Callable[..., CliResult], killed_promptly: None) -> None:
     """`--detach` returns once the job is submitted, naming squeue; Ctrl-C while following stops only the
     following, naming scancel; both jobs run on (the detached one to its summary)."""
     config = write_config(tmp_path / "ddp.yaml", train={"steps": 20, "log_every": 10})
@@ -229,8 +229,8 @@ def test_a_frozen_rank_gets_its_job_ended_by_a_peer_not_its_time_limit(tmp_path:
     wait_for(lambda: not in_queue(job.job_id), 60, "the job to leave the queue")
 
 
-def test_interrupted_job_resumes_from_its_checkpoint(tmp_path: Path, profile: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_interrupted_job_resumes_from_its_checkpoint(tmp_path: Path, profile: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    killed_promptly: None) -> None:
     """Interrupted twice, then completes: first preempted the way submitit sees it (rank 0 calls
     checkpoint() and requeues), then requeued by SLURM itself (`scontrol requeue`: the job restarts
     as first submitted, and SLURM_RESTART_COUNT tells it to resume). Same job, same run folder."""

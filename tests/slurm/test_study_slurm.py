@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from abtune.attrs import JOB_ATTR, WORKER_ATTR
 from abtune.launch.slurm import POLL_SECONDS, attach
 from abtune.runfiles import read_summary
 from abtune.study.stop import STOPPED
+from abtune.study.storage import open_storage
 from tests.conftest import CliResult, run_cli, wait_for
 from tests.gate import gate_spec, paused, release
 from tests.slurm import rpc_counts
@@ -67,14 +69,26 @@ def created_study(cli: Cli, tmp_path: Path, steps: int, **fields: object) -> str
     return url
 
 
+@functools.cache
+def polled_storage(url: str) -> BaseStorage:
+    """One storage per study for the polls of the waits below: opening one costs 30 ms of CPU, a sixth of a
+    core five times a second (wait_for), against the ranks' start-up."""
+    return open_storage(url)
+
+
+def polled_running(url: str) -> list[FrozenTrial]:
+    storage = polled_storage(url)
+    return storage.get_all_trials(storage.get_study_id_from_name("tiny"), deepcopy=False, states=(TrialState.RUNNING,))
+
+
 def submitted_trial(url: str) -> FrozenTrial | None:
     """A RUNNING trial that has its SLURM job (pending, starting or training)."""
-    return next((t for t in running(url) if t.user_attrs.get(JOB_ATTR)), None)
+    return next((t for t in polled_running(url) if t.user_attrs.get(JOB_ATTR)), None)
 
 
 def held_trial(url: str) -> FrozenTrial | None:
     """A RUNNING trial whose job holds at the gate, mid-training."""
-    return next((t for t in running(url) if t.user_attrs.get(JOB_ATTR) and paused(run_dir(t))), None)
+    return next((t for t in polled_running(url) if t.user_attrs.get(JOB_ATTR) and paused(run_dir(t))), None)
 
 
 def run_dir(trial: FrozenTrial) -> Path:
@@ -181,14 +195,14 @@ def test_study_run_stopped_and_rerun_reattaches_the_trial_job(tmp_path: Path, pr
 
 
 def test_cancelled_trial_job_fails_its_trial_and_the_study_goes_on(
-        tmp_path: Path, profile: Path, cli: Cli) -> None:
+        tmp_path: Path, profile: Path, cli: Cli, killed_promptly: None) -> None:
     url = created_study(cli, tmp_path, steps=HELD_RUN_STEPS, trials=2, references=NO_REFERENCES, hooks=HELD)
 
     def cancel_the_first_release_the_second() -> FrozenTrial:  # beside the runner, which runs in this process
         # held mid-training, so the cancel cannot come after the job's end (on an idle machine it once did)
         trial = wait_for(lambda: held_trial(url), JOB_TIMEOUT_S, "a trial's job held mid-training")
         subprocess.run(["scancel", trial.user_attrs[JOB_ATTR]["record"]], check=True, timeout=30)
-        second = wait_for(lambda: next((t for t in running(url) if t.number != trial.number
+        second = wait_for(lambda: next((t for t in polled_running(url) if t.number != trial.number
                                         and t.user_attrs.get(JOB_ATTR) and paused(run_dir(t))), None),
                           2 * JOB_TIMEOUT_S, "the next trial held")
         release(run_dir(second))
@@ -231,12 +245,13 @@ def test_sbatch_refusal_is_one_line_and_loses_no_trial(tmp_path: Path, profile: 
     assert retry.system_attrs["fixed_params"] == asked.params
 
 
-def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, profile: Path, cli: Cli) -> None:
+def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, profile: Path, cli: Cli,
+                                                                killed_promptly: None) -> None:
     """A worker signalled as SLURM preempts (or times out) a job requeues itself; the new run of the
     same array task finds its trial by its SLURM job id and follows the same trial job to the end."""
     url = created_study(cli, tmp_path, steps=HELD_RUN_STEPS, trials=1, references=NO_REFERENCES, hooks=HELD)
     out = cli("study", "launch", "tiny", "--workers", "1", "--launcher", str(profile), "--storage", url,
-              cwd=tmp_path).stdout
+              "--no-tracking", cwd=tmp_path).stdout  # the tracked workers: test_study_launch_runs_the_budget...
     worker_id = re.search(r"SLURM job\(s\) (\d+)\n", out)[1]  # type: ignore[index]  # one body: no array
     trial = wait_for(lambda: held_trial(url), JOB_TIMEOUT_S, "a trial's job training")
     job_id, first_pid = trial.user_attrs[JOB_ATTR]["record"], trial.system_attrs[WORKER_ATTR]["pid"]
@@ -257,7 +272,8 @@ def test_preempted_worker_requeues_and_reattaches_its_trial_job(tmp_path: Path, 
     assert f"re-attached to SLURM job {job_id}\n" in worker_log.read_text()  # still training: no "(ended"
 
 
-def test_study_stop_cancels_the_workers_then_the_trial_jobs(tmp_path: Path, profile: Path, cli: Cli) -> None:
+def test_study_stop_cancels_the_workers_then_the_trial_jobs(tmp_path: Path, profile: Path, cli: Cli,
+                                                            killed_promptly: None) -> None:
     """Workers placed by the profile's `worker:` section run beside their trials; a layout whose workers
     could hold every node a trial needs is refused (sinfo). `study stop` mid-trial: the worker array goes
     first (no worker asks a trial as its trial job dies), then every trial job; the stopped trials are

@@ -79,8 +79,15 @@ class RankJob(Checkpointable):
 
         if os.environ["RANK"] == "0":
             shutil.rmtree(Path(self.run_dir) / FAILURES_DIR, ignore_errors=True)  # left by an earlier attempt
-        run_rank(Path(self.run_dir), self.resume or restarted)  # raises on failure: the task exits non-zero
-        # After submitit has written the result: end like a local rank, without finalizing (worker's docstring)
+        # After submitit has written the result or the error: end like a local rank, without finalizing
+        # (worker's docstring). A rank whose peer died (a preempted or failed rank 0) finalized for 5 s
+        # after its error: its job held its nodes until SLURM's SIGKILL. (Not SystemExit: submitit's
+        # requeue on rank 0 exits its own way.)
+        try:
+            run_rank(Path(self.run_dir), self.resume or restarted)  # raises on failure: the task exits non-zero
+        except Exception:
+            atexit.register(exit_without_finalizing, 1)
+            raise
         atexit.register(exit_without_finalizing, 0)
         return RunOutcome(True)
 
