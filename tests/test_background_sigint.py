@@ -80,9 +80,9 @@ def test_a_command_started_with_sigint_ignored_stops_on_sigint(tmp_path: Path) -
     """`kill -INT` (or a Ctrl-C that reaches it) stops `abtune train` as in a terminal, with the hint to continue."""
     run_dir = tmp_path / "run"
     config = write_config(tmp_path / "run.yaml", train={"steps": 100_000, "log_every": 10})
-    with started_in_the_background():
+    with started_in_the_background():  # in pytest's session: its rank forks from the session's warm server
         process = subprocess.Popen([*abtune_command(), "train", str(config), "--run-dir", str(run_dir), "--no-tracking"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0,
                                    env=with_checkout_on_path(os.environ))
     try:
         wait_for(lambda: read_metrics(run_dir) if run_dir.is_dir() else None, 300, "the run to train")

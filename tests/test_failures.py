@@ -8,6 +8,7 @@ import re
 import shlex
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -48,8 +49,10 @@ def test_the_ctrl_c_hint_is_the_command_that_continues_the_run(tmp_path: Path) -
         write_hook_specs(run_dir, [gate_spec(gate_at)])  # rank 0 waits there: the Ctrl-C finds it mid-training
         command = [*abtune_command(), "train", str(config), "--nproc", "2", "--ranks-per-node", "1", "--run-dir",
                    str(run_dir), "--set", "train.log_every=5", "--set", "model.arch=vit", "--no-tracking"]
+        # in a process group of its own, as a terminal starts it; in pytest's session, so that its ranks fork
+        # from the session's warm server (a command in a session of its own would start a server of its own)
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   env=with_checkout_on_path(os.environ), start_new_session=True)
+                                   env=with_checkout_on_path(os.environ), process_group=0)
         wait_for(lambda d=run_dir, p=process: paused(d) or p.poll() is not None, 300, "rank 0 at the gate")
         os.killpg(process.pid, signal.SIGINT)
         _, stderr = process.communicate(timeout=120)
@@ -81,10 +84,18 @@ def _children(pid: int) -> list[int]:
     return [int(child) for child in found]
 
 
-def _started_ranks(process: subprocess.Popen[str], count: int, written: Path) -> list[int]:
+def _group_members(pid: int) -> list[int]:
+    """Those in the process group that `pid` leads, but it: its ranks, cold (its children) or warm (forks of the
+    warm server that joined its group)."""
+    found = subprocess.run(["pgrep", "-g", str(pid)], capture_output=True, text=True).stdout.split()
+    return [int(member) for member in found if int(member) != pid]
+
+
+def _started_ranks(process: subprocess.Popen[str], count: int, written: Path,
+                   ranks_of: Callable[[int], list[int]] = _children) -> list[int]:
     """The pids of the launcher's `count` ranks once they are started and `written` exists (cold ranks under
     load take a while: the timeout is a safety net, not what the test checks)."""
-    started = wait_for(lambda: process.poll() is not None or (len(ranks := _children(process.pid)) >= count
+    started = wait_for(lambda: process.poll() is not None or (len(ranks := ranks_of(process.pid)) >= count
                                                              and written.exists() and ranks), 300, "the ranks")
     assert process.poll() is None, process.communicate()[1]
     return started
@@ -115,13 +126,13 @@ def test_a_frozen_rank_is_named_by_the_peer_that_noticed_it(tmp_path: Path) -> N
                                                          "hang": {"floor_s": 3, "untimed_s": 120}})
     command = [*abtune_command(), "train", str(config), "--nproc", "4", "--ranks-per-node", "2",
                "--run-dir", str(tmp_path / "run"), "--no-tracking"]
-    cold = {**os.environ, "ABTUNE_WARM_START": "0"}  # ranks as the launcher's children
-    # In a session of its own: a stopped process in pytest's process group gets that whole group SIGHUP from
-    # the kernel once the group is orphaned (as under CI or setsid), here when a warm rank of the test that
-    # runs beside this one (pytest-xdist) exits.
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cold,
-                               start_new_session=True)
-    ranks = _started_ranks(process, 4, tmp_path / "run" / "metrics.jsonl")
+    # In a process group of its own, which its ranks join (warm ones too): a stopped process in pytest's process
+    # group gets that whole group SIGHUP from the kernel once the group is orphaned (as under CI or setsid), here
+    # when a warm rank of the test that runs beside this one (pytest-xdist) exits. In pytest's session, so that
+    # the ranks fork from the session's warm server (a command in a session of its own starts a server of its own).
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=with_checkout_on_path(os.environ), process_group=0)
+    ranks = _started_ranks(process, 4, tmp_path / "run" / "metrics.jsonl", _group_members)
     wait_for(lambda: len(_logged_steps(tmp_path / "run")) >= 2 or process.poll() is not None, 300, "steps timed")
     assert process.poll() is None, process.communicate()[1]
     os.kill(ranks[2], signal.SIGSTOP)

@@ -9,7 +9,7 @@ decomposition with the meter's error.
 
 from __future__ import annotations
 
-import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,7 @@ from abtune.methods.ab import lowrank
 from abtune.models import build_model
 from abtune.runfiles import read_summary
 from abtune.strict_device import STRICT_DEVICE_VARIABLE, is_foreign, strict_devices
-from tests.conftest import run_cli, write_config
+from tests.conftest import CliResult, write_config
 
 STEPS = 20  # AB: warmup 4 steps, then decompose, train A/B, sync every step; PowerSGD compresses from 10
 
@@ -78,14 +78,15 @@ def test_factored_layers_keep_every_tensor_on_the_run_device() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", METHOD_NAMES)
-def test_every_method_trains_end_to_end_in_strict_device_mode(tmp_path: Path, method: str) -> None:
+def test_every_method_trains_end_to_end_in_strict_device_mode(tmp_path: Path, method: str,
+                                                             abtune_main_fd: Callable[..., CliResult]) -> None:
+    """`abtune train` in this process (its ranks are processes, forked warm, that inherit the variable)."""
     factor_every_weight = {"rank_cap": None} if method.startswith("ab") else {}  # the factored layers run
     config = write_config(tmp_path / "run.yaml", method={"name": method, **factor_every_weight},
                           train={"steps": STEPS, "eval_every": STEPS // 2, "checkpoint_every": STEPS // 2})
     run_dir = tmp_path / "run"
-    env = {**os.environ, STRICT_DEVICE_VARIABLE: "1"}
-    result = run_cli("train", str(config), "--nproc", "2", "--ranks-per-node", "1", "--run-dir", str(run_dir),
-                     "--no-tracking", env=env, check=False)
+    result = abtune_main_fd("train", str(config), "--nproc", "2", "--ranks-per-node", "1", "--run-dir", str(run_dir),
+                            "--no-tracking", env={STRICT_DEVICE_VARIABLE: "1"})
     assert result.returncode == 0, result.stderr
     summary = read_summary(run_dir).raw
     assert summary["strict_device"] is True

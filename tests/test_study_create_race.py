@@ -17,37 +17,64 @@ import yaml
 
 from abtune.cli import main
 from abtune.study import lifecycle, storage
-from tests.conftest import REPO, wait_for, with_checkout_on_path
+from tests.conftest import REPO, with_checkout_on_path
 
 pytest_plugins = ["tests.postgres.fixture"]
 
 QUICKSTART = REPO / "studies" / "quickstart.yaml"
 NOTHING_TO_DO = "with this definition; nothing to do"
 
-# Each process imports abtune, then waits for the go file, so that all of them reach the storage together.
+# One process imports abtune and what `study create` imports (its cost estimate builds the model: torch,
+# torchvision; 4-5 s of CPU), then forks the racers, each its own process with its own connections, opened after
+# the fork; each waits for the go file, so that all of them reach the storage together, and leaves its output in
+# files of its own. Each racer ends with os._exit: the parent's exit handlers are not its own.
 AT_ONCE = textwrap.dedent("""
-    import os, sys, time
+    import os, sys, time, traceback
     from abtune.cli import main
-    go = sys.argv[1]
-    while not os.path.exists(go):
-        time.sleep(0.01)
-    sys.exit(main(sys.argv[2:]))
+    import abtune.data, abtune.models, abtune.study.cost, psutil
+    assert psutil.Process().num_threads() == 1, "a fork would lose the other threads' locks"
+    go, folder, count, args = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+    racers = []
+    for racer in range(count):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                for fd, name in ((1, "out"), (2, "err")):
+                    os.dup2(os.open(os.path.join(folder, f"{racer}.{name}"), os.O_WRONLY | os.O_CREAT), fd)
+                while not os.path.exists(go):
+                    time.sleep(0.01)
+                code = main(args)
+            except SystemExit as done:
+                code = done.code if isinstance(done.code, int) else int(done.code is not None)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        racers.append(pid)
+    print("ready", flush=True)
+    print(" ".join(str(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])) for pid in racers), flush=True)
 """)
 
 
-def _create_at_once(tmp_path: Path, study_files: list[Path], url: str) -> list[subprocess.CompletedProcess[str]]:
-    go = tmp_path / "go"
-    env = {**with_checkout_on_path(os.environ), "COLUMNS": "200"}
-    processes = [subprocess.Popen([sys.executable, "-c", AT_ONCE, str(go), "study", "create", str(path),
-                                   "--storage", url], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for path in study_files]
-    wait_for(lambda: all(p.poll() is None for p in processes), 60, "the processes to start")
+def _create_at_once(tmp_path: Path, study_file: Path, count: int, url: str) -> list[subprocess.CompletedProcess[str]]:
+    go, folder = tmp_path / "go", tmp_path / "racers"
+    folder.mkdir()
+    # one OpenMP thread, as the warm rank server's: torch's import starts no thread then, and the parent forks
+    env = {**with_checkout_on_path(os.environ), "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
+    args = ["study", "create", str(study_file), "--storage", url]
+    parent = subprocess.Popen([sys.executable, "-c", AT_ONCE, str(go), str(folder), str(count), *args], cwd=tmp_path,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    assert parent.stdout.readline() == "ready\n", parent.communicate(timeout=60)[1]
     go.touch()
-    results = []
-    for process in processes:
-        out, err = process.communicate(timeout=300)
-        results.append(subprocess.CompletedProcess(process.args, process.returncode, out, err))
-    return results
+    codes, err = parent.communicate(timeout=300)
+    assert parent.returncode == 0 and err == "", err
+    return [subprocess.CompletedProcess(args, int(code), (folder / f"{racer}.out").read_text(),
+                                        (folder / f"{racer}.err").read_text())
+            for racer, code in enumerate(codes.split())]
 
 
 def _check_one_created_the_rest_nothing_to_do(results: list[subprocess.CompletedProcess[str]], url: str) -> None:
@@ -64,12 +91,12 @@ def _check_one_created_the_rest_nothing_to_do(results: list[subprocess.Completed
 @pytest.mark.slow
 def test_four_creates_at_once_on_a_fresh_sqlite_file(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
-    _check_one_created_the_rest_nothing_to_do(_create_at_once(tmp_path, [QUICKSTART] * 4, url), url)
+    _check_one_created_the_rest_nothing_to_do(_create_at_once(tmp_path, QUICKSTART, 4, url), url)
 
 
 @pytest.mark.slow
 def test_four_creates_at_once_on_postgresql(tmp_path: Path, postgres_db_url: str) -> None:
-    _check_one_created_the_rest_nothing_to_do(_create_at_once(tmp_path, [QUICKSTART] * 4, postgres_db_url),
+    _check_one_created_the_rest_nothing_to_do(_create_at_once(tmp_path, QUICKSTART, 4, postgres_db_url),
                                               postgres_db_url)
 
 

@@ -5,14 +5,13 @@ tests/test_study_screenshots.py."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from abtune.tracking.records import (
 )
 from abtune.tracking.servers import Service, start_mlflow_server, stop, wait_ready
 from abtune.training.hooks import hook_spec, read_metrics, write_hook_specs
-from tests.conftest import run_cli, write_config
+from tests.conftest import CliResult, run_cli, write_config
 from tests.gate import gate
 
 pytestmark = pytest.mark.slow
@@ -51,13 +50,15 @@ def _history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, flo
 
 
 def test_abtune_train_records_params_metrics_and_plots_in_the_default_store(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, abtune_main_fd: Callable[..., CliResult]) -> None:
+    """In this process (MLflow imported once; `abtune train` through its entry point: the next test)."""
     for name in NO_TRACKING_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     config = write_config(tmp_path / "run.yaml", **AB_RUN)
-    result = run_cli("train", str(config), "--nproc", "2", "--ranks-per-node", "1", "--run-dir", "run",
-                     "--set", "train.cluster=paper-a100-hdr200", cwd=tmp_path,
-                     env={**os.environ, "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "0.2"})
+    result = abtune_main_fd("train", str(config), "--nproc", "2", "--ranks-per-node", "1", "--run-dir", "run",
+                            "--set", "train.cluster=paper-a100-hdr200", cwd=tmp_path,
+                            env={"MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "0.2"})
+    assert result.returncode == 0, result.stderr
     summary = read_summary(tmp_path / "run").raw
     assert (tmp_path / "mlflow.db").is_file() and (tmp_path / "mlartifacts" / "tiny").is_dir()
     assert "control" not in summary["traffic"]["by_phase"]  # tracking adds no collective

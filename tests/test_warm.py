@@ -3,6 +3,7 @@ abtune once behave as ranks started cold, on real gloo runs of 2 ranks."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -19,12 +20,14 @@ from abtune.launch import fabric, local, warm
 from abtune.launch.profiles import FabricProfile
 from abtune.rundir import prepare_run_dir
 from abtune.runfiles import read_summary
+from tests import warm_fixture
 from tests.conftest import write_config
 
 NPROC = 2
 session_server = pytest.mark.skipif(not warm.enabled(), reason="the suite runs cold (ABTUNE_WARM_START=0)")
 AB = {"name": "ab", "warmup_frac": 0.25, "ab_frac": 0.25, "rebound_frac": 0.5, "lr_rebound_frac": 0.5,
       "sigma_cutoff": 0.3}
+warm_server = warm_fixture.warm_server  # the session's server (a fresh one imports torch and MLflow again)
 
 
 @pytest.fixture
@@ -45,11 +48,26 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], warm.WarmR
 
 @pytest.fixture
 def own_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A server of this test's own (not the session's), so that what it served is all this test's."""
+    """A server of this test's own (not the session's), so that what it served is all this test's; it ends
+    with its owner."""
+    with _owner(monkeypatch, start=True) as path:
+        yield path
+
+
+@pytest.fixture
+def own_owner(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """This test owns the server that ranks started under it would fork from, none started yet (a fresh
+    server's imports are seconds of CPU, and its stop waits for them)."""
+    with _owner(monkeypatch, start=False) as path:
+        yield path
+
+
+@contextlib.contextmanager
+def _owner(monkeypatch: pytest.MonkeyPatch, start: bool) -> Iterator[Path]:
     monkeypatch.delenv(warm.SOCKET_VARIABLE, raising=False)
     monkeypatch.delenv(warm.WARM_VARIABLE, raising=False)
     monkeypatch.delenv(warm.OWNER_VARIABLE, raising=False)
-    with warm.owned_server(start=True, wait=True) as path:
+    with warm.owned_server(start=start, wait=True) as path:
         assert path is not None
         yield path
     assert not path.parent.exists()
@@ -89,10 +107,10 @@ def _without_times(value: Any) -> Any:
 
 @pytest.mark.slow  # trains: left out of the fast subset
 def test_warm_ranks_equal_cold_ones_and_carry_nothing_into_the_next_run(
-        tmp_path: Path, own_server: Path, started: list[tuple[list[str], warm.WarmRank]],
+        tmp_path: Path, warm_server: None, started: list[tuple[list[str], warm.WarmRank]],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Run B cold; then, in one warm server, run A (another seed and method) and B again: B's summary
-    is B's cold one, value for value. The server ends with its owner (checked by `own_server`)."""
+    is B's cold one, value for value. (That a server ends with its owner: `own_server`.)"""
     b = {"method": AB, "seed": 3}
     with monkeypatch.context() as cold:
         cold.setenv(warm.WARM_VARIABLE, "0")
@@ -143,7 +161,7 @@ def test_a_killed_rank_fails_only_its_run(tmp_path: Path, started: list[tuple[li
 
 @pytest.mark.slow  # trains: left out of the fast subset
 def test_ranks_of_an_emulated_node_start_warm_inside_its_namespace(
-        tmp_path: Path, own_server: Path, started: list[tuple[list[str], warm.WarmRank]],
+        tmp_path: Path, warm_server: None, started: list[tuple[list[str], warm.WarmRank]],
         monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
     """Each warm rank moves itself into its node's namespace as `ip netns exec` would (network, /sys and
     /etc/hosts): its bytes cross the emulated link, and its summary is the cold rank's, value for value."""
@@ -184,7 +202,7 @@ def test_a_python_path_with_another_abtune_starts_cold(tmp_path: Path, own_serve
 
 
 @pytest.mark.slow  # trains: left out of the fast subset
-def test_a_command_in_a_session_of_its_own_owns_a_server(tmp_path: Path, own_server: Path) -> None:
+def test_a_command_in_a_session_of_its_own_owns_a_server(tmp_path: Path, own_owner: Path) -> None:
     """A server refuses ranks of a launcher in another session (their process group cannot join it), so
     a command started in a new session (`study run` from a terminal) owns a server of its own and its
     ranks start warm; in the owner's session the outer server is used."""
@@ -200,7 +218,7 @@ def test_a_command_in_a_session_of_its_own_owns_a_server(tmp_path: Path, own_ser
 
     assert owned(new_session=False) == "None"
     path = owned(new_session=True)
-    assert path != "None" and path != str(own_server)
+    assert path != "None" and path != str(own_owner)
     assert not Path(path).parent.exists()  # the command's server ended with it
 
 

@@ -623,14 +623,17 @@ def _private_folder(folder: Path) -> bool:
     return info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) & 0o077 == 0
 
 
-def serve(path: Path, owner: int) -> None:
+def serve(path: Path, owner: int) -> NoReturn:
+    """Serve until stopped, then end without finalizing the interpreter: with torch, torchvision and MLflow
+    imported, Python's finalization took seconds of CPU (6 s under load) that its owner waits for; every rank
+    has ended by then and the server has removed its files."""
     if not _private_folder(path.parent):
         raise SystemExit(f"abtune warm server: {path.parent} is not a private folder of this user")
-    try:
-        server = Server(path, owner)
-    except ProcessLookupError:  # the owner ended before the server started
-        return
-    server.serve()
+    with contextlib.suppress(ProcessLookupError):  # the owner ended before the server started
+        Server(path, owner).serve()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
