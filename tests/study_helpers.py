@@ -84,15 +84,3 @@ def draw(url: str, trials: int, barrier: Any = None, name: str = "tiny") -> list
     if barrier is not None:
         barrier.wait(timeout=300)
     return [runner.study.ask(runner.distributions).params for _ in range(trials)]
-
-
-def draw_at_once(url: str, workers: int) -> list[dict[str, Any]]:
-    """The first parameters of `workers` workers in processes of their own, released at the same instant."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    context = multiprocessing.get_context("spawn")
-    with context.Manager() as manager, ProcessPoolExecutor(workers, mp_context=context) as pool:
-        barrier = manager.Barrier(workers)
-        futures = [pool.submit(draw, url, 1, barrier) for _ in range(workers)]
-        return [future.result(timeout=600)[0] for future in futures]

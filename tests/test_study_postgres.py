@@ -8,9 +8,12 @@ either the test skips.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -23,7 +26,7 @@ from abtune.study import results
 from abtune.study.storage import open_storage
 from abtune.tracking import open_tracking
 from tests.conftest import CliResult
-from tests.study_helpers import TINY_BASE, draw, draw_at_once, start_run, trials_of, write_study
+from tests.study_helpers import TINY_BASE, draw, start_run, trials_of, write_study
 
 if (Path(__file__).parent / "postgres" / "fixture.py").exists():
     pytest_plugins = ["tests.postgres.fixture"]
@@ -124,12 +127,12 @@ def _tables(url: str) -> set[str]:
 def test_mlflow_on_the_database_optuna_set_up_ends_in_one_line_that_asks_for_a_database_of_its_own(
         tmp_path: Path, fresh_database_url: str, abtune_main: Callable[..., CliResult]) -> None:
     """Both keep their schema version in `alembic_version`: MLflow stops on Optuna's revision ("Can't locate
-    revision") after writing its tables beside Optuna's. abtune refuses first, for a run and for the UI (through
-    the installed command); a database where an earlier MLflow already wrote its tables gets the same line (in this
-    process: a new Python costs seconds of imports)."""
+    revision") after writing its tables beside Optuna's. abtune refuses first, for a run and for the UI; a database
+    where an earlier MLflow already wrote its tables gets the same line (in this process: a new Python costs seconds
+    of imports; the installed command's one-line errors have their tests in test_ui.py and test_cli_errors.py)."""
     from mlflow import MlflowClient
 
-    from tests.conftest import run_cli, write_config
+    from tests.conftest import write_config
 
     url, password = as_in_the_readme(fresh_database_url), make_url(fresh_database_url).password
     open_storage(url, create=True).create_new_study([StudyDirection.MAXIMIZE], "shared")  # what study create does
@@ -139,9 +142,8 @@ def test_mlflow_on_the_database_optuna_set_up_ends_in_one_line_that_asks_for_a_d
                 f"{make_url(url).host}:{make_url(url).port}/{make_url(url).database}: another program set it up first "
                 "(schema revision ")
 
-    def refused(*args: str, in_process: bool = False) -> None:
-        command = (*args, "--tracking-uri", url)
-        result = abtune_main(*command, cwd=tmp_path) if in_process else run_cli(*command, cwd=tmp_path, check=False)
+    def refused(*args: str) -> None:
+        result = abtune_main(*args, "--tracking-uri", url, cwd=tmp_path)
         assert result.returncode == 2, result.stderr
         assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(expected), result.stderr
         assert "give MLflow a database of its own" in result.stderr and password not in result.stdout + result.stderr
@@ -154,22 +156,36 @@ def test_mlflow_on_the_database_optuna_set_up_ends_in_one_line_that_asks_for_a_d
     with pytest.raises(Exception, match="Can't locate revision"):  # as an earlier abtune (or MLflow itself) left it
         MlflowClient(fresh_database_url).search_experiments()
     assert "experiments" in _tables(fresh_database_url)
-    refused("train", str(config), "--run-dir", str(tmp_path / "run"), in_process=True)
-    refused("ui", in_process=True)
+    refused("train", str(config), "--run-dir", str(tmp_path / "run"))
+    refused("ui")
 
 
 NO_REFERENCES = {"paper_defaults": False, "ddp": False}  # every trial sampled
 AT_ONCE = 3
 
 
+@pytest.fixture(scope="module")
+def drawing_workers() -> Iterator[tuple[ProcessPoolExecutor, Any]]:
+    """AT_ONCE worker processes and a barrier's manager, for every storage here: each new Python imports the
+    study runner (seconds of CPU), so they are started once. A barrier of AT_ONCE holds each worker until all
+    have read the storage, so the AT_ONCE draws of a round run in AT_ONCE processes of their own."""
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, ProcessPoolExecutor(AT_ONCE, mp_context=context) as pool:
+        yield pool, manager
+
+
 @pytest.mark.parametrize("storage", ["sqlite", "postgresql"])
 def test_workers_released_at_the_same_instant_draw_parameters_of_their_own(
-        tmp_path: Path, storage: str, request: pytest.FixtureRequest, abtune_main: Callable[..., CliResult]) -> None:
+        tmp_path: Path, storage: str, request: pytest.FixtureRequest, abtune_main: Callable[..., CliResult],
+        drawing_workers: tuple[ProcessPoolExecutor, Any]) -> None:
     url = f"sqlite:///{tmp_path}/optuna.db" if storage == "sqlite" else \
         as_in_the_readme(str(request.getfixturevalue("fresh_database_url")))
     study = write_study(tmp_path / "s.yaml", references=NO_REFERENCES)
     assert abtune_main("study", "create", str(study), "--storage", url).returncode == 0
-    draws = draw_at_once(url, AT_ONCE)
+    pool, manager = drawing_workers
+    barrier = manager.Barrier(AT_ONCE)
+    futures = [pool.submit(draw, url, 1, barrier) for _ in range(AT_ONCE)]
+    draws = [future.result(timeout=600)[0] for future in futures]
     assert len({tuple(sorted(d.items())) for d in draws}) == AT_ONCE, draws
 
 

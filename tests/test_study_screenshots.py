@@ -6,7 +6,7 @@ as a PNG in $ABTUNE_SCREENSHOT_DIR if set (pytest removes old tmp_path folders),
 and its DOM checked for what the study stored.
 
 `abtune ui` without options finds the folder's stores, serves both dashboards and, on Ctrl-C, stops them.
-One study and one `abtune ui` serve every test here (module fixtures): a real `abtune study run` of two trials
+One study, one `abtune ui` and one chromium serve every test here (module fixtures): a real `abtune study run` of two trials
 (DDP and one searched) with the default stores of its folder, whose learning rate is too small to move the
 model, the searched trial keeping (almost) every singular value: it ends on DDP's top-1 or close, so the study
 most likely recommends it; the tests check what is shown either way.
@@ -90,6 +90,17 @@ def ui_lines(ui: tuple[subprocess.Popen[str], list[str]]) -> list[str]:
     return ui[1]
 
 
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[browser.Session]:
+    """One chromium for every page here (a start-up and the MLflow UI's scripts paid once)."""
+    browser.chromium()  # skip (or fail in CI) where no browser can run
+    session = browser.Session(tmp_path_factory.mktemp("chromium-profile"))
+    try:
+        yield session
+    finally:
+        session.close()
+
+
 def test_abtune_ui_without_options_serves_both_dashboards(finished_study: tuple[Path, dict[str, str]],
                                                          ui: tuple[subprocess.Popen[str], list[str]]) -> None:
     """`abtune ui` in the folder a study ran in finds both stores there and serves both dashboards, each
@@ -117,7 +128,8 @@ def _text(dom: str) -> str:
 
 
 def test_mlflow_and_optuna_dashboard_show_the_study_and_its_answer(
-        finished_study: tuple[Path, dict[str, str]], ui_lines: list[str], tmp_path: Path) -> None:
+        finished_study: tuple[Path, dict[str, str]], ui_lines: list[str], pages: browser.Session,
+        tmp_path: Path) -> None:
     folder, _ = finished_study
     study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{folder / 'optuna.db'}")
     answer = recommendation.current(study)
@@ -135,9 +147,8 @@ def test_mlflow_and_optuna_dashboard_show_the_study_and_its_answer(
     (ddp,) = [r for r in runs.values() if r.data.tags.get("abtune.reference") == "ddp"]
 
     addresses = _service_addresses(ui_lines)
-    profile = tmp_path / "chromium-profile"
     ui = addresses["MLflow"]
-    pages = {
+    urls = {
         # MLflow 3.17 opens an experiment linked without parameters (its own list) in its GenAI view,
         # whatever the experiment's kind (a screenshot, no assertion: docs/mlflow.md); abtune ui's link does not
         "mlflow-experiment-from-list.png": f"{ui}/#/experiments/{experiment.experiment_id}",
@@ -148,15 +159,15 @@ def test_mlflow_and_optuna_dashboard_show_the_study_and_its_answer(
                                             f"{chosen.info.run_id}"} if within else {}),
     }
     trial_runs = [r.info.run_id for r in runs.values() if r.data.tags.get("abtune.role") == "trial"]
-    pages["mlflow-compare-trials.png"] = (f"{ui}/#/compare-runs?runs={quote(json.dumps(trial_runs))}"
+    urls["mlflow-compare-trials.png"] = (f"{ui}/#/compare-runs?runs={quote(json.dumps(trial_runs))}"
                                           f"&experiments={quote(json.dumps([experiment.experiment_id]))}")
-    doms = {name: browser.render(url, _shot(tmp_path, name), profile) for name, url in pages.items()}
+    doms = {name: pages.render(url, _shot(tmp_path, name)) for name, url in urls.items()}
     dashboard = addresses["optuna-dashboard"]
     study_id = study._study_id
     for name, path in (("optuna-study.png", f"/dashboard/studies/{study_id}"),
                        ("optuna-note.png", f"/dashboard/studies/{study_id}/note"),  # the study's note: its own tab
                        ("optuna-trials.png", f"/dashboard/studies/{study_id}/trials")):
-        doms[name] = browser.render(dashboard + path, _shot(tmp_path, name), profile)
+        doms[name] = pages.render(dashboard + path, _shot(tmp_path, name))
     print(f"screenshots: {_shot(tmp_path, '')}")
     text = {name: _text(dom) for name, dom in doms.items()}
 
@@ -196,7 +207,8 @@ def _experiment_links(lines: list[str]) -> dict[str, str]:
 
 
 def test_the_study_experiment_opens_on_its_trials_and_their_results(
-        finished_study: tuple[Path, dict[str, str]], ui_lines: list[str], tmp_path: Path) -> None:
+        finished_study: tuple[Path, dict[str, str]], ui_lines: list[str], pages: browser.Session,
+        tmp_path: Path) -> None:
     """The experiment link `abtune ui` prints opens the runs table on the trials, their results first, best final
     top-1 first; a trial's name says what it is and its results are the first section of its metrics tab."""
     folder, _ = finished_study
@@ -214,9 +226,9 @@ def test_the_study_experiment_opens_on_its_trials_and_their_results(
     links = _experiment_links(ui_lines)
     assert set(links) == {"tiny"}
     screenshot = _shot(tmp_path, "mlflow-study-experiment.png")
-    dom = browser.render(links["tiny"], screenshot, tmp_path / "chromium-profile")
+    dom = pages.render(links["tiny"], screenshot)
     page = links["tiny"].split("/runs?")[0] + f"/runs/{ddp.info.run_id}/model-metrics"
-    trial_dom = browser.render(page, screenshot.with_name("mlflow-trial-metrics.png"), tmp_path / "chromium-profile")
+    trial_dom = pages.render(page, screenshot.with_name("mlflow-trial-metrics.png"))
     print(f"screenshot of the study experiment: {screenshot}")
 
     assert "Overview" not in dom and "Error loading shared view state" not in dom  # the model-training view
