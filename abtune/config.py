@@ -8,10 +8,10 @@ that trackers record as parameters.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from abtune.errors import ConfigError
@@ -182,7 +182,7 @@ def load_run_config(path: Path, overrides: dict[str, Any] | None = None) -> RunC
 
 def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """Return a copy of `raw` with dotted keys (`method.sigma_cutoff`) set."""
-    result = yaml.safe_load(yaml.safe_dump(raw))  # deep copy of plain data
+    result = copy.deepcopy(raw)
     for dotted, value in overrides.items():
         node = result
         *parents, leaf = dotted.split(".")

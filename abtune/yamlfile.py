@@ -16,8 +16,8 @@ import yaml
 from abtune.errors import ConfigError
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a mapping with the same key twice instead of keeping the last value."""
+class _UniqueKeys:
+    """A SafeLoader's constructor that refuses a mapping with the same key twice instead of keeping the last value."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, yaml.Mark] = {}
@@ -30,7 +30,18 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     None, None, f"key {key!r} appears twice (first on line {seen[key].line + 1})", key_node.start_mark
                 )
             seen[key] = key_node.start_mark
-        return super().construct_mapping(node, deep=deep)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[misc]
+
+
+class _UniqueKeyLoader(_UniqueKeys, yaml.SafeLoader):
+    """Pure Python: the wording of every syntax error."""
+
+
+# libyaml's parser, where PyYAML has it, reads a file several times faster (abtune reads its configs and study
+# files often: every study command, every trial); a text it refuses is parsed again by the pure-Python loader,
+# whose message is the one shown, so that the message does not depend on how PyYAML was built. A text with a tab
+# goes to the pure-Python loader only: libyaml takes `key:<tab>value`, which the pure-Python one refuses.
+_FAST_LOADER = type("_FastUniqueKeyLoader", (_UniqueKeys, yaml.CSafeLoader), {}) if yaml.__with_libyaml__ else None
 
 
 def read_yaml(path: Path, expected: type = dict) -> Any:
@@ -47,6 +58,11 @@ def read_yaml(path: Path, expected: type = dict) -> Any:
 
 def parse_yaml(text: str, source: str) -> Any:
     """`text` parsed as YAML; a syntax error is one line that starts with `source:LINE:COL:`."""
+    if _FAST_LOADER is not None and "\t" not in text:
+        try:
+            return yaml.load(text, Loader=_FAST_LOADER)  # noqa: S506 (a SafeLoader)
+        except yaml.YAMLError:
+            pass  # worded below
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except yaml.reader.ReaderError as error:

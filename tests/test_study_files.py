@@ -174,14 +174,15 @@ def test_base_from_a_file_with_overrides(tmp_path: Path) -> None:
 
 
 def test_the_installed_command_creates_and_lists(tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
-    """Through the installed command: `study create`, `list` and `status` (`study best`'s is test_terminal_tables.py's)."""
+    """`study create` through the installed command (`study best`'s is test_terminal_tables.py's); `list` and
+    `status` read what it stored in process (a new Python for each added only its imports)."""
     study = write_study(tmp_path / "s.yaml")
     run_cli("study", "create", str(study), cwd=tmp_path)
     assert (tmp_path / "optuna.db").exists()
-    listing = run_cli("study", "list", cwd=tmp_path).stdout
-    assert "tiny" in listing and "top1" in listing
-    status = run_cli("study", "status", "tiny", cwd=tmp_path).stdout
-    assert "budget 0/4 finished; waiting 2" in status
+    listing = abtune_main("study", "list", cwd=tmp_path)
+    assert listing.returncode == 0 and "tiny" in listing.stdout and "top1" in listing.stdout
+    status = abtune_main("study", "status", "tiny", cwd=tmp_path)
+    assert status.returncode == 0 and "budget 0/4 finished; waiting 2" in status.stdout
     missing = abtune_main("study", "best", "nope", cwd=tmp_path)
     assert missing.returncode == 2 and "no study named 'nope'" in missing.stderr and "studies there: tiny" in missing.stderr
 
