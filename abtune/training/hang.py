@@ -43,9 +43,9 @@ SILENT_S = 2.5
 REPORT_AFTER_S = SILENT_S + CHECK_SECONDS  # a frozen peer is silent for longer than SILENT_S by then
 READ_TIMEOUT_S = 5.0  # the rendezvous store's answer; none means its rank, node or the link to it stopped
 # Rank 0 serves the store: a hung rank 0 ends only once its peers have stopped using it (a store that dies
-# under a peer still publishing or reading makes c10d print a stack on the terminal), or after its own bound
-# and this much again, in case a peer outlives it; the launcher or srun ends it sooner, as soon as another
-# rank has ended.
+# under a peer still publishing or reading makes c10d print a stack on the terminal), or after the hang floor
+# (train.hang.floor_s) and this much again, in case a peer outlives it; the launcher or srun ends it sooner, as
+# soon as another rank has ended.
 STORE_LINGER_S = REPORT_AFTER_S + 2 * CHECK_SECONDS
 UNKNOWN_CAUSE = "a peer, its node or the link between them stopped responding"
 
@@ -88,6 +88,10 @@ class Heard:
     @classmethod
     def from_json(cls, text: str) -> Heard:
         return cls(**json.loads(text))
+
+    def silent(self, now: float) -> bool:
+        """Not heard from for longer than SILENT_S at wall-clock `now`: ended, frozen or cut off."""
+        return now - self.at > SILENT_S
 
 
 class ProgressBoard(Protocol):
@@ -147,7 +151,7 @@ def describe_hang(overrun: Overrun, me: RankId, heard: Sequence[Heard | None] | 
                                  f"{READ_TIMEOUT_S:g} s: it, its node or the link to it stopped responding")
     known = [h for h in heard if h is not None]
     never = [rank for rank, h in enumerate(heard) if h is None]
-    silent = [h for h in known if not h.noticed and now - h.at > SILENT_S]
+    silent = [h for h in known if not h.noticed and h.silent(now)]
     culprits = silent or ([] if never else _outside_collectives(known))
     if not culprits and not never:
         return overrun.alone(me)
@@ -275,9 +279,7 @@ class HangDetector:
         self._noticed = True
         self._publish_now.set()
         time.sleep(max(0.0, REPORT_AFTER_S - (self._clock() - overrun.work.started)))
-        records = _within(READ_TIMEOUT_S, board.read)
-        heard = None if records is None else [None if r is None else Heard.from_json(r) for r in records]
-        return describe_hang(overrun, self.me, heard, self._wall())
+        return describe_hang(overrun, self.me, _read(board), self._wall())
 
     # --- the threads ------------------------------------------------------------------------
     def start(self, on_hang: Callable[[str], None], board: ProgressBoard | None = None) -> None:
@@ -321,14 +323,20 @@ def until_peers_leave(board: ProgressBoard, me: int, limit_s: float) -> None:
     A peer that noticed the hang too reads the board and ends; one that has not yet keeps publishing."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        records = _within(READ_TIMEOUT_S, board.read)
-        if records is None:
+        heard = _read(board)
+        if heard is None:
             return
         now = time.time()
-        peers = [Heard.from_json(record) for rank, record in enumerate(records) if rank != me and record is not None]
-        if all(now - peer.at > SILENT_S for peer in peers):
+        if all(peer.silent(now) for rank, peer in enumerate(heard) if rank != me and peer is not None):
             return
         time.sleep(CHECK_SECONDS)
+
+
+def _read(board: ProgressBoard) -> list[Heard | None] | None:
+    """Every rank's last record on `board` (None: none published), or None when the store gives no answer
+    within READ_TIMEOUT_S."""
+    records = _within(READ_TIMEOUT_S, board.read)
+    return None if records is None else [None if r is None else Heard.from_json(r) for r in records]
 
 
 def _within(seconds: float, read: Callable[[], list[str | None]]) -> list[str | None] | None:
