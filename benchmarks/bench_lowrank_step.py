@@ -1,7 +1,7 @@
 """Step time of AB's factored phase against a dense step, one process, no collectives.
 
     python benchmarks/bench_lowrank_step.py [--models quickstart,minivit,vit_b_16] [--repeats 5] [--steps 3]
-        [--ranks-from RUN_DIR/summary.json] [--threads 1]
+        [--ranks-from RUN_DIR/summary.json] [--threads 1] [--batch N] [--precision bf16|fp32]
 
 A step is forward, backward, AdamW and zero_grad, as a rank trains it (the step of
 benchmarks/calibrate_cluster.py). Arms, timed interleaved (every repeat times each arm in turn, so load that comes and goes hits
@@ -15,7 +15,9 @@ all of them):
 Ranks: the quickstart at the ranks its own run chose at its first decomposition (the `--ranks-from`
 summary's, or those of `abtune train studies/run_quickstart.yaml --nproc 4 --ranks-per-node 2`: ranks
 11-36 of 96), the mini ViT (CIFAR-100 shape) and ViT-B/16 (224 px) at a quarter of each weight's full rank.
-On a CUDA machine it runs the GPU in bf16 autocast, else the CPU in fp32. Prints each arm's training-mode
+On a CUDA machine it runs the GPU in bf16 autocast (`--precision fp32` for full precision), else the CPU in
+fp32. `--batch` replaces every model's local batch (the defaults are sized for a CPU; a GPU step at batch 4 is
+bound by kernel launches, not by the arithmetic AB removes). Prints each arm's training-mode
 forward FLOPs against dense (torch's flop counter, independent of load), the median step time of each arm, the spread of the repeats (min-max), each arm's median ratio to dense over the repeats, and
 `uptime` before and after: a loaded machine's numbers are not results.
 """
@@ -93,12 +95,13 @@ def forward_flops(model: nn.Module, info: DatasetInfo, batch: int) -> int:
 
 def bench_model(name: str, args: argparse.Namespace, device: torch.device) -> list[str]:
     cfg, info, batch = MODELS[name]
+    batch = args.batch or batch
     dense = build_model(cfg, info).to(device)
     refs = lowrank.eligible_weights(dense)
     ranks = quickstart_ranks(args.ranks_from) if name == "quickstart" else quarter_ranks(dense, refs)
     arms = {"dense": dense, "ab (thin)": factored(dense, ranks, None), "ab (A·B)": factored(dense, ranks, False)}
     flops = {arm: forward_flops(model, info, batch) for arm, model in arms.items()}
-    precision = "bf16" if device.type == "cuda" else "fp32"
+    precision = args.precision if device.type == "cuda" else "fp32"
     steps = {arm: training_step(model, info, precision, batch, device) for arm, model in arms.items()}
     for step in steps.values():
         for _ in range(WARMUP_STEPS):
@@ -128,10 +131,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="steps timed together in each repeat")
     parser.add_argument("--ranks-from", type=Path, default=None, help="a quickstart run's summary.json")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1, as abtune's local ranks)")
+    parser.add_argument("--batch", type=int, default=None, help="local batch of every model (default: each model's own)")
+    parser.add_argument("--precision", choices=("bf16", "fp32"), default="bf16", help="on a GPU (a CPU runs fp32)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    where = (f"{torch.cuda.get_device_name()}, bf16 autocast" if device.type == "cuda"
+    where = (f"{torch.cuda.get_device_name()}, {args.precision}" if device.type == "cuda"
              else f"CPU, {torch.get_num_threads()} threads, fp32")
     print(f"{where}; {args.repeats} repeats x {args.steps} steps, arms interleaved")
     print("uptime before:", uptime(), flush=True)
