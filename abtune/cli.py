@@ -24,6 +24,7 @@ import yaml
 from abtune import prose
 from abtune.config import RunConfig, load_run_config
 from abtune.errors import INTERRUPTED_EXIT, AbtuneError, ConfigError, TrainingFailed
+from abtune.exiting import exit_after_handlers
 from abtune.launch.base import Job, Launcher, Layout
 from abtune.launch.launchers import JOBS_DIR, load_launcher
 from abtune.launch.profiles import add_launcher_argument, check_fits
@@ -522,5 +523,12 @@ def interruptible() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def entry() -> NoReturn:
+    """The installed `abtune` command (and `python -m abtune.cli`): main(), then an exit that skips Python's
+    finalization, 1-2 s of CPU after a command that imported torch (abtune/exiting.py). An exception that
+    escapes main (a Ctrl-C outside a command's own handling) ends the way Python ends it."""
+    exit_after_handlers(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

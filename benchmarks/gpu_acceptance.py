@@ -128,6 +128,7 @@ def cell_facts(summary: dict[str, Any], seconds: float, peak_bytes: int | None) 
     traffic = summary["traffic"]["by_phase"]
     return {"ok": True, "steps_done": summary["steps_done"], "ms_per_step_by_phase": phases, "steps_by_phase": steps,
             "phase_order": [p for p, _ in timing["phase_starts"]], "decompositions": len(summary.get("decompositions", [])),
+            "factored_weights": max((len(d["ranks"]) for d in summary.get("decompositions", [])), default=0),
             "traffic_phases": sorted(traffic), "top1": summary["final"]["val_top1"],
             "skipped_steps": summary["precision"]["skipped_steps"], "seconds": round(seconds, 2),
             "peak_memory_mb": None if peak_bytes is None else round(peak_bytes / 2**20, 1)}
@@ -142,6 +143,8 @@ def check_cell(method: str, world: int, facts: dict[str, Any]) -> list[str]:
         order = facts["phase_order"]
         if order.count("ab") < 2 or "rebound" not in order or not facts["decompositions"]:
             problems.append(f"AB's schedule did not cycle: phases {order}, {facts['decompositions']} decompositions")
+        elif not facts.get("factored_weights"):  # every weight kept full rank: the factored layers never ran
+            problems.append("AB factored no weight at any decomposition")
         if method == "ab" and world > 1 and "sync" not in facts["traffic_phases"]:
             problems.append("no sync traffic between AB's groups")
     return problems

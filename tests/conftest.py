@@ -32,8 +32,17 @@ sys.dont_write_bytecode = False
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """abtune compiled once, before any xdist worker or `abtune` process imports it (up to date: stats only)."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
+    """abtune compiled once, before any xdist worker or `abtune` process imports it (up to date: stats only).
+    An xdist worker ends without finalizing Python, as abtune's processes do (abtune/exiting.py): with torch,
+    MLflow and a session's tests loaded, the teardown took seconds, which the main process waited for after the
+    last test. Registered before the tests' own exit handlers, it runs after them."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import atexit
+
+        from abtune.exiting import exit_without_finalizing
+
+        atexit.register(exit_without_finalizing, 0)
+    else:
         import compileall
 
         compileall.compile_dir(REPO / "abtune", quiet=2)

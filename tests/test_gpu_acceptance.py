@@ -47,6 +47,7 @@ def test_cpu_path_trains_every_method_calibrates_and_predicts(tmp_path: Path, be
     assert all(cell["ok"] and cell["world"] == 2 and cell["backend"] == "gloo" for cell in cells.values())
     ab = cells["ab"]
     assert ab["phase_order"].count("ab") >= 2 and "rebound" in ab["phase_order"] and ab["decompositions"] >= 2
+    assert ab["factored_weights"] > 0 and cells["ab-nogroups"]["factored_weights"] > 0  # the factored layers ran
     assert "sync" in ab["traffic_phases"]
     assert {row["model"] for row in report["models"]} == {"vit (tiny)", "small_cnn"}
     assert all(row[phase]["ms_per_step"] > 0 for row in report["models"] for phase in ("dense", "ab"))
@@ -76,8 +77,10 @@ def test_cuda_asked_for_without_one_says_so_in_one_line(bench: ModuleType, monke
 
 def test_a_cell_that_finished_but_did_not_cycle_ab_is_a_failure(bench: ModuleType) -> None:
     cycled = {"steps_done": bench.STEPS, "phase_order": ["warmup", "ab", "rebound", "ab", "rebound"],
-              "decompositions": 2, "traffic_phases": ["ab", "sync", "warmup"]}
+              "decompositions": 2, "factored_weights": 4, "traffic_phases": ["ab", "sync", "warmup"]}
     assert bench.check_cell("ab", 2, cycled) == []
+    assert bench.check_cell("ab-nogroups", 1, {**cycled, "factored_weights": 0}) == [
+        "AB factored no weight at any decomposition"]
     assert bench.check_cell("ab", 2, {**cycled, "traffic_phases": ["ab"]}) == ["no sync traffic between AB's groups"]
     assert bench.check_cell("ab", 1, {**cycled, "traffic_phases": ["ab"]}) == []  # one rank: a sync sends nothing
     flat = {**cycled, "phase_order": ["warmup", "ab"]}

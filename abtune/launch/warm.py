@@ -56,6 +56,7 @@ from typing import Any, NoReturn
 
 import psutil
 
+from abtune.exiting import exit_without_finalizing
 from abtune.launch import netns
 from abtune.launch.base import exported
 from abtune.launch.pids import process_alive
@@ -579,7 +580,7 @@ def _run_worker(args: list[str]) -> int:
     worker = sys.modules[WORKER_MODULE]
     sys.argv = [worker.__file__ or WORKER_MODULE, *args]
     try:
-        worker.exit_without_finalizing(worker.main(args))
+        exit_without_finalizing(worker.main(args))
     except SystemExit as done:  # argparse
         return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
     return 0

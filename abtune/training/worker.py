@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
-import logging
 import os
 import signal
 import sys
@@ -26,6 +25,7 @@ from typing import NoReturn
 
 from abtune.config import load_run_config
 from abtune.errors import AbtuneError, TrainingFailed
+from abtune.exiting import exit_without_finalizing
 from abtune.runfiles import CONFIG_FILE, FAILURES_DIR
 from abtune.runlock import join_run
 from abtune.training.hang import STORE_LINGER_S, ProgressBoard, until_peers_leave
@@ -122,14 +122,6 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         return 1
     return 0
-
-
-def exit_without_finalizing(code: int) -> NoReturn:
-    """See the module's docstring for why a rank does not let Python finalize."""
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 if __name__ == "__main__":

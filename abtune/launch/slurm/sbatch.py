@@ -33,6 +33,7 @@ from submitit.helpers import Checkpointable, DelayedSubmission, TorchDistributed
 from submitit.slurm.slurm import _make_sbatch_string
 
 from abtune import jobenv
+from abtune.exiting import exit_without_finalizing
 from abtune.launch.base import JOBS_DIR, JobVariables, Layout, SubmissionFailed
 from abtune.launch.outcome import RunOutcome
 from abtune.launch.slurm.profile import SlurmProfile
@@ -75,7 +76,7 @@ class RankJob(Checkpointable):
         restarted = int(os.environ.get("SLURM_RESTART_COUNT", "0")) > 0
         export_rank_environment()
         # torch-heavy: imported once the environment is set
-        from abtune.training.worker import exit_without_finalizing, run_rank
+        from abtune.training.worker import run_rank
 
         if os.environ["RANK"] == "0":
             shutil.rmtree(Path(self.run_dir) / FAILURES_DIR, ignore_errors=True)  # left by an earlier attempt
