@@ -16,6 +16,7 @@ import pytest
 from mlflow import MlflowClient
 
 from abtune.attrs import ARTIFACTS_AT_ATTR
+from abtune.study import importance
 from abtune.study import runner as runner_module
 from abtune.study.runner import StudyRunner
 from abtune.study.storage import open_storage
@@ -23,7 +24,7 @@ from abtune.tracking import Tracking, open_tracking
 from abtune.tracking._base import RECOMMENDED_TAG
 from abtune.tracking._mlflow import NOTE_TAG
 from tests.quickstart_fixture import quickstart_study
-from tests.test_published_recommendation import _ran_study, _tagged
+from tests.test_published_recommendation import _even_importances, _ran_study, _tagged
 
 
 @pytest.fixture
@@ -54,6 +55,7 @@ def test_a_study_run_and_each_rebuild_publish_the_answer_once(tmp_path: Path, ml
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     uri = f"sqlite:///{mlflow_db}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setattr(importance, "_importances_of", _even_importances)  # what is published, not its numbers: 40 fits
     runner, runs = _ran_study(tmp_path, 0.95, uri)  # the budget spent: the run rebuilds the plots once and ends
     assert _tagged(uri, runs) == [2]
     # descriptions: the study's when the runner starts, then the rebuild's (the study's text with the new plots)
