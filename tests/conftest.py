@@ -39,13 +39,18 @@ def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import atexit
 
-        from abtune.exiting import exit_without_finalizing
-
-        atexit.register(exit_without_finalizing, 0)
+        atexit.register(_end_worker)
     else:
         import compileall
 
         compileall.compile_dir(REPO / "abtune", quiet=2)
+
+
+def _end_worker() -> None:
+    """Imports abtune only at the end: at configure time pytest-cov has not started measuring yet."""
+    from abtune.exiting import exit_without_finalizing
+
+    exit_without_finalizing(0)
 
 
 def abtune_command() -> list[str]:
