@@ -5,8 +5,8 @@ tearing down thousands of modules and the objects they hold. Nothing a process l
 abtune's processes skip it: they flush what they print and end with os._exit.
 
 A rank skips Python's exit handlers too (training/worker.py says why: a gloo thread finishing after its last
-collective). The `abtune` command runs them first, as a normal exit does (MLflow, submitit and tempfile clean up
-there), and skips only the teardown after them.
+collective). The `abtune` command runs them first, as a normal exit does (MLflow's, and weakref finalizers such as
+tempfile's, run there), and skips only the teardown after them.
 """
 
 from __future__ import annotations
