@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import optuna
 import yaml
-from optuna.trial import FrozenTrial
+from optuna.storages import BaseStorage
+from optuna.trial import FrozenTrial, TrialState
 
 from abtune.study.storage import open_storage
 from tests.conftest import TINY_VIT, abtune_command, with_checkout_on_path
@@ -69,9 +70,23 @@ def signal_group(process: subprocess.Popen[str], sig: signal.Signals) -> None:
 
 def running(url: str, name: str = "tiny") -> list[FrozenTrial]:
     try:
-        return [t for t in trials_of(url, name) if t.state == optuna.trial.TrialState.RUNNING]
+        return [t for t in trials_of(url, name) if t.state == TrialState.RUNNING]
     except Exception:  # the storage is being created by the process under test
         return []
+
+
+@functools.cache
+def _polled_storage(url: str) -> BaseStorage:
+    """One storage per study for a test's polls (wait_for: five a second, for minutes under load): opening one
+    costs 30 ms of CPU."""
+    return open_storage(url)
+
+
+def polled_running(url: str, name: str = "tiny") -> list[FrozenTrial]:
+    """`running(url)` for polls: the storage opened once, and only the running trials read (3 ms of CPU a poll,
+    not 35). The study must exist."""
+    storage = _polled_storage(url)
+    return storage.get_all_trials(storage.get_study_id_from_name(name), deepcopy=False, states=(TrialState.RUNNING,))
 
 
 def draw(url: str, trials: int, barrier: Any = None, name: str = "tiny") -> list[dict[str, Any]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import subprocess
@@ -11,18 +10,16 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
-from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from abtune.attrs import JOB_ATTR, RUN_ID_ATTR
 from abtune.launch.pids import process_alive
 from abtune.study.stop import STOPPED
-from abtune.study.storage import open_storage
 from abtune.training.hooks import read_metrics
 from tests.conftest import CliResult, abtune_command, wait_for, with_checkout_on_path
 from tests.gate import gate_spec, paused, release
 from tests.study_cli import in_process
-from tests.study_helpers import TINY_BASE, running, trials_of, write_study
+from tests.study_helpers import TINY_BASE, polled_running, running, trials_of, write_study
 
 pytestmark = pytest.mark.slow
 TRAIN = {"steps": 40, "local_batch_size": 16, "eval_every": 40, "log_every": 20}
@@ -37,21 +34,9 @@ def _logged_steps(trial: FrozenTrial) -> list[int]:
     return [r["step"] for r in read_metrics(Path(run_dir)) if r["kind"] == "log"] if run_dir else []
 
 
-@functools.cache
-def _storage(url: str) -> BaseStorage:
-    return open_storage(url)
-
-
-def _running(url: str) -> list[FrozenTrial]:
-    """`running(url)` for the polls (five a second, for minutes under load): the test's storage opened once, and
-    only the running trials read (3 ms of CPU a poll, not 35)."""
-    storage = _storage(url)
-    return storage.get_all_trials(storage.get_study_id_from_name("tiny"), states=(TrialState.RUNNING,))
-
-
 def _held(url: str, count: int) -> list[FrozenTrial] | None:
     """`count` running trials whose jobs are held at the gate, mid-training."""
-    trials = [t for t in _running(url) if JOB_ATTR in t.user_attrs and paused(Path(t.user_attrs["run_dir"]))]
+    trials = [t for t in polled_running(url) if JOB_ATTR in t.user_attrs and paused(Path(t.user_attrs["run_dir"]))]
     return trials if len(trials) == count else None
 
 
@@ -68,7 +53,7 @@ def _releasing_every_gate(runner: subprocess.Popen[bytes], url: str, run_dirs: C
                           timeout_s: float = 300) -> int:
     """Let every trial the runner starts train past its gate; the runner's exit code."""
     def ended() -> bool:
-        for trial in _running(url):
+        for trial in polled_running(url):
             for run_dir in run_dirs(trial):
                 if paused(run_dir):
                     release(run_dir)
@@ -191,7 +176,7 @@ def _seed_dirs(trial: FrozenTrial) -> list[Path]:
 
 def _seeds_mid_training(url: str) -> FrozenTrial | None:
     """The running trial once both of its seeds have a recorded job and are held at the gate."""
-    for trial in _running(url):
+    for trial in polled_running(url):
         seeds, jobs = trial.user_attrs.get("seeds", []), trial.user_attrs.get("seed_jobs", {})
         if len(seeds) == len(jobs) == 2 and all(paused(d) for d in _seed_dirs(trial)):
             return trial

@@ -632,9 +632,7 @@ def serve(path: Path, owner: int) -> NoReturn:
         raise SystemExit(f"abtune warm server: {path.parent} is not a private folder of this user")
     with contextlib.suppress(ProcessLookupError):  # the owner ended before the server started
         Server(path, owner).serve()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_without_finalizing(0)
 
 
 if __name__ == "__main__":

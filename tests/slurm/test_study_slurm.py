@@ -15,20 +15,26 @@ from pathlib import Path
 
 import pytest
 import yaml
-from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from abtune.attrs import JOB_ATTR, WORKER_ATTR
 from abtune.launch.slurm import POLL_SECONDS, attach
 from abtune.runfiles import read_summary
 from abtune.study.stop import STOPPED
-from abtune.study.storage import open_storage
 from tests.conftest import CliResult, run_cli, wait_for
 from tests.gate import gate_spec, paused, release
 from tests.slurm import rpc_counts
 from tests.slurm.test_launcher_slurm import JOB_TIMEOUT_S, cluster_profile, preempt, sacct_states
 from tests.study_cli import in_process
-from tests.study_helpers import TINY_BASE, running, signal_group, start_run, trials_of, write_study
+from tests.study_helpers import (
+    TINY_BASE,
+    polled_running,
+    running,
+    signal_group,
+    start_run,
+    trials_of,
+    write_study,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]  # slow too: `-m "not slow"` is the quick subset
 
@@ -67,18 +73,6 @@ def created_study(cli: Cli, tmp_path: Path, steps: int, **fields: object) -> str
     study = write_study(tmp_path / "s.yaml", base={**TINY_BASE, "train": train}, **fields)
     cli("study", "create", str(study), "--storage", url, cwd=tmp_path)
     return url
-
-
-@functools.cache
-def polled_storage(url: str) -> BaseStorage:
-    """One storage per study for the polls of the waits below: opening one costs 30 ms of CPU, a sixth of a
-    core five times a second (wait_for), against the ranks' start-up."""
-    return open_storage(url)
-
-
-def polled_running(url: str) -> list[FrozenTrial]:
-    storage = polled_storage(url)
-    return storage.get_all_trials(storage.get_study_id_from_name("tiny"), deepcopy=False, states=(TrialState.RUNNING,))
 
 
 def submitted_trial(url: str) -> FrozenTrial | None:
