@@ -27,10 +27,11 @@ NOTHING_TO_DO = "with this definition; nothing to do"
 # One process imports abtune and what `study create` imports (its cost estimate builds the model: torch,
 # torchvision; 4-5 s of CPU), then forks the racers, each its own process with its own connections, opened after
 # the fork; each waits for the go file, so that all of them reach the storage together, and leaves its output in
-# files of its own. Each racer ends with os._exit: the parent's exit handlers are not its own.
+# files of its own. Each racer ends without finalizing or exit handlers: the parent's are not its own.
 AT_ONCE = textwrap.dedent("""
     import os, sys, time, traceback
     from abtune.cli import main
+    from abtune.exiting import exit_without_finalizing
     import abtune.data, abtune.models, abtune.study.cost, psutil
     assert psutil.Process().num_threads() == 1, "a fork would lose the other threads' locks"
     go, folder, count, args = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
@@ -50,9 +51,7 @@ AT_ONCE = textwrap.dedent("""
             except BaseException:
                 traceback.print_exc()
             finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
+                exit_without_finalizing(code)
         racers.append(pid)
     print("ready", flush=True)
     print(" ".join(str(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])) for pid in racers), flush=True)

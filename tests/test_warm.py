@@ -64,11 +64,7 @@ def own_owner(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def _owner(monkeypatch: pytest.MonkeyPatch, start: bool) -> Iterator[Path]:
-    monkeypatch.delenv(warm.SOCKET_VARIABLE, raising=False)
-    monkeypatch.delenv(warm.WARM_VARIABLE, raising=False)
-    monkeypatch.delenv(warm.OWNER_VARIABLE, raising=False)
-    with warm.owned_server(start=start, wait=True) as path:
-        assert path is not None
+    with warm_fixture.owned_by_this_test(monkeypatch, start) as path:
         yield path
     assert not path.parent.exists()
     assert _processes_naming(str(path)) == []

@@ -4,6 +4,7 @@ or, when the suite runs cold (ABTUNE_WARM_START=0), one started for the test."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,8 +29,16 @@ def warm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             conn.close()
         yield
         return
+    with owned_by_this_test(monkeypatch, start=True):
+        yield
+
+
+@contextlib.contextmanager
+def owned_by_this_test(monkeypatch: pytest.MonkeyPatch, start: bool) -> Iterator[Path]:
+    """This test owns the server its ranks fork from (none of the session's), started now with `start`, else on
+    first use; at the end it is stopped and waited for. Yields its socket."""
     for name in (warm.SOCKET_VARIABLE, warm.WARM_VARIABLE, warm.OWNER_VARIABLE):
         monkeypatch.delenv(name, raising=False)
-    with warm.owned_server(start=True, wait=True) as path:
+    with warm.owned_server(start=start, wait=True) as path:
         assert path is not None
-        yield
+        yield path
