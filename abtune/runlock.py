@@ -36,6 +36,15 @@ def claim_run(run_dir: Path) -> None:
     _held.append(handle)
 
 
+def release_run(run_dir: Path) -> None:
+    """The launcher, once its launch has ended: let the run go (the end of the process does too). A process that
+    launches again, `abtune.cli.main` called twice in one Python, may then resume it."""
+    lock = (run_dir / LOCK_FILE).absolute()
+    for handle in [h for h in _held if Path(h.name).absolute() == lock]:
+        _held.remove(handle)
+        handle.close()  # and with it the lock
+
+
 def check_idle(run_dir: Path) -> None:
     """Refuse, without claiming it, a run whose earlier launch still trains."""
     if not (run_dir / LOCK_FILE).exists():

@@ -10,12 +10,13 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from abtune.errors import ConfigError
 from abtune.runfiles import read_summary
-from abtune.runlock import LOCK_FILE, claim_run
+from abtune.runlock import LOCK_FILE, claim_run, release_run
 from abtune.training.hooks import hook_spec, read_metrics, write_hook_specs
 from tests.conftest import abtune_command, run_cli, wait_for, with_checkout_on_path, write_config
 from tests.gate import gate
@@ -41,6 +42,9 @@ def test_a_live_holder_refuses_the_claim_and_a_killed_one_does_not(tmp_path: Pat
     assert (tmp_path / LOCK_FILE).read_text() == f"rank 0 pid {holder.pid} on {HOST}\n"  # stale, and harmless:
     claim_run(tmp_path)
     assert (tmp_path / LOCK_FILE).read_text() == f"launcher pid {os.getpid()} on {HOST}\n"
+    assert not _lock_free(tmp_path)  # held by this process until the launch ends
+    release_run(tmp_path)
+    assert _lock_free(tmp_path)
 
 
 def _lock_free(run_dir: Path) -> bool:
@@ -50,6 +54,20 @@ def _lock_free(run_dir: Path) -> bool:
         except BlockingIOError:
             return False
         return True
+
+
+@pytest.mark.slow  # trains twice
+def test_a_finished_launch_lets_its_run_go_so_one_python_can_resume_it(tmp_path: Path, abtune_main_fd: Any) -> None:
+    """`abtune.cli.main` twice in one Python (a notebook, the tests): the first launch held the run until the
+    Python ended, so the resume was refused as 'still training (launcher pid <its own pid>)'."""
+    config = write_config(tmp_path / "run.yaml", train={"steps": 8, "checkpoint_every": 4})
+    run_dir = tmp_path / "run"
+    assert abtune_main_fd("train", str(config), "--run-dir", str(run_dir), "--no-tracking").returncode == 0
+    assert _lock_free(run_dir)
+    resumed = abtune_main_fd("train", str(config), "--run-dir", str(run_dir), "--no-tracking", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed from {run_dir}/checkpoints/step_00000008 at step 8" in resumed.stdout
+    assert _lock_free(run_dir)
 
 
 @pytest.mark.slow
