@@ -244,3 +244,18 @@ def test_a_killed_owner_s_folder_is_removed_by_the_next_owner(monkeypatch: pytes
     finally:
         live.kill()
         live.wait(timeout=30)
+
+
+def test_ensure_server_starts_nothing_without_an_owner_with_warm_start_off_or_in_a_folder_that_is_gone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ensure_server()` starts the server of the process's owner; with none to start it answers False at once,
+    no Python started (a server is seconds of imports)."""
+    for variable in (warm.SOCKET_VARIABLE, warm.WARM_VARIABLE, warm.OWNER_VARIABLE):
+        monkeypatch.delenv(variable, raising=False)
+    assert warm.ensure_server() is False  # no owner exported a socket
+    monkeypatch.setenv(warm.SOCKET_VARIABLE, str(tmp_path / "gone" / "server.sock"))
+    assert warm.ensure_server() is False  # its owner's folder is gone: nothing to start it in
+    (tmp_path / "gone").mkdir()
+    monkeypatch.setenv(warm.WARM_VARIABLE, "0")
+    assert warm.ensure_server() is False  # warm start off
+    assert list((tmp_path / "gone").iterdir()) == []

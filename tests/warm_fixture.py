@@ -23,10 +23,7 @@ def warm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Ranks launched in this test fork from a warm server: the session's, else one of this test's own
     (stopped, and waited for, at its end)."""
     if session_server_serves():
-        # started now if no rank of the session has started it yet: the test's first rank then finds it listening
-        conn = warm._server_connection(Path(os.environ[warm.SOCKET_VARIABLE]), dict(os.environ))
-        if conn is not None:
-            conn.close()
+        warm.ensure_server()  # if no rank of the session has started it yet: the test's first rank then finds it
         yield
         return
     with owned_by_this_test(monkeypatch, start=True):

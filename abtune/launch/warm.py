@@ -110,8 +110,8 @@ def owned_server(start: bool = False, wait: bool = False) -> Iterator[Path | Non
     path = folder / SOCKET_NAME
     try:
         with exported({SOCKET_VARIABLE: str(path), OWNER_VARIABLE: str(os.getpid())}):  # then an outer owner's again
-            if start and (conn := _server_connection(path, dict(os.environ))) is not None:
-                conn.close()
+            if start:
+                ensure_server(path)
             yield path
     finally:
         server = stop_server(path)
@@ -120,6 +120,22 @@ def owned_server(start: bool = False, wait: bool = False) -> Iterator[Path | Non
         elif wait:
             wait_for_exit(server, STOP_TIMEOUT_S)
             shutil.rmtree(folder, ignore_errors=True)  # gone already, unless the server had to be killed
+
+
+def ensure_server(path: Path | None = None) -> bool:
+    """Start the server at `path` (default: the one this process's ranks fork from) unless one listens, and
+    wait until it does, so that the first rank finds it ready. False when warm start is off, no owner set a
+    socket, or the server did not start."""
+    if path is None:
+        named = os.environ.get(SOCKET_VARIABLE) if enabled() else None
+        if not named:
+            return False
+        path = Path(named)
+    conn = _server_connection(path, dict(os.environ))
+    if conn is None:
+        return False
+    conn.close()
+    return True
 
 
 def _remove_dead_owners_folders() -> None:
