@@ -121,14 +121,36 @@ def _in_process(capture: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyP
     return call
 
 
+@pytest.fixture
+def plots_not_drawn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For tests that read what a study or run publishes but never its PNGs: each figure is still built from its
+    data, then closed without being laid out, drawn and written (an empty file in its place). Drawing is most of
+    a plot's third of a second of CPU; tests/test_study_plots.py and tests/test_plots_*.py test what is drawn."""
+    import matplotlib.pyplot as plt
+
+    from abtune.tracking import plots
+
+    def built_only(figure: Any, path: Path) -> plots.Drawn:
+        plt.close(figure)
+        path.write_bytes(b"")
+        return plots.Drawn(path, {}, 0, [])
+
+    monkeypatch.setattr(plots, "_save", built_only)
+
+
 def train_and_read(config: Path, run_dir: Path, nproc: int, ranks_per_node: int, *extra: str) -> dict[str, Any]:
     """`abtune train` of a config on local ranks, and the summary.json it wrote (through read_summary).
     Untracked: MLflow adds seconds of imports and plots per run, and tests/test_tracking*.py test it."""
     from abtune.runfiles import read_summary
 
-    run_cli("train", str(config), "--nproc", str(nproc), "--ranks-per-node", str(ranks_per_node),
-            "--run-dir", str(run_dir), "--no-tracking", *extra)
+    run_cli(*train_args(config, run_dir, nproc, ranks_per_node, *extra))
     return read_summary(run_dir).raw
+
+
+def train_args(config: Path, run_dir: Path, nproc: int, ranks_per_node: int, *extra: str) -> list[str]:
+    """The arguments of an untracked `abtune train` on local ranks into `run_dir` (train_and_read's, train_here's)."""
+    return ["train", str(config), "--nproc", str(nproc), "--ranks-per-node", str(ranks_per_node),
+            "--run-dir", str(run_dir), "--no-tracking", *extra]
 
 
 def wait_for(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import CliResult
+from tests.conftest import CliResult, train_args
 from tests.study_cli import in_process
 
 
@@ -16,6 +16,5 @@ def train_here(abtune_main: Callable[..., CliResult], config: Path, run_dir: Pat
     """`abtune train` on local ranks, untracked as `train_and_read` is, and the summary.json it wrote."""
     from abtune.runfiles import read_summary
 
-    in_process(abtune_main, "train", str(config), "--nproc", str(nproc), "--ranks-per-node", str(ranks_per_node),
-               "--run-dir", str(run_dir), "--no-tracking", *extra)
+    in_process(abtune_main, *train_args(config, run_dir, nproc, ranks_per_node, *extra))
     return read_summary(run_dir).raw
