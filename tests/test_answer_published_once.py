@@ -52,7 +52,8 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
 
 
 def test_a_study_run_and_each_rebuild_publish_the_answer_once(tmp_path: Path, mlflow_db: Path, writes: Counter[str],
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               plots_not_drawn: None) -> None:
     uri = f"sqlite:///{mlflow_db}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setattr(importance, "_importances_of", _even_importances)  # what is published, not its numbers: 40 fits

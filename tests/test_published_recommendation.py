@@ -60,9 +60,10 @@ def _even_importances(trials: list[FrozenTrial], values: list[float], objective:
 
 
 @pytest.fixture(autouse=True)
-def _importances_that_cost_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests read the recommendation wherever it is published, never the importances beside it: a study
-    run with DDP's top-1 changed fits 40 forests (seconds of CPU) that no other test reads."""
+def _importances_that_cost_nothing(monkeypatch: pytest.MonkeyPatch, plots_not_drawn: None) -> None:
+    """These tests read the recommendation wherever it is published, never the importances and plots beside it:
+    a study run with DDP's top-1 changed fits 40 forests (seconds of CPU) that no other test reads, and draws
+    its plots."""
     monkeypatch.setattr(importance, "_importances_of", _even_importances)
 
 

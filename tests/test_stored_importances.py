@@ -31,7 +31,8 @@ def _stored(url: str) -> dict[str, Any] | None:
 
 
 def test_study_best_prints_the_importances_the_runner_stored(tmp_path: Path, mlflow_db: Path,
-                                                             monkeypatch: pytest.MonkeyPatch, abtune_main: Any) -> None:
+                                                             monkeypatch: pytest.MonkeyPatch, abtune_main: Any,
+                                                             plots_not_drawn: None) -> None:
     url = quickstart_study(tmp_path)
     assert _stored(url) is None
     runner = StudyRunner(open_storage(url), "quickstart", url, 1, None, tracking=open_tracking(f"sqlite:///{mlflow_db}"))
