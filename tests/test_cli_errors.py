@@ -97,6 +97,7 @@ def test_bad_launcher_profile_and_set_value_give_one_line(tmp_path: Path, tiny_c
            "(while parsing a flow sequence)\n")
 
 
+@pytest.mark.slow  # a new Python through the installed command for each
 @pytest.mark.parametrize("args", [["config", "show", "studies/run_quickstart.yaml"], ["study", "list"]])
 def test_a_closed_output_pipe_ends_without_a_traceback(tmp_path: Path, args: list[str]) -> None:
     """`abtune ... | head -1`: the reader is gone before abtune writes (plain print and rich tables alike)."""

@@ -3,6 +3,7 @@ when no parameter beats the shuffles (the quickstart's 7 trials), while a parame
 
 from __future__ import annotations
 
+import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import create_trial
 
@@ -12,6 +13,7 @@ from tests.quickstart_fixture import SPACE, quickstart_trials
 OBJECTIVES = ["top1", "inter_node_bytes"]
 
 
+@pytest.mark.slow  # the quickstart's 40 forests: 8 s of CPU (the test below checks the shuffles on 20)
 def test_seven_quickstart_trials_rank_no_parameter() -> None:
     report = importance.analysis(quickstart_trials(), list(SPACE), OBJECTIVES)
     assert report["permutations"] == 19

@@ -173,6 +173,7 @@ def test_base_from_a_file_with_overrides(tmp_path: Path) -> None:
         validate(load_study_spec(ddp_base), "d.yaml")
 
 
+@pytest.mark.slow  # a new Python through the installed command: torch and the cost probe, 6 s of CPU
 def test_the_installed_command_creates_and_lists(tmp_path: Path, abtune_main: Callable[..., CliResult]) -> None:
     """`study create` through the installed command (`study best`'s is test_terminal_tables.py's); `list` and
     `status` read what it stored in process (a new Python for each added only its imports)."""

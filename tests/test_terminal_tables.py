@@ -23,7 +23,8 @@ def _columns_of(shown: list, title: str) -> list[str]:
     return table.headers
 
 
-@pytest.mark.parametrize("columns", [80, 100, 200])
+# 80: the installed command too, in a terminal of its own (a new Python)
+@pytest.mark.parametrize("columns", [pytest.param(80, marks=pytest.mark.slow), 100, 200])
 def test_study_best_fits_the_terminal_with_every_essential_column_whole(quickstart: tuple[Path, str],
                                                                        columns: int) -> None:
     folder, url = quickstart

@@ -71,6 +71,7 @@ def _answers(port: int) -> bool:
         return False
 
 
+@pytest.mark.slow  # a new Python (an environment without MLflow)
 def test_without_the_mlflow_command_abtune_ui_says_what_to_install(tmp_path: Path) -> None:
     python = python_without(tmp_path / "env")
     (tmp_path / "mlflow.db").touch()
