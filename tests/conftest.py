@@ -292,7 +292,8 @@ def _importances_computed_once_per_input(tmp_path_factory: pytest.TempPathFactor
     give the same numbers) computed once in this session, by whichever pytest-xdist worker needs them first:
     `study best` fits 40 forests for them (an objective's and 19 shufflings', twice), seconds each time, and
     dozens of tests print the same stored study (tests/importance_cache.py; the commands that tests/terminal.py starts
-    read them too). A test that stubs `_importances_of` replaces this meanwhile; one
+    read them too). The fits recorded in tests/fixtures/importances.json are read, not made; the whole suite checks
+    the recording against Optuna. A test that stubs `_importances_of` replaces this meanwhile; one
     that stubs what it calls (Optuna's evaluator) must stub `_importances_of` instead, or it may read a stored result."""
     from tests.importance_cache import importances_computed_once
 

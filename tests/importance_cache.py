@@ -1,7 +1,12 @@
 """Optuna's importances of one set of trials (fANOVA, seeded: the same parameters, values and objective give the
 same numbers) computed once per test session, stored as JSON in one folder that the pytest-xdist workers and the
 commands they start share: `study best` fits 40 forests for them (an objective's and 19 shufflings', twice),
-seconds each time, and dozens of tests print the same stored study."""
+seconds each time, and dozens of tests print the same stored study.
+
+The folder starts with the fits recorded in tests/fixtures/importances.json (every fit the fast tier makes, about
+100 forests: 20 of its 165 CPU-s), so a session fits only what is not recorded. The whole suite checks each recorded
+fit against what Optuna computes here (tests/test_importance_uncertainty.py); after a change to what the tests fit,
+or to Optuna or scikit-learn, record them again with `ABTUNE_TESTS_RECORD_IMPORTANCES=1 pytest -q -m "not slow"`."""
 
 from __future__ import annotations
 
@@ -17,38 +22,114 @@ from typing import Any
 import pytest
 
 FOLDER_VARIABLE = "ABTUNE_TESTS_IMPORTANCES"  # tests/terminal_site/sitecustomize.py reads it in a started command
+RECORD_VARIABLE = "ABTUNE_TESTS_RECORD_IMPORTANCES"  # set: every fit made afresh, and the session's become RECORDING
+RECORDING = Path(__file__).resolve().parent / "fixtures" / "importances.json"
 
 Importances = Callable[[Any, Any, str], dict[str, float]]
 
 
 def computed_once(compute: Importances, folder: Path) -> Importances:
     def once(trials: Any, values: Any, objective: str) -> dict[str, float]:
-        key = repr((objective, [repr(v) for v in values],
-                    [(list(t.params.items()), list(t.distributions.items())) for t in trials]))
-        known = folder / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
+        inputs = _inputs(trials, values, objective)
+        known = folder / f"{key_of(inputs)}.json"
         if known.exists():
-            return json.loads(known.read_text())
+            return json.loads(known.read_text())["result"]
         # One computes, the others wait for its file: both workers reach the quickstart's importances within
         # seconds of each other at the start of a run, and would otherwise both spend ~10 s of CPU fitting them.
         with known.with_suffix(".lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if known.exists():
-                return json.loads(known.read_text())
+                return json.loads(known.read_text())["result"]
             result = compute(trials, values, objective)
-            written = known.with_suffix(f".{os.getpid()}")
-            written.write_text(json.dumps(result))  # floats as repr writes them: read back exactly
-            os.replace(written, known)  # whole or absent for a reader that does not wait on the lock
+            _write_whole(known, {"inputs": inputs, "result": result})
         return result
 
     return once
 
 
-@contextmanager
-def importances_computed_once(folder: Path) -> Iterator[None]:
-    """`importance._importances_of` reads and writes `folder` meanwhile (the variable names it to commands)."""
+def _inputs(trials: Any, values: Any, objective: str) -> dict[str, Any]:
+    """All that a fit reads (`importance._importances_of`), as JSON: each trial's parameters and distributions,
+    the values, the objective. Floats as repr writes them: read back exactly."""
+    from optuna.distributions import distribution_to_json
+
+    return {"objective": objective, "values": [float(v) for v in values],
+            "trials": [{"params": dict(t.params),
+                        "distributions": {n: distribution_to_json(d) for n, d in t.distributions.items()}}
+                       for t in trials]}
+
+
+def key_of(inputs: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def fitted_now(inputs: dict[str, Any]) -> dict[str, float]:
+    """The fit of recorded `inputs` as Optuna computes it here, no cache."""
+    from optuna.distributions import json_to_distribution
+    from optuna.trial import create_trial
+
     from abtune.study import importance
 
+    fit = getattr(importance._importances_of, "__wrapped__", importance._importances_of)
+    trials = [create_trial(params=t["params"], value=0.0,
+                           distributions={n: json_to_distribution(d) for n, d in t["distributions"].items()})
+              for t in inputs["trials"]]
+    return fit(trials, inputs["values"], inputs["objective"])
+
+
+def recorded() -> dict[str, dict[str, Any]]:
+    """Each recorded fit by its key: {"inputs", "result"}. The file holds each set of trials once (the 40 fits of
+    one study share theirs) and, per fit, its set's key, objective, values and result."""
+    if not RECORDING.exists():
+        return {}
+    stored = json.loads(RECORDING.read_text())
+    return {key: {"inputs": {"objective": fit["objective"], "values": fit["values"],
+                             "trials": stored["trials"][fit["trials"]]}, "result": fit["result"]}
+            for key, fit in stored["fits"].items()}
+
+
+def _write_whole(path: Path, content: Any, indent: int | None = None) -> None:
+    """Whole or absent for a reader that does not wait on a lock."""
+    written = path.with_suffix(f".{os.getpid()}")
+    written.write_text(json.dumps(content, sort_keys=True, indent=indent) + "\n")
+    os.replace(written, path)
+
+
+def _seed(folder: Path) -> None:
+    for key, entry in recorded().items():
+        if not (folder / f"{key}.json").exists():
+            _write_whole(folder / f"{key}.json", entry)
+
+
+def _record(folder: Path) -> None:
+    """This session's fits become the recording (each worker writes the whole folder: the same entries)."""
+    with (folder / "recording.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        entries = {path.stem: json.loads(path.read_text()) for path in folder.glob("*.json")}
+        stored: dict[str, dict[str, Any]] = {"trials": {}, "fits": {}}
+        for key, entry in sorted(entries.items()):
+            trials = entry["inputs"]["trials"]
+            set_key = hashlib.sha256(json.dumps(trials, sort_keys=True).encode()).hexdigest()[:16]
+            stored["trials"][set_key] = trials
+            stored["fits"][key] = {"trials": set_key, "objective": entry["inputs"]["objective"],
+                                   "values": entry["inputs"]["values"], "result": entry["result"]}
+        _write_whole(RECORDING, stored, indent=0)
+
+
+@contextmanager
+def importances_computed_once(folder: Path) -> Iterator[None]:
+    """`importance._importances_of` reads and writes `folder` meanwhile (the variable names it to commands); the
+    folder starts with the recorded fits."""
+    from abtune.study import importance
+
+    recording = bool(os.environ.get(RECORD_VARIABLE))
+    if not recording:  # recording, every fit is made afresh
+        _seed(folder)
+    compute = importance._importances_of
+    once = computed_once(compute, folder)
+    once.__wrapped__ = compute  # type: ignore[attr-defined]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(importance, "_importances_of", computed_once(importance._importances_of, folder))
+        patch.setattr(importance, "_importances_of", once)
         patch.setenv(FOLDER_VARIABLE, str(folder))
         yield
+    if recording:
+        _record(folder)

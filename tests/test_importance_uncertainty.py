@@ -8,12 +8,12 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import create_trial
 
 from abtune.study import importance
+from tests.importance_cache import RECORD_VARIABLE, fitted_now, key_of, recorded
 from tests.quickstart_fixture import SPACE, quickstart_trials
 
 OBJECTIVES = ["top1", "inter_node_bytes"]
 
 
-@pytest.mark.slow  # the quickstart's 40 forests: 8 s of CPU (the test below checks the shuffles on 20)
 def test_seven_quickstart_trials_rank_no_parameter() -> None:
     report = importance.analysis(quickstart_trials(), list(SPACE), OBJECTIVES)
     assert report["permutations"] == 19
@@ -32,3 +32,19 @@ def test_a_parameter_that_drives_top1_beats_every_shuffle() -> None:
     report = importance.analysis(trials, list(space), ["top1"])
     assert report["p_values"]["top1"]["method.warmup_frac"] == 0.05  # above all 19 shuffles: (1 + 0) / 20
     assert report["p_values"]["top1"]["method.ab_frac"] > 0.05
+
+
+@pytest.mark.slow  # every recorded fit again: about 100 forests, 20 s of CPU
+def test_every_recorded_fit_is_what_optuna_fits_here() -> None:
+    """The fast tier reads its importances from tests/fixtures/importances.json (tests/importance_cache.py); here
+    each is fitted again, uncached, and must give the recorded numbers."""
+    entries = recorded()
+    assert len(entries) >= 40  # the quickstart's, at least
+    stale = []
+    for key, entry in entries.items():
+        assert key == key_of(entry["inputs"]), key
+        fitted = fitted_now(entry["inputs"])
+        if fitted.keys() != entry["result"].keys() or fitted != pytest.approx(entry["result"], rel=1e-9, abs=1e-12):
+            stale.append(f"{key[:12]}: recorded {entry['result']}, fitted now {fitted}")
+    assert not stale, (f"{len(stale)} of {len(entries)} recorded fits differ from Optuna's here; record them again "
+                       f"with `{RECORD_VARIABLE}=1 pytest -q -m \"not slow\"`:\n" + "\n".join(stale[:3]))
