@@ -34,6 +34,7 @@ from abtune.promote.plan import STRATEGIES
 from abtune.redact import redact, redacting_excepthook
 from abtune.rundir import DEFAULT_RUNS_DIR, check_no_run_in, check_resumable, check_writable, default_run_dir
 from abtune.runfiles import CONFIG_FILE, HOOKS_FILE, latest_checkpoint_step, read_summary, summary_path
+from abtune.runlock import release_run
 from abtune.runs import FAILED, FINISHED, KILLED, Run, status_of
 from abtune.study.cli import add_rule_arguments, register_study_commands, rule_of
 from abtune.study.storage import resolve_storage_url
@@ -74,10 +75,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         check_no_run_in(run_dir)  # before MLflow's import and store: seconds for a one-line refusal
     tracking = open_tracking(args.tracking_uri, enabled=not args.no_tracking)
     run = Run.prepare(config, run_dir, launcher, layout, resume=args.resume, claim=True)
+    try:
+        return _launch(run, args, tracking, config)
+    finally:
+        release_run(run.run_dir)  # the launch is over; rank 0 holds the run while it lives (runlock)
+
+
+def _launch(run: Run, args: argparse.Namespace, tracking: Tracking, config: RunConfig) -> int:
     resumed_from = run.previous_tracking_run()
     run.track(tracking, tracking.start_run(
         config, experiment=config.name, run_name=run.run_dir.name,
-        launch_info=LaunchInfo(launcher.kind, layout.world_size, layout.ranks_per_node),
+        launch_info=LaunchInfo(run.launcher.kind, run.layout.world_size, run.layout.ranks_per_node),
         tags={"abtune.run_dir": str(run.run_dir.resolve()),
               **({"abtune.resumed_from": resumed_from} if resumed_from else {})}))
     if args.detach:

@@ -1,6 +1,7 @@
 """One training of a run folder at a time: `abtune train --resume` refuses while the old ranks run.
 
-The launcher and rank 0 each hold a shared flock on RUN_DIR/run.lock for as long as they live.
+The launcher and rank 0 each hold a shared flock on RUN_DIR/run.lock: rank 0 for as long as it lives,
+the launcher until its launch ends (`release_run`; a command ends with it).
 Claiming a run takes the lock exclusively first, which fails while any holder lives: a launcher
 killed with SIGKILL leaves its ranks running, and rank 0 still holds the run. The kernel drops the
 lock of a process that ends in any way, so a dead process never blocks; the file's lines (who, pid,
@@ -21,7 +22,7 @@ from typing import IO
 from abtune.errors import ConfigError
 
 LOCK_FILE = "run.lock"
-_held: list[IO[str]] = []  # open for the life of the process: closing a file would drop its lock
+_held: dict[Path, IO[str]] = {}  # lock file -> its handle, open until release_run: closing it drops the lock
 
 
 def claim_run(run_dir: Path) -> None:
@@ -33,15 +34,14 @@ def claim_run(run_dir: Path) -> None:
     _record(handle, "launcher")
     if not _lock(handle, fcntl.LOCK_SH):  # let rank 0 join
         raise ConfigError(_busy(run_dir))
-    _held.append(handle)
+    _held[(run_dir / LOCK_FILE).resolve()] = handle
 
 
 def release_run(run_dir: Path) -> None:
-    """The launcher, once its launch has ended: let the run go (the end of the process does too). A process that
-    launches again, `abtune.cli.main` called twice in one Python, may then resume it."""
-    lock = (run_dir / LOCK_FILE).absolute()
-    for handle in [h for h in _held if Path(h.name).absolute() == lock]:
-        _held.remove(handle)
+    """The launcher, once its launch has ended: let the run go (the end of the process does too), so that a
+    process that launches again, `abtune.cli.main` called twice in one Python, may resume it."""
+    handle = _held.pop((run_dir / LOCK_FILE).resolve(), None)
+    if handle is not None:
         handle.close()  # and with it the lock
 
 

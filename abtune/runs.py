@@ -24,7 +24,6 @@ from abtune.launch.base import DEFAULT_TIMEOUT_MIN, Job, Launcher, Layout
 from abtune.launch.launchers import JOBS_DIR
 from abtune.launch.outcome import RunOutcome
 from abtune.rundir import prepare_run_dir
-from abtune.runlock import release_run
 from abtune.tracking._base import Tracking
 from abtune.training.hooks import configured_hook_specs, load_factory, write_hook_specs
 
@@ -92,13 +91,9 @@ class Run:
         return self.job.wait(self.launcher.poll_s)
 
     def finish(self, status: str = FINISHED, *, ran: bool = True) -> None:
-        """Tell tracking how the run ended (FINISHED, FAILED, KILLED), and let the run folder go if this process
-        claimed it (runlock; rank 0 holds it while it lives); `ran` False: nothing started, so there is nothing
-        to replay."""
-        try:
-            self.tracking.finish_run(self.run_id, self.run_dir if ran else None, status)
-        finally:
-            release_run(self.run_dir)
+        """Tell tracking how the run ended (FINISHED, FAILED, KILLED); `ran` False: nothing started, so
+        there is nothing to replay."""
+        self.tracking.finish_run(self.run_id, self.run_dir if ran else None, status)
 
     def finish_after_job(self) -> Job | None:
         """For a run nobody follows (`train --detach`): the launcher finishes its tracking run once the job
