@@ -126,8 +126,10 @@ def ensure_server(path: Path | None = None) -> bool:
     """Start the server at `path` (default: the one this process's ranks fork from) unless one listens, and
     wait until it does, so that the first rank finds it ready. False when warm start is off, no owner set a
     socket, or the server did not start."""
+    if not enabled():
+        return False
     if path is None:
-        named = os.environ.get(SOCKET_VARIABLE) if enabled() else None
+        named = os.environ.get(SOCKET_VARIABLE)
         if not named:
             return False
         path = Path(named)
