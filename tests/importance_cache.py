@@ -5,13 +5,17 @@ seconds each time, and dozens of tests print the same stored study.
 
 The folder starts with the fits recorded in tests/fixtures/importances.json (every fit the fast tier makes, about
 100 forests: 20 of its 165 CPU-s), so a session fits only what is not recorded. The whole suite checks each recorded
-fit against what Optuna computes here (tests/test_importance_uncertainty.py); after a change to what the tests fit,
-or to Optuna or scikit-learn, record them again with `ABTUNE_TESTS_RECORD_IMPORTANCES=1 pytest -q -m "not slow"`."""
+fit against what Optuna computes here (tests/test_importance_uncertainty.py). A recording made by other code of
+`importance._importances_of` or other releases of Optuna or scikit-learn is not read. After a change to what the
+tests fit, to that code or to those releases, record them again: `ABTUNE_TESTS_RECORD_IMPORTANCES=1 pytest -q -m
+"not slow"`."""
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
+import inspect
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -29,6 +33,7 @@ Importances = Callable[[Any, Any, str], dict[str, float]]
 
 
 def computed_once(compute: Importances, folder: Path) -> Importances:
+    @functools.wraps(compute)  # its __wrapped__: the fit itself (fitted_now)
     def once(trials: Any, values: Any, objective: str) -> dict[str, float]:
         inputs = _inputs(trials, values, objective)
         known = folder / f"{key_of(inputs)}.json"
@@ -49,7 +54,7 @@ def computed_once(compute: Importances, folder: Path) -> Importances:
 
 def _inputs(trials: Any, values: Any, objective: str) -> dict[str, Any]:
     """All that a fit reads (`importance._importances_of`), as JSON: each trial's parameters and distributions,
-    the values, the objective. Floats as repr writes them: read back exactly."""
+    the values, the objective."""
     from optuna.distributions import distribution_to_json
 
     return {"objective": objective, "values": [float(v) for v in values],
@@ -69,16 +74,30 @@ def fitted_now(inputs: dict[str, Any]) -> dict[str, float]:
 
     from abtune.study import importance
 
-    fit = getattr(importance._importances_of, "__wrapped__", importance._importances_of)
+    fit = inspect.unwrap(importance._importances_of)
     trials = [create_trial(params=t["params"], value=0.0,
                            distributions={n: json_to_distribution(d) for n, d in t["distributions"].items()})
               for t in inputs["trials"]]
     return fit(trials, inputs["values"], inputs["objective"])
 
 
+def made_by() -> dict[str, str]:
+    """What a fit depends on besides its inputs: the code of `_importances_of` and the releases it calls. A recording
+    made by anything else is not read (and the whole suite's check of it fails)."""
+    import optuna
+    import sklearn
+
+    from abtune.study import importance
+
+    fit = inspect.unwrap(importance._importances_of)
+    return {"fit": hashlib.sha256(inspect.getsource(fit).encode()).hexdigest()[:16],
+            "optuna": optuna.__version__, "scikit-learn": sklearn.__version__}
+
+
 def recorded() -> dict[str, dict[str, Any]]:
     """Each recorded fit by its key: {"inputs", "result"}. The file holds each set of trials once (the 40 fits of
-    one study share theirs) and, per fit, its set's key, objective, values and result."""
+    one study share theirs) and, per fit, its set's key, objective, values and result (most important first, as
+    Optuna orders it)."""
     if not RECORDING.exists():
         return {}
     stored = json.loads(RECORDING.read_text())
@@ -87,14 +106,22 @@ def recorded() -> dict[str, dict[str, Any]]:
             for key, fit in stored["fits"].items()}
 
 
+def recorded_by() -> dict[str, str] | None:
+    return json.loads(RECORDING.read_text()).get("made_by") if RECORDING.exists() else None
+
+
 def _write_whole(path: Path, content: Any, indent: int | None = None) -> None:
-    """Whole or absent for a reader that does not wait on a lock."""
+    """Whole or absent for a reader that does not wait on a lock. Keys in the order given: a result's order is
+    Optuna's ranking."""
     written = path.with_suffix(f".{os.getpid()}")
-    written.write_text(json.dumps(content, sort_keys=True, indent=indent) + "\n")
+    written.write_text(json.dumps(content, indent=indent) + "\n")
     os.replace(written, path)
 
 
-def _seed(folder: Path) -> None:
+def seed(folder: Path) -> None:
+    """`folder` starts with the recorded fits, when the recording was made by this code and these releases."""
+    if recorded_by() != made_by():
+        return  # fitted afresh, as without a recording
     for key, entry in recorded().items():
         if not (folder / f"{key}.json").exists():
             _write_whole(folder / f"{key}.json", entry)
@@ -104,15 +131,17 @@ def _record(folder: Path) -> None:
     """This session's fits become the recording (each worker writes the whole folder: the same entries)."""
     with (folder / "recording.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        entries = {path.stem: json.loads(path.read_text()) for path in folder.glob("*.json")}
-        stored: dict[str, dict[str, Any]] = {"trials": {}, "fits": {}}
-        for key, entry in sorted(entries.items()):
-            trials = entry["inputs"]["trials"]
-            set_key = hashlib.sha256(json.dumps(trials, sort_keys=True).encode()).hexdigest()[:16]
-            stored["trials"][set_key] = trials
-            stored["fits"][key] = {"trials": set_key, "objective": entry["inputs"]["objective"],
-                                   "values": entry["inputs"]["values"], "result": entry["result"]}
-        _write_whole(RECORDING, stored, indent=0)
+        entries = {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
+        trials: dict[str, Any] = {}
+        fits: dict[str, Any] = {}
+        for key, entry in entries.items():
+            inputs = entry["inputs"]
+            set_key = hashlib.sha256(json.dumps(inputs["trials"], sort_keys=True).encode()).hexdigest()[:16]
+            trials[set_key] = inputs["trials"]
+            fits[key] = {"trials": set_key, "objective": inputs["objective"], "values": inputs["values"],
+                         "result": entry["result"]}
+        _write_whole(RECORDING, {"made_by": made_by(), "trials": dict(sorted(trials.items())), "fits": fits},
+                     indent=0)
 
 
 @contextmanager
@@ -123,12 +152,9 @@ def importances_computed_once(folder: Path) -> Iterator[None]:
 
     recording = bool(os.environ.get(RECORD_VARIABLE))
     if not recording:  # recording, every fit is made afresh
-        _seed(folder)
-    compute = importance._importances_of
-    once = computed_once(compute, folder)
-    once.__wrapped__ = compute  # type: ignore[attr-defined]
+        seed(folder)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(importance, "_importances_of", once)
+        patch.setattr(importance, "_importances_of", computed_once(importance._importances_of, folder))
         patch.setenv(FOLDER_VARIABLE, str(folder))
         yield
     if recording:
