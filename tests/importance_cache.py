@@ -63,8 +63,8 @@ def _inputs(trials: Any, values: Any, objective: str) -> dict[str, Any]:
                        for t in trials]}
 
 
-def key_of(inputs: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+def key_of(content: Any) -> str:
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
 def fitted_now(inputs: dict[str, Any]) -> dict[str, float]:
@@ -94,20 +94,22 @@ def made_by() -> dict[str, str]:
             "optuna": optuna.__version__, "scikit-learn": sklearn.__version__}
 
 
-def recorded() -> dict[str, dict[str, Any]]:
+def _stored() -> dict[str, Any]:
+    return json.loads(RECORDING.read_text()) if RECORDING.exists() else {"fits": {}}
+
+
+def recorded(stored: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Each recorded fit by its key: {"inputs", "result"}. The file holds each set of trials once (the 40 fits of
     one study share theirs) and, per fit, its set's key, objective, values and result (most important first, as
     Optuna orders it)."""
-    if not RECORDING.exists():
-        return {}
-    stored = json.loads(RECORDING.read_text())
+    stored = _stored() if stored is None else stored
     return {key: {"inputs": {"objective": fit["objective"], "values": fit["values"],
                              "trials": stored["trials"][fit["trials"]]}, "result": fit["result"]}
             for key, fit in stored["fits"].items()}
 
 
 def recorded_by() -> dict[str, str] | None:
-    return json.loads(RECORDING.read_text()).get("made_by") if RECORDING.exists() else None
+    return _stored().get("made_by")
 
 
 def _write_whole(path: Path, content: Any, indent: int | None = None) -> None:
@@ -120,9 +122,10 @@ def _write_whole(path: Path, content: Any, indent: int | None = None) -> None:
 
 def seed(folder: Path) -> None:
     """`folder` starts with the recorded fits, when the recording was made by this code and these releases."""
-    if recorded_by() != made_by():
+    stored = _stored()
+    if stored.get("made_by") != made_by():
         return  # fitted afresh, as without a recording
-    for key, entry in recorded().items():
+    for key, entry in recorded(stored).items():
         if not (folder / f"{key}.json").exists():
             _write_whole(folder / f"{key}.json", entry)
 
@@ -136,7 +139,7 @@ def _record(folder: Path) -> None:
         fits: dict[str, Any] = {}
         for key, entry in entries.items():
             inputs = entry["inputs"]
-            set_key = hashlib.sha256(json.dumps(inputs["trials"], sort_keys=True).encode()).hexdigest()[:16]
+            set_key = key_of(inputs["trials"])[:16]
             trials[set_key] = inputs["trials"]
             fits[key] = {"trials": set_key, "objective": inputs["objective"], "values": inputs["values"],
                          "result": entry["result"]}
