@@ -5,12 +5,14 @@ the launcher until its launch ends (`release_run`; a command ends with it).
 Claiming a run takes the lock exclusively first, which fails while any holder lives: a launcher
 killed with SIGKILL leaves its ranks running, and rank 0 still holds the run. The kernel drops the
 lock of a process that ends in any way, so a dead process never blocks; the file's lines (who, pid,
-host) only name the holders in the refusal. On a shared file system the lock spans hosts where the
+host) only name the holders in the refusal, and a launcher that lets the run go
+takes its line out. On a shared file system the lock spans hosts where the
 file system supports flock (NFSv4 does).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -41,8 +43,17 @@ def release_run(run_dir: Path) -> None:
     """The launcher, once its launch has ended: let the run go (the end of the process does too), so that a
     process that launches again, `abtune.cli.main` called twice in one Python, may resume it."""
     handle = _held.pop((run_dir / LOCK_FILE).resolve(), None)
-    if handle is not None:
-        handle.close()  # and with it the lock
+    if handle is None:
+        return
+    # Drop this launcher's line, so that a refusal while rank 0 still trains names rank 0 only, not a
+    # launcher that is done (and alive, in a notebook). A line rank 0 appends meanwhile may be lost: the
+    # refusal then says "another process", and the lock itself is unaffected.
+    with contextlib.suppress(OSError):
+        mine = _line("launcher")
+        kept = [line for line in Path(handle.name).read_text().splitlines(keepends=True) if line != mine]
+        handle.truncate(0)
+        handle.writelines(kept)  # "a+": written at the end, which is now the start
+    handle.close()  # and with it the lock
 
 
 def check_idle(run_dir: Path) -> None:
@@ -81,8 +92,12 @@ def _lock(handle: IO[str], mode: int) -> bool:
 
 
 def _record(handle: IO[str], who: str) -> None:
-    handle.write(f"{who} pid {os.getpid()} on {socket.gethostname()}\n")
+    handle.write(_line(who))
     handle.flush()
+
+
+def _line(who: str) -> str:
+    return f"{who} pid {os.getpid()} on {socket.gethostname()}\n"
 
 
 def _busy(run_dir: Path) -> str:

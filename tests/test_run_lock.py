@@ -45,6 +45,24 @@ def test_a_live_holder_refuses_the_claim_and_a_killed_one_does_not(tmp_path: Pat
     assert not _lock_free(tmp_path)  # held by this process until the launch ends
     release_run(tmp_path)
     assert _lock_free(tmp_path)
+    assert (tmp_path / LOCK_FILE).read_text() == ""  # a refusal names no launcher that is done
+
+
+def test_a_released_launcher_leaves_rank_0_named_alone(tmp_path: Path) -> None:
+    """A launch that let its run go while rank 0 trains (--detach, or a notebook's main() that returned): the
+    refusal of a resume names rank 0, not the launcher, which may well be alive."""
+    claim_run(tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        release_run(tmp_path)
+        with pytest.raises(ConfigError) as refused:
+            claim_run(tmp_path)
+        assert f"(rank 0 pid {holder.pid} on {HOST})" in str(refused.value)
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def _lock_free(run_dir: Path) -> bool:
