@@ -14,8 +14,6 @@ from tests.conftest import REPO
 
 GUIDE_PAGES = sorted([*(REPO / "docs").glob("*.md"), REPO / "README.md"])
 MAX_PARAGRAPH_WORDS = 160
-# Sections of measured data that other work owns and that should move to BENCHMARKS.md in time: (page, heading).
-MEASUREMENT_SECTIONS = {("docs/development.md", "Where the time goes")}
 
 HISTORY = {
     "commit": re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b"),
@@ -27,12 +25,12 @@ LINK_TARGET = re.compile(r"\]\([^)]*\)")
 FENCE = re.compile(r"^\s*(```|~~~)")
 
 
-def prose_blocks(text: str, skipped_sections: set[str] = frozenset()) -> list[tuple[int, str]]:
+def prose_blocks(text: str) -> list[tuple[int, str]]:
     """The page's paragraphs and list items outside code fences and tables, as (first line, text), with inline
     code and link targets removed: what a reader reads as prose."""
     blocks: list[tuple[int, str]] = []
     current: list[str] = []
-    start, fenced, skipping = 0, False, False
+    start, fenced = 0, False
 
     def close() -> None:
         if current:
@@ -48,13 +46,12 @@ def prose_blocks(text: str, skipped_sections: set[str] = frozenset()) -> list[tu
             continue
         if line.startswith("#"):
             close()
-            skipping = line.lstrip("#").strip() in skipped_sections
             continue
         stripped = line.strip()
         starts_item = re.match(r"^([-*+]|\d+\.) ", stripped) is not None
-        if skipping or not stripped or stripped.startswith(("|", "![", "<")) or starts_item:
+        if not stripped or stripped.startswith(("|", "![", "<")) or starts_item:
             close()
-            if skipping or not stripped or not starts_item:
+            if not stripped or not starts_item:
                 continue
         if not current:
             start = number
@@ -63,29 +60,24 @@ def prose_blocks(text: str, skipped_sections: set[str] = frozenset()) -> list[tu
     return blocks
 
 
-def history_in(text: str, skipped_sections: set[str] = frozenset()) -> list[str]:
-    return [f"{line}: {kind} {match.group(0)!r}" for line, block in prose_blocks(text, skipped_sections)
+def history_in(text: str) -> list[str]:
+    return [f"{line}: {kind} {match.group(0)!r}" for line, block in prose_blocks(text)
             for kind, pattern in HISTORY.items() for match in pattern.finditer(block)]
 
 
-def long_paragraphs(text: str, skipped_sections: set[str] = frozenset()) -> list[str]:
-    return [f"{line}: {len(block.split())} words" for line, block in prose_blocks(text, skipped_sections)
+def long_paragraphs(text: str) -> list[str]:
+    return [f"{line}: {len(block.split())} words" for line, block in prose_blocks(text)
             if len(block.split()) > MAX_PARAGRAPH_WORDS]
 
 
-def skipped(page) -> set[str]:
-    name = str(page.relative_to(REPO))
-    return {heading for owner, heading in MEASUREMENT_SECTIONS if owner == name}
-
-
 def test_no_page_carries_history_in_its_running_text() -> None:
-    found = {str(p.relative_to(REPO)): hits for p in GUIDE_PAGES if (hits := history_in(p.read_text(), skipped(p)))}
+    found = {str(p.relative_to(REPO)): hits for p in GUIDE_PAGES if (hits := history_in(p.read_text()))}
     assert found == {}
 
 
 def test_no_page_has_a_paragraph_too_long_to_read() -> None:
     found = {str(p.relative_to(REPO)): hits for p in GUIDE_PAGES
-             if (hits := long_paragraphs(p.read_text(), skipped(p)))}
+             if (hits := long_paragraphs(p.read_text()))}
     assert found == {}
 
 
@@ -102,7 +94,6 @@ def test_a_paragraph_is_counted_until_a_blank_line_and_each_list_item_alone() ->
     assert long_paragraphs(f"{words}\n") == ["1: 161 words"]
     half = " ".join(["word"] * 100)
     assert long_paragraphs(f"{half}\n{half}\n\n- {half}\n- {half}\n") == ["1: 200 words"]
-    assert long_paragraphs(f"# Measured\n{words}\n", {"Measured"}) == []
 
 
 CONTINUED = re.compile(r"\\\n\s*")
