@@ -8,7 +8,7 @@ The folder starts with the fits recorded in tests/fixtures/importances.json (eve
 fit against what Optuna computes here (tests/test_importance_uncertainty.py). A recording made by other code of
 `importance._importances_of` or other releases of Optuna or scikit-learn is not read. After a change to what the
 tests fit, to that code or to those releases, record them again: `ABTUNE_TESTS_RECORD_IMPORTANCES=1 pytest -q -m
-"not slow"`."""
+"not slow"` (recording some tests only adds their fits; to drop fits no test makes any more, delete the file first)."""
 
 from __future__ import annotations
 
@@ -131,13 +131,17 @@ def seed(folder: Path) -> None:
 
 
 def _record(folder: Path) -> None:
-    """This session's fits become the recording (each worker writes the whole folder: the same entries)."""
+    """This session's fits join the recording (each worker writes the whole folder: the same entries). Recorded fits
+    the session did not make stay when the same code and releases made them (a session of some tests only must not
+    drop the rest), and go when they did not (they would not be read)."""
     with (folder / "recording.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        entries = {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
+        stored = _stored()
+        entries = recorded(stored) if stored.get("made_by") == made_by() else {}
+        entries.update({path.stem: json.loads(path.read_text()) for path in folder.glob("*.json")})
         trials: dict[str, Any] = {}
         fits: dict[str, Any] = {}
-        for key, entry in entries.items():
+        for key, entry in sorted(entries.items()):
             inputs = entry["inputs"]
             set_key = key_of(inputs["trials"])[:16]
             trials[set_key] = inputs["trials"]

@@ -3,6 +3,7 @@ when no parameter beats the shuffles (the quickstart's 7 trials), while a parame
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import create_trial
 
 from abtune.study import importance
+from tests import importance_cache
 from tests.importance_cache import (
     RECORD_VARIABLE,
     computed_once,
@@ -61,6 +63,35 @@ def test_the_quickstart_s_fits_are_read_from_the_recording(tmp_path: Path, monke
     seed(tmp_path)
     monkeypatch.setattr(importance, "_importances_of", computed_once(never, tmp_path))
     assert importance.analysis(quickstart_trials(), list(SPACE), OBJECTIVES)["p_values"]
+
+
+def _fit(folder: Path, objective: str, result: dict[str, float]) -> str:
+    """One fit as a session's folder holds it; its key."""
+    inputs = {"objective": objective, "values": [0.5, 0.7],
+              "trials": [{"params": {"x": 0.1}, "distributions": {}}, {"params": {"x": 0.2}, "distributions": {}}]}
+    key = importance_cache.key_of(inputs)
+    (folder / f"{key}.json").write_text(json.dumps({"inputs": inputs, "result": result}))
+    return key
+
+
+def test_recording_some_tests_adds_their_fits_and_keeps_the_rest(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Record mode on a subset of the tests replaced the whole recording with the subset's fits."""
+    monkeypatch.setattr(importance_cache, "RECORDING", tmp_path / "importances.json")
+    first, then = tmp_path / "first", tmp_path / "then"
+    first.mkdir()
+    then.mkdir()
+    kept = _fit(first, "top1", {"x": 1.0})
+    importance_cache._record(first)
+    added = _fit(then, "inter_node_bytes", {"x": 0.5})
+    importance_cache._record(then)
+    assert {key: entry["result"] for key, entry in recorded().items()} == {kept: {"x": 1.0}, added: {"x": 0.5}}
+
+    stale = json.loads(importance_cache.RECORDING.read_text())
+    stale["made_by"]["optuna"] = "0.0.0"  # fits another release made are not read, so they are not kept either
+    importance_cache.RECORDING.write_text(json.dumps(stale))
+    importance_cache._record(then)
+    assert list(recorded()) == [added] and recorded_by() == made_by()
 
 
 @pytest.mark.slow  # every recorded fit again: about 100 forests, 20 s of CPU
