@@ -135,6 +135,7 @@ def _rank_keeps_its_buffer(rank: int, world_size: int, folder: str) -> None:
         ddp = DistributedDataParallel(model, init_sync=False, **NO_FORWARD_BUFFER_SYNC)
         ddp(torch.ones(1, 2)).sum().backward()
         Path(folder, f"rank{rank}").write_text(str(model.marker.item()))
+        dist.barrier()  # as a rank of abtune's ends (worker.finish_together): no peer torn down mid-collective
     finally:
         dist.destroy_process_group()
 
