@@ -5,9 +5,8 @@ the launcher until its launch ends (`release_run`; a command ends with it).
 Claiming a run takes the lock exclusively first, which fails while any holder lives: a launcher
 killed with SIGKILL leaves its ranks running, and rank 0 still holds the run. The kernel drops the
 lock of a process that ends in any way, so a dead process never blocks; the file's lines (who, pid,
-host) only name the holders in the refusal, and a launcher that lets the run go
-takes its line out. On a shared file system the lock spans hosts where the
-file system supports flock (NFSv4 does).
+host) only name the holders in the refusal, and a launcher that lets the run go takes its line out.
+On a shared file system the lock spans hosts where the file system supports flock (NFSv4 does).
 """
 
 from __future__ import annotations
