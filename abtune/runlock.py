@@ -49,7 +49,8 @@ def release_run(run_dir: Path) -> None:
     # refusal then says "another process", and the lock itself is unaffected.
     with contextlib.suppress(OSError):
         mine = _line("launcher")
-        kept = [line for line in Path(handle.name).read_text().splitlines(keepends=True) if line != mine]
+        handle.seek(0)  # the handle, not its name: the name may be relative to a folder since left
+        kept = [line for line in handle.read().splitlines(keepends=True) if line != mine]
         handle.truncate(0)
         handle.writelines(kept)  # "a+": written at the end, which is now the start
     handle.close()  # and with it the lock

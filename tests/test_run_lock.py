@@ -48,6 +48,22 @@ def test_a_live_holder_refuses_the_claim_and_a_killed_one_does_not(tmp_path: Pat
     assert (tmp_path / LOCK_FILE).read_text() == ""  # a refusal names no launcher that is done
 
 
+def test_a_run_claimed_by_a_relative_path_is_released_from_another_folder(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A notebook that changed folder between its launch and the launch's end: the lock is let go, and the launcher's
+    line comes out of the run's own run.lock, not of a file of that name in the folder it is in now."""
+    (tmp_path / "first" / "run").mkdir(parents=True)
+    (tmp_path / "then" / "run").mkdir(parents=True)
+    (tmp_path / "then" / "run" / LOCK_FILE).write_text("somebody else's\n")
+    monkeypatch.chdir(tmp_path / "first")
+    claim_run(Path("run"))
+    monkeypatch.chdir(tmp_path / "then")
+    release_run(tmp_path / "first" / "run")
+    assert _lock_free(tmp_path / "first" / "run")
+    assert (tmp_path / "first" / "run" / LOCK_FILE).read_text() == ""
+    assert (tmp_path / "then" / "run" / LOCK_FILE).read_text() == "somebody else's\n"
+
+
 def test_a_released_launcher_leaves_rank_0_named_alone(tmp_path: Path) -> None:
     """A launch that let its run go while rank 0 trains (--detach, or a notebook's main() that returned): the
     refusal of a resume names rank 0, not the launcher, which may well be alive."""
