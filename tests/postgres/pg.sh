@@ -45,11 +45,15 @@ have_packages() {
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# free_port: a random port in 20000-52767 that nothing on 127.0.0.1 answers on.
+# free_port: a random port that nothing on 127.0.0.1 answers on, from 20000 up to the kernel's ephemeral range
+# (ip_local_port_range, 32768-60999 by default), never inside it: there the port of any client connection (a rank's
+# rendezvous, an HTTP request) could take it between this check and postgres's bind, "Address already in use".
 free_port() {
-    local i p
+    local i p low=32768
+    [[ -r /proc/sys/net/ipv4/ip_local_port_range ]] && read -r low _ </proc/sys/net/ipv4/ip_local_port_range
+    ((low > 21024)) || low=32768
     for ((i = 0; i < 100; i++)); do
-        p=$((20000 + RANDOM))
+        p=$((20000 + RANDOM % (low - 20000)))
         port_in_use "$p" || {
             echo "$p"
             return 0
