@@ -47,13 +47,17 @@ def release_run(run_dir: Path) -> None:
     # Drop this launcher's line, so that a refusal while rank 0 still trains names rank 0 only, not a
     # launcher that is done (and alive, in a notebook). A line rank 0 appends meanwhile may be lost: the
     # refusal then says "another process", and the lock itself is unaffected.
-    with contextlib.suppress(OSError):
-        mine = _line("launcher")
-        handle.seek(0)  # the handle, not its name: the name may be relative to a folder since left
-        kept = [line for line in handle.read().splitlines(keepends=True) if line != mine]
-        handle.truncate(0)
-        handle.writelines(kept)  # "a+": written at the end, which is now the start
-    handle.close()  # and with it the lock
+    try:
+        with contextlib.suppress(OSError, ValueError):  # the lines only name holders: never fail a launch's end
+            mine = _line("launcher")
+            handle.seek(0)  # the handle, not its name: the name may be relative to a folder since left
+            kept = [line for line in handle.read().splitlines(keepends=True) if line != mine]
+            handle.truncate(0)
+            handle.writelines(kept)  # "a+": written at the end, which is now the start
+            handle.flush()
+    finally:
+        with contextlib.suppress(OSError):
+            handle.close()  # and with it the lock
 
 
 def check_idle(run_dir: Path) -> None:

@@ -48,10 +48,10 @@ def test_a_live_holder_refuses_the_claim_and_a_killed_one_does_not(tmp_path: Pat
     assert (tmp_path / LOCK_FILE).read_text() == ""  # a refusal names no launcher that is done
 
 
-def test_a_run_claimed_by_a_relative_path_is_released_from_another_folder(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A notebook that changed folder between its launch and the launch's end: the lock is let go, and the launcher's
-    line comes out of the run's own run.lock, not of a file of that name in the folder it is in now."""
+def test_a_run_claimed_by_a_relative_path_and_released_by_its_full_path_from_another_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher's line comes out of the run's own run.lock, not out of a file of that name in the folder this
+    process is in now (a relative path names another file there)."""
     (tmp_path / "first" / "run").mkdir(parents=True)
     (tmp_path / "then" / "run").mkdir(parents=True)
     (tmp_path / "then" / "run" / LOCK_FILE).write_text("somebody else's\n")
@@ -77,6 +77,7 @@ def test_a_released_launcher_leaves_rank_0_named_alone(tmp_path: Path) -> None:
             claim_run(tmp_path)
         assert f"(rank 0 pid {holder.pid} on {HOST})" in str(refused.value)
     finally:
+        release_run(tmp_path)  # none held once released: a failure before it must not hold the run for the session
         holder.kill()
         holder.wait()
 
