@@ -126,6 +126,7 @@ def _rank_keeps_its_buffer(rank: int, world_size: int, folder: str) -> None:
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel
 
+    from abtune.exiting import exit_without_finalizing
     from abtune.methods.ddp.method import NO_FORWARD_BUFFER_SYNC
 
     dist.init_process_group("gloo", init_method=f"file://{folder}/store", rank=rank, world_size=world_size)
@@ -135,9 +136,13 @@ def _rank_keeps_its_buffer(rank: int, world_size: int, folder: str) -> None:
         ddp = DistributedDataParallel(model, init_sync=False, **NO_FORWARD_BUFFER_SYNC)
         ddp(torch.ones(1, 2)).sum().backward()
         Path(folder, f"rank{rank}").write_text(str(model.marker.item()))
-        dist.barrier()  # as a rank of abtune's ends (worker.finish_together): no peer torn down mid-collective
+        dist.barrier()  # as a rank of abtune's ends (worker.finish_together)
     finally:
         dist.destroy_process_group()
+    # ... and without finalizing, as abtune's ranks end (training/worker.py says why): DDP keeps its group alive until
+    # the process ends, and a gloo thread that wants the GIL once finalization began aborts the rank ("terminate called
+    # without an active exception": rank 1 of this test, now and then, under load)
+    exit_without_finalizing(0)
 
 
 @pytest.mark.slow
