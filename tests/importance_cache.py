@@ -120,12 +120,14 @@ def _write_whole(path: Path, content: Any, indent: int | None = None) -> None:
     os.replace(written, path)
 
 
+def _readable(stored: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The recorded fits, when this code and these releases made them; else none (a session fits them afresh)."""
+    return recorded(stored) if stored.get("made_by") == made_by() else {}
+
+
 def seed(folder: Path) -> None:
     """`folder` starts with the recorded fits, when the recording was made by this code and these releases."""
-    stored = _stored()
-    if stored.get("made_by") != made_by():
-        return  # fitted afresh, as without a recording
-    for key, entry in recorded(stored).items():
+    for key, entry in _readable(_stored()).items():
         if not (folder / f"{key}.json").exists():
             _write_whole(folder / f"{key}.json", entry)
 
@@ -136,8 +138,7 @@ def _record(folder: Path) -> None:
     drop the rest), and go when they did not (they would not be read)."""
     with (folder / "recording.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        stored = _stored()
-        entries = recorded(stored) if stored.get("made_by") == made_by() else {}
+        entries = _readable(_stored())
         entries.update({path.stem: json.loads(path.read_text()) for path in folder.glob("*.json")})
         trials: dict[str, Any] = {}
         fits: dict[str, Any] = {}
